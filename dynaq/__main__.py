@@ -1,0 +1,3 @@
+from dynaq.cli import main
+
+main()

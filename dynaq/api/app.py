@@ -1,0 +1,45 @@
+"""Builds the aiohttp application: routes, middleware, health."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+
+from dynaq.api import v1, v2
+from dynaq.api.codec import json_response
+from dynaq.api.keys import CATALOG, NODE_STATE, QUEUES, TOPICS, VIEW
+from dynaq.api.middleware import errors_middleware
+from dynaq.core.membership import MembershipView
+from dynaq.services.catalog import Catalog
+from dynaq.services.queues import QueueService
+from dynaq.services.topics import TopicService
+
+
+async def health(request: web.Request) -> web.Response:
+    """200 while the node serves; 503 while it starts or drains (so balancers skip it)."""
+    state = request.app[NODE_STATE]()
+    view = request.app[VIEW]
+    body = {"status": state, "node": view.me.name, "members": len(view.members)}
+    return json_response(body, 200 if state == "serving" else 503)
+
+
+def build_app(
+    *,
+    catalog: Catalog,
+    queues: QueueService,
+    topics: TopicService,
+    view: MembershipView,
+    state: Callable[[], str],
+    max_request_bytes: int,
+) -> web.Application:
+    app = web.Application(middlewares=[errors_middleware], client_max_size=max_request_bytes)
+    app[CATALOG] = catalog
+    app[QUEUES] = queues
+    app[TOPICS] = topics
+    app[VIEW] = view
+    app[NODE_STATE] = state
+    app.router.add_get("/health", health)
+    app.router.add_routes(v1.routes)
+    app.router.add_routes(v2.routes)
+    return app

@@ -1,0 +1,99 @@
+"""Request and response bodies in JSON or msgpack, chosen by Content-Type and Accept.
+
+JSON carries message ids as decimal strings (JavaScript numbers cannot hold
+every int64) and bodies as UTF-8 strings, or base64 with
+``"encoding": "base64"`` when they are not valid UTF-8. msgpack carries ids as
+integers and bodies as raw bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+import msgpack
+from aiohttp import web
+
+from dynaq.errors import InvalidInput, UnsupportedMediaType
+
+MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
+JSON_TYPE = "application/json"
+
+
+def wants_msgpack(request: web.Request) -> bool:
+    accept = request.headers.get("Accept", "")
+    if any(t in accept for t in MSGPACK_TYPES):
+        return True
+    if JSON_TYPE in accept:
+        return False
+    return request.content_type in MSGPACK_TYPES
+
+
+async def read_body(request: web.Request) -> Any:
+    """Decode a JSON or msgpack request body; :class:`InvalidInput` when malformed."""
+    raw = await request.read()
+    ctype = request.content_type
+    if ctype in MSGPACK_TYPES:
+        try:
+            return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        except (ValueError, msgpack.UnpackException) as exc:
+            raise InvalidInput(f"malformed msgpack body: {exc}") from None
+    if ctype not in (JSON_TYPE, "application/octet-stream", "text/plain", ""):
+        raise UnsupportedMediaType(
+            f"unsupported Content-Type {ctype!r}: send application/json or application/msgpack"
+        )
+    return parse_json(raw)
+
+
+def parse_json(raw: bytes) -> Any:
+    if not raw.strip():
+        raise InvalidInput("request body is empty; expected a JSON object")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"malformed JSON body: {exc}") from None
+
+
+def respond(request: web.Request, data: Any, status: int = 200) -> web.Response:
+    """Serialize ``data`` as msgpack or JSON, as the client asked."""
+    if wants_msgpack(request):
+        return web.Response(
+            body=msgpack.packb(data, use_bin_type=True),
+            status=status,
+            content_type="application/msgpack",
+        )
+    return json_response(data, status)
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        text=json.dumps(data, separators=(",", ":")), status=status, content_type=JSON_TYPE
+    )
+
+
+def body_to_json(body: bytes) -> dict[str, str]:
+    """A message body as JSON members: ``body`` (and ``encoding`` if base64)."""
+    try:
+        return {"body": body.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"body": base64.b64encode(body).decode("ascii"), "encoding": "base64"}
+
+
+def body_from_wire(item: dict[str, Any], binary: bool, where: str) -> bytes:
+    """Read a message body from a request item; validates types precisely."""
+    body = item.get("body")
+    encoding = item.get("encoding")
+    if encoding not in (None, "utf-8", "base64"):
+        raise InvalidInput(f"{where}.encoding must be 'utf-8' or 'base64'")
+    if isinstance(body, bytes) and binary:
+        return body
+    if not isinstance(body, str):
+        raise InvalidInput(f"{where}.body must be a string")
+    if encoding == "base64":
+        try:
+            return base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidInput(f"{where}.body is not valid base64") from None
+    return body.encode("utf-8")

@@ -1,0 +1,18 @@
+"""Typed application state shared by the handlers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+
+from dynaq.core.membership import MembershipView
+from dynaq.services.catalog import Catalog
+from dynaq.services.queues import QueueService
+from dynaq.services.topics import TopicService
+
+CATALOG = web.AppKey("catalog", Catalog)
+QUEUES = web.AppKey("queues", QueueService)
+TOPICS = web.AppKey("topics", TopicService)
+VIEW = web.AppKey("view", MembershipView)
+NODE_STATE: web.AppKey[Callable[[], str]] = web.AppKey("node_state")

@@ -1,0 +1,57 @@
+"""The one place where errors become HTTP responses.
+
+Every :class:`~dynaq.errors.DynaqError` maps to its status with a JSON body
+``{"error": "...", "code": "..."}``; aiohttp's own HTTP errors (unknown route,
+wrong method, body too large) get the same shape; anything else is logged
+with its traceback and answered with a plain 500 JSON body, never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from dynaq.api.codec import json_response
+from dynaq.errors import DynaqError
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_HTTP_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except DynaqError as exc:
+        if exc.status >= 500:
+            log.warning(
+                "request failed", extra={"path": request.path, "code": exc.code, "error": str(exc)}
+            )
+        return json_response({"error": exc.message, "code": exc.code}, exc.status)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        message = exc.reason
+        if exc.status == 413:
+            message = "request body is over the size limit"
+        resp = json_response(
+            {"error": message, "code": _HTTP_CODES.get(exc.status, "http_error")}, exc.status
+        )
+        for name in ("Allow",):
+            if name in exc.headers:
+                resp.headers[name] = exc.headers[name]
+        return resp
+    except Exception:
+        log.exception("unhandled error", extra={"path": request.path, "method": request.method})
+        return json_response({"error": "internal error", "code": "internal"}, 500)

@@ -1,0 +1,198 @@
+"""Dynamiq's v1 REST API, route for route (see ``reference/dynamiq-api.md``)."""
+
+from __future__ import annotations
+
+import re
+
+from aiohttp import web
+
+from dynaq.api.codec import body_to_json, json_response, parse_json
+from dynaq.api.keys import CATALOG, QUEUES, TOPICS, VIEW
+from dynaq.errors import InvalidInput, NotFound
+from dynaq.services.catalog import QueueInfo
+from dynaq.services.messages import Message, NewMessage
+from dynaq.services.queues import parse_id
+
+routes = web.RouteTableDef()
+
+_ID_SEPARATORS = re.compile(r"[\s,+]+")
+
+
+def _number(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
+
+
+def _message_json(m: Message) -> dict[str, str]:
+    return {"id": str(m.id), **body_to_json(m.body)}
+
+
+def _ids(text: str) -> list[int]:
+    parts = [p for p in _ID_SEPARATORS.split(text) if p]
+    if not parts:
+        raise InvalidInput("no message ids given")
+    return [parse_id(p) for p in parts]
+
+
+# status ----------------------------------------------------------------------
+
+
+@routes.get("/v1/status/servers")
+async def servers(request: web.Request) -> web.Response:
+    view = request.app[VIEW]
+    lines = [f"Member: {m.name} {m.http_addr}" for m in view.members]
+    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+@routes.get("/v1/status/partitionrange")
+async def partition_range(request: web.Request) -> web.Response:
+    s = request.app[VIEW].my_slice
+    return json_response({"bottom": str(s.bottom_id), "top": str(s.top_id)})
+
+
+# topics ------------------------------------------------------------------------
+
+
+@routes.get("/v1/topics")
+async def list_topics(request: web.Request) -> web.Response:
+    return json_response({"topics": request.app[CATALOG].topic_names()})
+
+
+@routes.put("/v1/topics/{topic}")
+async def create_topic(request: web.Request) -> web.Response:
+    await request.app[CATALOG].create_topic(request.match_info["topic"])
+    return json_response({"Queues": []}, 201)
+
+
+@routes.get("/v1/topics/{topic}")
+async def get_topic(request: web.Request) -> web.Response:
+    info = await request.app[CATALOG].topic(request.match_info["topic"])
+    return json_response({"Queues": list(info.queues)})
+
+
+@routes.delete("/v1/topics/{topic}")
+async def delete_topic(request: web.Request) -> web.Response:
+    await request.app[CATALOG].delete_topic(request.match_info["topic"])
+    return json_response({"Deleted": True})
+
+
+@routes.put("/v1/topics/{topic}/queues/{queue}")
+async def subscribe(request: web.Request) -> web.Response:
+    try:
+        info = await request.app[CATALOG].subscribe(
+            request.match_info["topic"], request.match_info["queue"]
+        )
+    except NotFound as exc:  # the contract answers 422 here, not 404
+        raise InvalidInput(exc.message) from None
+    return json_response({"Queues": list(info.queues)})
+
+
+@routes.delete("/v1/topics/{topic}/queues/{queue}")
+async def unsubscribe(request: web.Request) -> web.Response:
+    info = await request.app[CATALOG].unsubscribe(
+        request.match_info["topic"], request.match_info["queue"]
+    )
+    return json_response({"Queues": list(info.queues)})
+
+
+@routes.put("/v1/topics/{topic}/message")
+async def publish(request: web.Request) -> web.Response:
+    topic = request.match_info["topic"]
+    await request.app[CATALOG].topic(topic)  # 404 before reading a body for nothing
+    body = await request.read()
+    result = await request.app[TOPICS].publish(topic, [NewMessage(body)])
+    return json_response({q: str(ids[0]) for q, ids in result.items()})
+
+
+# queues ------------------------------------------------------------------------
+
+
+@routes.get("/v1/queues")
+async def list_queues(request: web.Request) -> web.Response:
+    return json_response({"queues": request.app[CATALOG].queue_names()})
+
+
+@routes.put("/v1/queues/{queue}")
+async def create_queue(request: web.Request) -> web.Response:
+    await request.app[CATALOG].create_queue(request.match_info["queue"])
+    return json_response("created", 201)
+
+
+def _queue_json(request: web.Request, info: QueueInfo) -> dict[str, object]:
+    s = info.settings
+    return {
+        "VisibilityTimeout": _number(s.visibility_timeout_s),
+        "MinPartitions": s.min_partitions,
+        "MaxPartitions": s.max_partitions,
+        "MaxPartitionAge": _number(s.max_partition_age_s),
+        "CompressedMessages": s.compressed_messages,
+        "partitions": request.app[QUEUES].partition_count(info),
+    }
+
+
+@routes.get("/v1/queues/{queue}")
+async def get_queue(request: web.Request) -> web.Response:
+    info = await request.app[CATALOG].queue(request.match_info["queue"])
+    return json_response(_queue_json(request, info))
+
+
+@routes.patch("/v1/queues/{queue}")
+async def configure_queue(request: web.Request) -> web.Response:
+    name = request.match_info["queue"]
+    await request.app[CATALOG].queue(name)
+    patch = parse_json(await request.read())
+    await request.app[CATALOG].update_queue(name, patch)
+    return json_response("ok")
+
+
+@routes.delete("/v1/queues/{queue}")
+async def delete_queue(request: web.Request) -> web.Response:
+    await request.app[CATALOG].delete_queue(request.match_info["queue"])
+    return json_response({"Deleted": True})
+
+
+@routes.put("/v1/queues/{queue}/message")
+async def enqueue(request: web.Request) -> web.Response:
+    queues = request.app[QUEUES]
+    name = request.match_info["queue"]
+    await request.app[CATALOG].queue(name)
+    body = await request.read()
+    (mid,) = await queues.enqueue(name, [NewMessage(body)])
+    return web.Response(text=str(mid), content_type="text/plain")
+
+
+@routes.get("/v1/queues/{queue}/messages/{batch_size}")
+async def receive(request: web.Request) -> web.Response:
+    text = request.match_info["batch_size"]
+    queues = request.app[QUEUES]
+    try:
+        n = int(text)
+    except ValueError:
+        raise InvalidInput(
+            f"batch size must be an integer in 1..{queues.limits.max_batch}, got {text!r}"
+        ) from None
+    messages = await queues.receive(request.match_info["queue"], n)
+    return json_response([_message_json(m) for m in messages])
+
+
+@routes.get("/v1/queues/{queue}/message/{ids}")
+async def peek(request: web.Request) -> web.Response:
+    name = request.match_info["queue"]
+    await request.app[CATALOG].queue(name)
+    messages = await request.app[QUEUES].peek(name, _ids(request.match_info["ids"]))
+    return json_response({"messages": [_message_json(m) for m in messages]})
+
+
+@routes.delete("/v1/queues/{queue}/message/{id}")
+async def delete_message(request: web.Request) -> web.Response:
+    name = request.match_info["queue"]
+    await request.app[CATALOG].queue(name)
+    removed = await request.app[QUEUES].delete(name, [parse_id(request.match_info["id"])])
+    return json_response(bool(removed))
+
+
+@routes.delete("/v1/queues/{queue}/messages/{ids}")
+async def delete_messages(request: web.Request) -> web.Response:
+    name = request.match_info["queue"]
+    await request.app[CATALOG].queue(name)
+    removed = await request.app[QUEUES].delete(name, _ids(request.match_info["ids"]))
+    return json_response({"deleted": len(removed)})

@@ -1,0 +1,73 @@
+"""The ``dynaq`` command: ``server``, ``migrate``, ``version``.
+
+The only place (with :mod:`dynaq.node`) that reads the environment: config is
+loaded from ``--config`` with ``DYNAQ_*`` overrides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from dynaq import __version__
+from dynaq.config import Config, load_config
+from dynaq.errors import DynaqError
+from dynaq.logs import setup_logging
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dynaq", description="dynaq message-queue node")
+    sub = p.add_subparsers(dest="command", required=True)
+    server = sub.add_parser("server", help="run a node in the foreground")
+    server.add_argument("--config", "-c", help="TOML config file (DYNAQ_* env vars override it)")
+    mig = sub.add_parser("migrate", help="create or upgrade the store, then exit")
+    mig.add_argument("--config", "-c", help="TOML config file")
+    sub.add_parser("version", help="print the version")
+    return p
+
+
+def _config(path: str | None) -> Config:
+    try:
+        return load_config(path)
+    except (OSError, DynaqError, ValueError) as exc:
+        print(f"dynaq: bad configuration: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+async def _migrate(config: Config) -> None:
+    from dynaq.node import build_store, migrate
+
+    store = build_store(config)
+    await store.open()
+    try:
+        changed = await migrate(store)
+    finally:
+        await store.close()
+    print("store initialised" if changed else "store is up to date")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if args.command == "version":
+        print(f"dynaq {__version__}")
+        return
+    config = _config(args.config)
+    setup_logging(config.log.level, config.log.format, config.node.name)
+    try:
+        if args.command == "migrate":
+            asyncio.run(_migrate(config))
+        elif args.command == "server":
+            from dynaq.node import run_node
+
+            asyncio.run(run_node(config))
+    except DynaqError as exc:
+        print(f"dynaq: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""Node configuration: frozen dataclasses, read from TOML with ``DYNAQ_*`` overrides.
+
+Every setting ``[section] key`` can be overridden by the environment variable
+``DYNAQ_<SECTION>_<KEY>`` (upper case), e.g. ``DYNAQ_HTTP_PORT=8082`` or
+``DYNAQ_DATA_DIR=/var/lib/dynaq``. Environment values are parsed to the type the
+setting has (int, float, bool, list of strings). The environment is read only
+by :func:`load_config`, which only the CLI calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from dynaq.errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Identity of this node in the ring."""
+
+    name: str = "dynaq-1"
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the embedded store keeps its files."""
+
+    dir: str = "./data"
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """The HTTP API listener and its input limits."""
+
+    host: str = "127.0.0.1"
+    port: int = 8081
+    max_message_bytes: int = 256 * 1024
+    max_request_bytes: int = 16 * 1024 * 1024
+    max_batch: int = 1000
+    shutdown_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Logging: level and format (``json`` for machines, ``text`` for people)."""
+
+    level: str = "info"
+    format: str = "json"
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """Which storage backend this node uses."""
+
+    backend: str = "embedded"
+
+
+@dataclass(frozen=True)
+class EmbeddedConfig:
+    """The embedded LMDB store."""
+
+    map_size_mb: int = 64 * 1024
+    max_commit_ops: int = 50_000
+    read_threads: int = 4
+
+
+@dataclass(frozen=True)
+class CassandraConfig:
+    """The Cassandra store (cluster deployments)."""
+
+    hosts: list[str] = field(default_factory=lambda: ["127.0.0.1:9042"])
+    keyspace: str = "dynaq"
+    replication_factor: int = 1
+    protocol_version: int = 3
+    pool_size: int = 4
+
+
+@dataclass(frozen=True)
+class GossipConfig:
+    """The SWIM membership ring."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = 7001
+    seeds: list[str] = field(default_factory=list)
+    key: str = ""
+    preset: str = "lan"
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    """How often a node reloads queue and topic config from the store."""
+
+    interval_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class QueueDefaults:
+    """Settings a new queue starts with (Dynamiq's defaults)."""
+
+    visibility_timeout_s: float = 30.0
+    min_partitions: int = 1
+    max_partitions: int = 10
+    max_partition_age_s: float = 432_000.0
+    compressed_messages: bool = False
+    idle_rescan_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class StatsConfig:
+    """statsd metrics; ``type = "none"`` turns them off."""
+
+    type: str = "statsd"
+    address: str = "127.0.0.1:8125"
+    prefix: str = "dynaq."
+    flush_interval_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration of one node."""
+
+    node: NodeConfig = field(default_factory=NodeConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    embedded: EmbeddedConfig = field(default_factory=EmbeddedConfig)
+    cassandra: CassandraConfig = field(default_factory=CassandraConfig)
+    gossip: GossipConfig = field(default_factory=GossipConfig)
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    queues: QueueDefaults = field(default_factory=QueueDefaults)
+    stats: StatsConfig = field(default_factory=StatsConfig)
+
+
+ENV_PREFIX = "DYNAQ_"
+
+
+def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Read ``path`` (TOML, optional) and apply ``DYNAQ_*`` overrides from ``env``.
+
+    Raises :class:`InvalidInput` naming the setting when a value has the wrong
+    type or a key is unknown, so a typo never silently falls back to a default.
+    """
+    raw: dict[str, Any] = {}
+    if path is not None:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    environ = os.environ if env is None else env
+    return config_from_mapping(raw, environ)
+
+
+def config_from_mapping(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Config:
+    """Build a :class:`Config` from parsed TOML and optional env overrides."""
+    sections: dict[str, Any] = {}
+    hints = get_type_hints(Config)
+    for name, value in raw.items():
+        if name not in hints:
+            raise InvalidInput(f"unknown config section [{name}]")
+        if not isinstance(value, Mapping):
+            raise InvalidInput(f"config section [{name}] must be a table")
+        sections[name] = dict(value)
+    for key, value in (env or {}).items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        section, _, setting = key[len(ENV_PREFIX) :].lower().partition("_")
+        if section not in hints or not setting:
+            continue
+        section_fields = {f.name: f for f in dataclasses.fields(hints[section])}
+        if setting not in section_fields:
+            continue
+        sections.setdefault(section, {})[setting] = _from_env(
+            key, value, get_type_hints(hints[section])[setting]
+        )
+    built: dict[str, Any] = {}
+    for name, values in sections.items():
+        built[name] = _build_section(name, hints[name], values)
+    return Config(**built)
+
+
+def _build_section(name: str, cls: type[Any], values: Mapping[str, Any]) -> Any:
+    types_ = get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in types_:
+            raise InvalidInput(f"unknown setting {key!r} in config section [{name}]")
+        kwargs[key] = _check_type(f"{name}.{key}", value, types_[key])
+    return cls(**kwargs)
+
+
+def _check_type(where: str, value: Any, expected: Any) -> Any:
+    origin = get_origin(expected)
+    if origin in (Union, types.UnionType):
+        for option in get_args(expected):
+            try:
+                return _check_type(where, value, option)
+            except InvalidInput:
+                continue
+        raise InvalidInput(f"setting {where} has the wrong type")
+    if origin is list:
+        (item_type,) = get_args(expected)
+        if not isinstance(value, list):
+            raise InvalidInput(f"setting {where} must be a list")
+        return [_check_type(where, v, item_type) for v in value]
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if expected is int and isinstance(value, bool):
+        raise InvalidInput(f"setting {where} must be an integer")
+    if isinstance(expected, type) and not isinstance(value, expected):
+        raise InvalidInput(f"setting {where} must be of type {expected.__name__}")
+    return value
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _from_env(key: str, value: str, expected: Any) -> Any:
+    if expected is bool and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    try:
+        if expected is bool:
+            raise ValueError(value)  # noqa: TRY301 - one message for every bad value
+        if expected is int:
+            return int(value)
+        if expected is float:
+            return float(value)
+        if get_origin(expected) is list:
+            return [item.strip() for item in value.split(",") if item.strip()]
+    except ValueError:
+        raise InvalidInput(f"environment variable {key}={value!r} has the wrong type") from None
+    return value

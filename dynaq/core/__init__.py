@@ -1,0 +1,1 @@
+"""Pure core: ids, keyspace, partitions, key layout, membership view."""

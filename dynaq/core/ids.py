@@ -1,0 +1,108 @@
+"""Message ids: 63-bit integers laid out so that writes append.
+
+Dynamiq drew ids at random; measured here, random keys cut durable LMDB
+throughput ~10x because every message dirties its own page. dynaq's ids are
+positions in the keyspace chosen so that concurrent writes land next to each
+other and each lane of a queue fills oldest-first::
+
+    bit 62 ........ 53 52 ..................... 13 12 .... 5 4 .... 0
+        lane (10 bits)   wall ms since 2025 (40)    seq (8)   writer (5)
+
+* ``lane`` places the message in the keyspace: node slices and queue
+  partitions are ranges of lanes. A writer keeps appending to one lane for a
+  while and then moves to another at random, so messages spread evenly over
+  every slice but each commit touches few pages.
+* ``wall ms`` + ``seq`` form a hybrid logical clock per lane: strictly
+  increasing even when the wall clock stalls or more than 256 messages land in
+  one millisecond (the clock then runs ahead briefly). It gives oldest-first
+  order within a lane and lasts until 2059.
+* ``writer`` makes ids from different nodes distinct without coordination;
+  each node of a cluster holds its own writer slot (0..31).
+"""
+
+from __future__ import annotations
+
+import random
+
+from dynaq.clock import Clock
+
+LANE_BITS = 10
+LANES = 1 << LANE_BITS
+LANE_SHIFT = 53
+CLOCK_SHIFT = 5
+SEQ_BITS = 8
+WRITER_BITS = 5
+MAX_WRITERS = 1 << WRITER_BITS
+MAX_ID = (1 << 63) - 1
+EPOCH_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z
+_CLOCK_MASK = (1 << (LANE_SHIFT - CLOCK_SHIFT)) - 1
+_ID_STEP = 1 << CLOCK_SHIFT
+
+
+def lane_of(message_id: int) -> int:
+    """The lane (keyspace position, 0..1023) of an id."""
+    return message_id >> LANE_SHIFT
+
+
+def lane_start(lane: int) -> int:
+    """The smallest id in ``lane``."""
+    return lane << LANE_SHIFT
+
+
+def enqueued_ms(message_id: int) -> int:
+    """Approximate Unix time in ms when the id was drawn (the lane's hybrid clock)."""
+    return ((message_id >> (CLOCK_SHIFT + SEQ_BITS)) & ((1 << 40) - 1)) + EPOCH_MS
+
+
+def is_valid_id(value: int) -> bool:
+    """Whether ``value`` is in [0, 2^63)."""
+    return 0 <= value <= MAX_ID
+
+
+class IdGenerator:
+    """Draws append-friendly ids for one writer.
+
+    Not thread-safe: call it from the event loop only. ``stride`` is how many
+    ids a writer takes from one lane before hopping to another at random.
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        writer: int = 0,
+        *,
+        stride: int = 1024,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not 0 <= writer < MAX_WRITERS:
+            raise ValueError(f"writer slot must be in 0..{MAX_WRITERS - 1}")
+        self._clock = clock
+        self._writer = writer
+        self._stride = stride
+        self._rng = rng or random.Random()
+        self._last: dict[int, int] = {}
+        self._lane = self._rng.randrange(LANES)
+        self._left_in_lane = stride
+
+    @property
+    def writer(self) -> int:
+        return self._writer
+
+    def next_lane(self, count: int) -> int:
+        """The lane the next ``count`` ungrouped messages should go to."""
+        if self._left_in_lane < count:
+            self._lane = self._rng.randrange(LANES)
+            self._left_in_lane = self._stride
+        self._left_in_lane -= count
+        return self._lane
+
+    def allocate(self, lane: int, count: int) -> range:
+        """Reserve ``count`` consecutive ids in ``lane``, ascending."""
+        now = ((self._clock.wall_ms() - EPOCH_MS) << SEQ_BITS) & _CLOCK_MASK
+        first = max(self._last.get(lane, -1) + 1, now)
+        last = first + count - 1
+        if last > _CLOCK_MASK:
+            raise OverflowError("id clock exhausted for this lane")
+        self._last[lane] = last
+        base = (lane << LANE_SHIFT) | (first << CLOCK_SHIFT) | self._writer
+        return range(base, base + count * _ID_STEP, _ID_STEP)

@@ -1,0 +1,51 @@
+"""Every storage key dynaq writes, in one place.
+
+Messages of a queue are contiguous: ``m`` + queue number (4 bytes) + message
+id (8 bytes, big-endian), so one partition's scan is one key range. Queue
+names are not in message keys (they would waste space and pin names); a queue
+gets a number when it is created and numbers are never reused, so a queue
+re-created under the same name never sees the old one's messages.
+"""
+
+from __future__ import annotations
+
+import struct
+
+CONFIG_QUEUE = b"c/q/"
+CONFIG_TOPIC = b"c/t/"
+QUEUE_NUMBER_SEQ = b"c/seq/queue"
+PURGE = b"c/purge/"
+MESSAGE = b"m"
+
+_QID = struct.Struct(">I")
+_MSG = struct.Struct(">cIQ")
+MESSAGE_KEY_LEN = _MSG.size
+
+
+def queue_config(name: str) -> bytes:
+    return CONFIG_QUEUE + name.encode()
+
+
+def topic_config(name: str) -> bytes:
+    return CONFIG_TOPIC + name.encode()
+
+
+def purge_marker(queue_number: int) -> bytes:
+    return PURGE + _QID.pack(queue_number)
+
+
+def purge_number(key: bytes) -> int:
+    return int(_QID.unpack_from(key, len(PURGE))[0])
+
+
+def message(queue_number: int, message_id: int) -> bytes:
+    return _MSG.pack(MESSAGE, queue_number, message_id)
+
+
+def message_id(key: bytes) -> int:
+    return int.from_bytes(key[5:13], "big")
+
+
+def queue_messages(queue_number: int) -> tuple[bytes, bytes]:
+    """The key range ``[start, end)`` holding every message of a queue."""
+    return MESSAGE + _QID.pack(queue_number), MESSAGE + _QID.pack(queue_number + 1)

@@ -1,0 +1,192 @@
+"""Per-queue serving state on the node that owns a slice: partitions and in-flight messages.
+
+Pure state, no I/O: the queue service reads and updates it around its store
+calls. What it models:
+
+* **Partitions** cut this node's slice of a queue into lane ranges, served
+  least-recently-used first. A partition that served a batch is *locked* for
+  the visibility timeout, as in Dynamiq, but the lock only orders partitions
+  and drives splitting: dynaq tracks the in-flight messages themselves, so a
+  locked partition still serves its other, never-served messages instead of
+  hiding them for the whole timeout.
+* **In-flight messages** (id → deadline, receive count) and a deadline heap,
+  so an expired message becomes visible again without rescanning anything,
+  and a single message's visibility can be extended or released.
+* A **scan cursor** per partition so receives do not rescan the in-flight
+  prefix; it wraps at the partition's end. A partition whose full pass found
+  nothing is *idle* and is not scanned again until an enqueue touches its
+  lanes, or ``idle_rescan_s`` passes (other nodes may write into it).
+
+In-flight state lives in this node's memory only. If the node dies, the new
+owner of the slice serves those messages again at once: at-least-once, with
+duplicates, never loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from dynaq.core.ids import lane_of
+from dynaq.core.keyspace import LaneRange, partition_ranges
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A served, not yet deleted message."""
+
+    deadline: float
+    receive_count: int
+    lane: int
+
+
+@dataclass(eq=False, slots=True)
+class Partition:
+    """A lane range of one queue on this node."""
+
+    lanes: LaneRange
+    created_at: float
+    last_used: float = float("-inf")
+    locked_until: float = float("-inf")
+    cursor: int | None = None
+    idle: bool = False
+    idle_since: float = 0.0
+    last_pass_count: int = 0
+    pass_count: int = 0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def due(self, now: float, idle_rescan_s: float) -> bool:
+        """Whether a scan may find something."""
+        return not self.idle or now - self.idle_since >= idle_rescan_s
+
+    def wake(self) -> None:
+        self.idle = False
+
+
+class QueueState:
+    """Everything one node knows about serving one queue."""
+
+    def __init__(self, slice_: LaneRange, count: int, now: float) -> None:
+        self.inflight: dict[int, InFlight] = {}
+        self._heap: list[tuple[float, int]] = []
+        self.partitions: list[Partition] = []
+        self._starts: list[int] = []
+        self.slice = slice_
+        self.relayout(slice_, count, now)
+
+    # layout ------------------------------------------------------------
+
+    def relayout(self, slice_: LaneRange, count: int, now: float) -> None:
+        """Recut the slice into ``count`` partitions; cursors restart, in-flight state stays."""
+        self.slice = slice_
+        old = {(p.lanes.lo, p.lanes.hi): p for p in self.partitions}
+        parts: list[Partition] = []
+        for rng in partition_ranges(slice_, count):
+            prev = old.get((rng.lo, rng.hi))
+            parts.append(prev if prev is not None else Partition(rng, created_at=now))
+        self.partitions = parts
+        self._starts = [p.lanes.lo for p in parts]
+
+    @property
+    def count(self) -> int:
+        return len(self.partitions)
+
+    def partition_of_lane(self, lane: int) -> Partition | None:
+        if lane not in self.slice:
+            return None
+        i = bisect.bisect_right(self._starts, lane) - 1
+        return self.partitions[i]
+
+    def note_enqueued(self, lane: int) -> None:
+        """A message was written into ``lane``: its partition may have work again."""
+        p = self.partition_of_lane(lane)
+        if p is not None:
+            p.idle = False
+
+    def serving_order(self, now: float, idle_rescan_s: float) -> list[Partition]:
+        """Partitions worth scanning, least recently used first."""
+        due = [p for p in self.partitions if p.due(now, idle_rescan_s)]
+        due.sort(key=lambda p: p.last_used)
+        return due
+
+    def all_locked(self, now: float) -> bool:
+        return all(p.locked_until > now for p in self.partitions)
+
+    def split(self, now: float, max_partitions: int) -> bool:
+        """Add one partition (when every partition is locked); return whether it did."""
+        if self.count >= min(max_partitions, self.slice.width):
+            return False
+        self.relayout(self.slice, self.count + 1, now)
+        return True
+
+    def merge_stale(self, now: float, min_partitions: int, max_age_s: float) -> bool:
+        """Drop one partition unused for ``max_age_s`` (keeping ``min_partitions``)."""
+        if self.count <= min_partitions:
+            return False
+        for p in self.partitions:
+            if now - max(p.last_used, p.created_at) > max_age_s:
+                self.relayout(self.slice, self.count - 1, now)
+                return True
+        return False
+
+    # in-flight ----------------------------------------------------------
+
+    def is_invisible(self, message_id: int, now: float) -> bool:
+        f = self.inflight.get(message_id)
+        return f is not None and f.deadline > now
+
+    def mark_served(self, message_id: int, now: float, visibility_s: float) -> InFlight:
+        f = self.inflight.get(message_id)
+        deadline = now + visibility_s
+        if f is None:
+            f = InFlight(deadline, 1, lane_of(message_id))
+            self.inflight[message_id] = f
+        else:
+            f.deadline = deadline
+            f.receive_count += 1
+        heapq.heappush(self._heap, (deadline, message_id))
+        return f
+
+    def forget(self, message_id: int) -> bool:
+        """The message was deleted; return whether it was in flight."""
+        return self.inflight.pop(message_id, None) is not None
+
+    def set_visibility(self, message_id: int, now: float, visibility_s: float) -> bool:
+        """Extend (or, with 0, release) an in-flight message; False if it is not in flight."""
+        f = self.inflight.get(message_id)
+        if f is None or f.deadline <= now:
+            return False
+        f.deadline = now + visibility_s
+        heapq.heappush(self._heap, (f.deadline, message_id))
+        return True
+
+    def expired(self, now: float, limit: int) -> Iterator[int]:
+        """Ids whose visibility ran out, oldest deadline first, at most ``limit``.
+
+        They stay in :attr:`inflight` (with their receive count) until served
+        again or deleted; stale heap entries are skipped.
+        """
+        n = 0
+        heap = self._heap
+        while heap and n < limit and heap[0][0] <= now:
+            deadline, mid = heapq.heappop(heap)
+            f = self.inflight.get(mid)
+            if f is None or f.deadline != deadline:
+                continue
+            n += 1
+            yield mid
+
+    def requeue_expired(self, message_ids: list[int]) -> None:
+        """Put back ids taken by :meth:`expired` that were not served after all."""
+        for mid in message_ids:
+            f = self.inflight.get(mid)
+            if f is not None:
+                heapq.heappush(self._heap, (f.deadline, mid))
+
+    def drop_outside(self, slice_: LaneRange) -> None:
+        """Forget in-flight messages whose lanes moved to another node."""
+        for mid in [m for m, f in self.inflight.items() if f.lane not in slice_]:
+            del self.inflight[mid]

@@ -1,0 +1,188 @@
+"""The composition root: builds the store, the services and the HTTP site, and owns every task.
+
+Only this module and :mod:`dynaq.cli` know concrete classes. Start-up order:
+store → catalog/services (load config, count messages) → metrics → HTTP →
+config sync loop. Shutdown is the reverse, and graceful: ``/health`` turns 503
+so balancers stop sending, the HTTP site stops accepting and waits for
+requests in flight (up to ``http.shutdown_timeout_s``), background tasks are
+cancelled and awaited, metrics are flushed, and the store's writer commits
+what it holds before the files close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+
+from aiohttp import web
+
+from dynaq.api.app import build_app
+from dynaq.clock import Clock, SystemClock
+from dynaq.config import Config
+from dynaq.core.ids import IdGenerator
+from dynaq.core.membership import Member, MembershipView
+from dynaq.errors import InvalidInput
+from dynaq.metrics import Metrics, NullMetrics, StatsdMetrics
+from dynaq.services.catalog import Catalog
+from dynaq.services.queues import Limits, QueueService
+from dynaq.services.topics import TopicService
+from dynaq.storage.base import Store
+
+log = logging.getLogger(__name__)
+
+SCHEMA_KEY = b"c/schema"
+SCHEMA_VERSION = b"1"
+
+
+def build_store(config: Config) -> Store:
+    """The store the config names (backends are imported only when chosen)."""
+    backend = config.storage.backend
+    if backend == "embedded":
+        from dynaq.storage.embedded import LmdbStore
+
+        e = config.embedded
+        return LmdbStore(
+            Path(config.data.dir) / "lmdb",
+            map_size=e.map_size_mb * 1024 * 1024,
+            max_commit_ops=e.max_commit_ops,
+            read_threads=e.read_threads,
+        )
+    if backend == "memory":
+        from dynaq.storage.memory import MemoryStore
+
+        return MemoryStore()
+    raise InvalidInput(f"unknown storage backend {backend!r}; use 'embedded' or 'memory'")
+
+
+def build_metrics(config: Config) -> Metrics:
+    s = config.stats
+    if s.type == "none":
+        return NullMetrics()
+    if s.type == "statsd":
+        return StatsdMetrics(s.address, s.prefix, s.flush_interval_s)
+    raise InvalidInput(f"unknown stats type {s.type!r}; use 'statsd' or 'none'")
+
+
+async def migrate(store: Store) -> bool:
+    """Prepare a store for this version of dynaq; return whether anything was written."""
+    item = await store.get(SCHEMA_KEY)
+    if item is None:
+        await store.put_if_absent(SCHEMA_KEY, SCHEMA_VERSION)
+        return True
+    if item.value != SCHEMA_VERSION:
+        raise InvalidInput(f"store schema {item.value!r} is not supported by this dynaq")
+    return False
+
+
+class Node:
+    """One dynaq node: store, services, HTTP API and background tasks."""
+
+    def __init__(
+        self, config: Config, *, clock: Clock | None = None, store: Store | None = None
+    ) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.store = store or build_store(config)
+        self.metrics = build_metrics(config)
+        self.state = "starting"
+        h = config.http
+        me = Member(config.node.name, f"{h.host}:{h.port}")
+        self.view = MembershipView(me)
+        self.catalog = Catalog(self.store, self.clock, config.queues)
+        self.queues = QueueService(
+            self.store,
+            self.catalog,
+            self.view,
+            self.clock,
+            IdGenerator(self.clock, writer=0),
+            self.metrics,
+            Limits(h.max_message_bytes, h.max_batch),
+            idle_rescan_s=config.queues.idle_rescan_s,
+        )
+        self.topics = TopicService(self.store, self.catalog, self.queues)
+        self.app = build_app(
+            catalog=self.catalog,
+            queues=self.queues,
+            topics=self.topics,
+            view=self.view,
+            state=lambda: self.state,
+            max_request_bytes=h.max_request_bytes,
+        )
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.port: int = h.port
+
+    async def start(self) -> None:
+        """Open the store, load state, and start serving HTTP."""
+        await self.store.open()
+        await migrate(self.store)
+        await self.queues.start()
+        await self.metrics.start()
+        self._runner = web.AppRunner(
+            self.app,
+            handle_signals=False,
+            access_log=logging.getLogger("aiohttp.access"),
+            shutdown_timeout=self.config.http.shutdown_timeout_s,
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.http.host, self.config.http.port, backlog=1024)
+        await site.start()
+        addrs = self._runner.addresses
+        if addrs:
+            self.port = int(addrs[0][1])
+        me = self.view.me
+        self.view.me = Member(me.name, f"{self.config.http.host}:{self.port}")
+        self.view.replace([self.view.me])
+        self._tasks.append(asyncio.create_task(self._sync_loop(), name="config-sync"))
+        self.state = "serving"
+        log.info(
+            "node serving",
+            extra={"port": self.port, "backend": self.config.storage.backend},
+        )
+
+    async def _sync_loop(self) -> None:
+        interval = self.config.sync.interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.catalog.reload()
+            except Exception:  # keep serving on the last good config
+                log.exception("config sync failed")
+
+    async def stop(self) -> None:
+        """Drain and stop; safe to call twice."""
+        if self.state == "stopped":
+            return
+        self.state = "draining"
+        log.info("node draining")
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        await self.queues.stop()
+        await self.metrics.stop()
+        await self.store.close()
+        self.state = "stopped"
+        log.info("node stopped")
+
+
+async def run_node(config: Config) -> None:
+    """Run a node until SIGTERM or SIGINT, then shut it down gracefully."""
+    node = Node(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await node.start()
+        await stop.wait()
+    finally:
+        await node.stop()

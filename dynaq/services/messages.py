@@ -1,0 +1,56 @@
+"""Messages as the queue service sees them, and their stored encoding.
+
+A stored value is a msgpack array ``[flags, body, enqueued_ms, attributes]``;
+bit 0 of ``flags`` says the body is zlib-compressed (per queue setting, body
+only). Old values stay readable when a queue's compression setting changes,
+because the flag travels with each message.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import msgpack
+
+from dynaq.errors import StorageError
+
+FLAG_ZLIB = 1
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message to enqueue."""
+
+    body: bytes
+    attributes: dict[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A stored message as returned to clients."""
+
+    id: int
+    body: bytes
+    enqueued_ms: int
+    attributes: dict[str, str] | None = None
+    receive_count: int = 0
+
+
+def encode(msg: NewMessage, enqueued_ms: int, compress: bool) -> bytes:
+    body = msg.body
+    flags = 0
+    if compress:
+        body = zlib.compress(body)
+        flags |= FLAG_ZLIB
+    return bytes(msgpack.packb([flags, body, enqueued_ms, msg.attributes]))
+
+
+def decode(message_id: int, raw: bytes, receive_count: int = 0) -> Message:
+    try:
+        flags, body, enqueued_ms, attributes, *_ = msgpack.unpackb(raw)
+        if flags & FLAG_ZLIB:
+            body = zlib.decompress(body)
+    except (ValueError, TypeError, zlib.error, msgpack.UnpackException) as exc:
+        raise StorageError(f"message {message_id} is corrupt: {exc}") from exc
+    return Message(message_id, body, enqueued_ms, attributes, receive_count)

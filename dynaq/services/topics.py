@@ -1,0 +1,48 @@
+"""Topics: publish once, every subscribed queue gets a copy.
+
+A publish writes every copy in one storage batch, so it is atomic: either
+every subscribed queue has the message or none has (the store's batch
+guarantee). Subscriptions to queues deleted since are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dynaq.errors import QueueNotFound
+from dynaq.services.catalog import Catalog, QueueInfo
+from dynaq.services.messages import NewMessage
+from dynaq.services.queues import QueueService
+from dynaq.storage.base import Put, Store
+
+
+class TopicService:
+    """Fanout of published messages to subscribed queues."""
+
+    def __init__(self, store: Store, catalog: Catalog, queues: QueueService) -> None:
+        self._store = store
+        self._catalog = catalog
+        self._queues = queues
+
+    async def publish(self, topic: str, messages: Sequence[NewMessage]) -> dict[str, list[int]]:
+        """Publish ``messages`` to every queue subscribed to ``topic``; return ids per queue."""
+        info = await self._catalog.topic(topic)
+        for m in messages:
+            self._queues.check_message(m)
+        targets: list[QueueInfo] = []
+        for name in info.queues:
+            try:
+                targets.append(await self._catalog.queue(name))
+            except QueueNotFound:
+                continue
+        ops: list[Put] = []
+        result: dict[str, list[int]] = {}
+        for q in targets:
+            ids, puts = self._queues.build_puts(q, messages)
+            ops.extend(puts)
+            result[q.name] = ids
+        if ops:
+            await self._store.write_batch(ops)
+        for q in targets:
+            self._queues.note_written(q, result[q.name])
+        return result

@@ -1,0 +1,127 @@
+"""The KV storage contract every dynaq algorithm is written against.
+
+A store maps byte keys to byte values, ordered by key. Each value carries a
+``version`` (an opaque, per-key-unique integer that changes on every write) so
+that callers can do optimistic concurrency with :meth:`Store.put_if_version`.
+
+Guarantees every backend gives:
+
+* A write is durable when its coroutine returns.
+* :meth:`Store.write_batch` applies all of its operations or none of them.
+* :meth:`Store.scan` returns keys in ascending byte order, ``start`` inclusive,
+  ``end`` exclusive, at most ``limit`` of them.
+* Conditional puts are linearizable per key.
+
+Backends translate their driver's exceptions into
+:class:`dynaq.errors.StorageError` subclasses at this boundary.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """A stored value and its version."""
+
+    value: bytes
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """Write ``value`` under ``key`` (inside :meth:`Store.write_batch`)."""
+
+    key: bytes
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """Remove ``key`` (inside :meth:`Store.write_batch`)."""
+
+    key: bytes
+
+
+Op = Put | Delete
+
+
+class Store(abc.ABC):
+    """An ordered, durable key-value store with range scans."""
+
+    async def open(self) -> None:  # noqa: B027 - optional hook, default does nothing
+        """Prepare the store (create files, connect). Idempotent."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, default does nothing
+        """Finish pending writes and release resources."""
+
+    @abc.abstractmethod
+    async def get(self, key: bytes) -> Item | None:
+        """Return the item under ``key``, or ``None``."""
+
+    @abc.abstractmethod
+    async def get_many(self, keys: Sequence[bytes]) -> list[Item | None]:
+        """Return the items under ``keys``, in order, ``None`` where absent."""
+
+    @abc.abstractmethod
+    async def put(self, key: bytes, value: bytes) -> int:
+        """Write ``value`` under ``key`` unconditionally; return the new version."""
+
+    @abc.abstractmethod
+    async def put_if_absent(self, key: bytes, value: bytes) -> int | None:
+        """Write only if ``key`` is absent; return the new version, or ``None``."""
+
+    @abc.abstractmethod
+    async def put_if_version(self, key: bytes, value: bytes, version: int) -> int | None:
+        """Write only if ``key`` currently has ``version``; return the new version or ``None``."""
+
+    @abc.abstractmethod
+    async def delete(self, key: bytes) -> bool:
+        """Remove ``key``; return whether it existed."""
+
+    @abc.abstractmethod
+    async def write_batch(self, ops: Sequence[Op]) -> list[bool]:
+        """Apply every op atomically.
+
+        Returns one flag per op: ``True`` for a put; for a delete, whether the
+        key existed.
+        """
+
+    @abc.abstractmethod
+    async def scan(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """Return up to ``limit`` ``(key, value)`` pairs with ``start <= key < end``, ascending."""
+
+    @abc.abstractmethod
+    async def list_keys(
+        self, prefix: bytes, limit: int, start_after: bytes | None = None
+    ) -> list[bytes]:
+        """Return up to ``limit`` keys that begin with ``prefix``, ascending, after ``start_after``."""
+
+    async def delete_range(self, start: bytes, end: bytes, chunk: int = 10_000) -> int:
+        """Delete every key in ``[start, end)`` in chunks; return how many were removed.
+
+        Not atomic as a whole: each chunk is one batch. Used for purging a
+        deleted queue's messages in the background.
+        """
+        removed = 0
+        while True:
+            rows = await self.scan(start, end, chunk)
+            if not rows:
+                return removed
+            await self.write_batch([Delete(k) for k, _ in rows])
+            removed += len(rows)
+            start = rows[-1][0] + b"\x00"
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with ``prefix``."""
+    b = bytearray(prefix)
+    while b:
+        if b[-1] < 0xFF:
+            b[-1] += 1
+            return bytes(b)
+        b.pop()
+    return b"\xff" * 64
