@@ -20,10 +20,18 @@ FLAG_ZLIB = 1
 
 @dataclass(frozen=True, slots=True)
 class NewMessage:
-    """A message to enqueue."""
+    """A message to enqueue.
+
+    ``group``: messages of one group are delivered in enqueue order, one at a
+    time (SQS FIFO's MessageGroupId). ``dedup_id``: a second enqueue with the
+    same id into the same queue within the dedup window returns the first
+    message's id instead of enqueueing again (SQS's MessageDeduplicationId).
+    """
 
     body: bytes
     attributes: dict[str, str] | None = None
+    group: str | None = None
+    dedup_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +43,7 @@ class Message:
     enqueued_ms: int
     attributes: dict[str, str] | None = None
     receive_count: int = 0
+    group: str | None = None
 
 
 def encode(msg: NewMessage, enqueued_ms: int, compress: bool) -> bytes:
@@ -43,14 +52,17 @@ def encode(msg: NewMessage, enqueued_ms: int, compress: bool) -> bytes:
     if compress:
         body = zlib.compress(body)
         flags |= FLAG_ZLIB
-    return bytes(msgpack.packb([flags, body, enqueued_ms, msg.attributes]))
+    if msg.group is None:
+        return bytes(msgpack.packb([flags, body, enqueued_ms, msg.attributes]))
+    return bytes(msgpack.packb([flags, body, enqueued_ms, msg.attributes, msg.group]))
 
 
 def decode(message_id: int, raw: bytes, receive_count: int = 0) -> Message:
     try:
-        flags, body, enqueued_ms, attributes, *_ = msgpack.unpackb(raw)
+        flags, body, enqueued_ms, attributes, *rest = msgpack.unpackb(raw)
         if flags & FLAG_ZLIB:
             body = zlib.decompress(body)
     except (ValueError, TypeError, zlib.error, msgpack.UnpackException) as exc:
         raise StorageError(f"message {message_id} is corrupt: {exc}") from exc
-    return Message(message_id, body, enqueued_ms, attributes, receive_count)
+    group = rest[0] if rest else None
+    return Message(message_id, body, enqueued_ms, attributes, receive_count, group)
