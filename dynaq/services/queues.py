@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from dynaq.clock import Clock
@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 
 _MAX_SCAN_PAGE = 4096
 _MAINTAIN_EVERY_S = 1.0
+
+
+DeleteListener = Callable[["QueueInfo", list[Message]], Awaitable[None]]
+"""Called after messages were deleted (acknowledged), with the deleted messages."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,7 @@ class QueueService:
         self._last_maintained: dict[int, float] = {}
         self._depth: dict[int, int] = {}
         self._purges: dict[int, asyncio.Task[None]] = {}
+        self._delete_listeners: list[DeleteListener] = []
         catalog.on_queue_change(self._queue_changed)
         view.on_change(self._membership_changed)
         metrics.add_gauge_provider(self._gauges)
@@ -363,12 +368,25 @@ class QueueService:
 
     # deletes & visibility -------------------------------------------------------
 
+    def add_delete_listener(self, listener: DeleteListener) -> None:
+        """Be told about every deleted message (with its attributes), after the delete is durable.
+
+        With listeners registered, a delete reads the messages it removes
+        first (one batched read), so listeners see attributes such as a batch
+        item id. Without listeners, deletes never read.
+        """
+        self._delete_listeners.append(listener)
+
     async def delete(self, queue: str, ids: Iterable[int]) -> list[int]:
         """Delete messages; return the ids that existed (and were removed)."""
         info = await self._catalog.queue(queue)
         ids = list(dict.fromkeys(ids))
         if not ids:
             return []
+        before: list[Message] = []
+        if self._delete_listeners:
+            items = await self._store.get_many([keys.message(info.number, i) for i in ids])
+            before = [decode(i, it.value) for i, it in zip(ids, items, strict=True) if it]
         existed = await self._store.write_batch([Delete(keys.message(info.number, i)) for i in ids])
         st = self._states.get(info.number)
         removed = [i for i, e in zip(ids, existed, strict=True) if e]
@@ -378,6 +396,11 @@ class QueueService:
         if removed:
             self._depth[info.number] = max(0, self._depth.get(info.number, 0) - len(removed))
             self._metrics.incr(f"{info.name}.deleted.count", len(removed))
+            if before:
+                gone = set(removed)
+                deleted = [m for m in before if m.id in gone]
+                for listener in self._delete_listeners:
+                    await listener(info, deleted)
         return removed
 
     async def change_visibility(
