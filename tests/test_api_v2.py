@@ -1,0 +1,169 @@
+"""The batch (v2) routes in JSON and msgpack, and their error cases."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import aiohttp
+import msgpack
+import pytest
+
+from dynaq.clock import ManualClock
+
+MP = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
+
+
+async def _create(http: aiohttp.ClientSession, name: str = "q1") -> None:
+    async with http.put(f"/v1/queues/{name}") as r:
+        assert r.status == 201
+
+
+async def post_json(http: aiohttp.ClientSession, path: str, body: Any) -> tuple[int, Any]:
+    async with http.post(path, json=body) as r:
+        assert r.content_type == "application/json"
+        return r.status, await r.json()
+
+
+async def post_mp(http: aiohttp.ClientSession, path: str, body: Any) -> tuple[int, Any]:
+    async with http.post(path, data=msgpack.packb(body), headers=MP) as r:
+        assert r.content_type == "application/msgpack"
+        return r.status, msgpack.unpackb(await r.read())
+
+
+async def test_json_batch_roundtrip(http: aiohttp.ClientSession) -> None:
+    await _create(http)
+    msgs = [{"body": f"m{i}", "attributes": {"n": str(i)}} for i in range(100)]
+    msgs.append({"body": base64.b64encode(b"\xff\x01").decode(), "encoding": "base64"})
+    status, body = await post_json(http, "/v2/queues/q1/messages", {"messages": msgs})
+    assert status == 200
+    ids = body["ids"]
+    assert len(ids) == 101 and all(isinstance(i, str) for i in ids)
+    assert len(set(ids)) == 101
+    status, body = await post_json(http, "/v2/queues/q1/messages/receive", {"max_messages": 1000})
+    got = {m["id"]: m for m in body["messages"]}
+    assert set(got) == set(ids)
+    assert got[ids[5]]["body"] == "m5" and got[ids[5]]["attributes"] == {"n": "5"}
+    assert got[ids[5]]["receive_count"] == 1
+    assert got[ids[100]] | {"enqueued_at_ms": 0} == {
+        "id": ids[100],
+        "body": "/wE=",
+        "encoding": "base64",
+        "enqueued_at_ms": 0,
+        "receive_count": 1,
+    }
+    status, body = await post_json(
+        http, "/v2/queues/q1/messages/delete", {"ids": [*ids[:50], "123"]}
+    )
+    assert status == 200 and body["deleted"] == 50 and set(body["ids"]) == set(ids[:50])
+    async with http.get("/v2/queues/q1") as r:
+        d = await r.json()
+    assert d["depth"] == 51 and d["in_flight"] == 51
+
+
+async def test_msgpack_batch_roundtrip(http: aiohttp.ClientSession) -> None:
+    await _create(http)
+    bodies = [bytes([i]) * 256 for i in range(50)]
+    status, body = await post_mp(
+        http, "/v2/queues/q1/messages", {"messages": [{"body": b} for b in bodies]}
+    )
+    assert status == 200
+    ids = body["ids"]
+    assert all(isinstance(i, int) for i in ids)
+    status, body = await post_mp(http, "/v2/queues/q1/messages/receive", {"max_messages": 50})
+    assert sorted(m["body"] for m in body["messages"]) == sorted(bodies)
+    status, body = await post_mp(http, "/v2/queues/q1/messages/delete", {"ids": ids})
+    assert body["deleted"] == 50
+
+
+async def test_change_visibility_extend_and_release(
+    http: aiohttp.ClientSession, clock: ManualClock
+) -> None:
+    await _create(http)
+    _, body = await post_json(http, "/v2/queues/q1/messages", {"messages": [{"body": "a"}]})
+    (mid,) = body["ids"]
+    _, body = await post_json(
+        http, "/v2/queues/q1/messages/receive", {"max_messages": 1, "visibility_timeout_s": 10}
+    )
+    assert [m["id"] for m in body["messages"]] == [mid]
+    _, body = await post_json(
+        http, "/v2/queues/q1/messages/visibility", {"ids": [mid], "visibility_timeout_s": 60}
+    )
+    assert body == {"changed": [mid]}
+    clock.advance(30)  # past the original 10 s, within the extension
+    _, body = await post_json(http, "/v2/queues/q1/messages/receive", {"max_messages": 1})
+    assert body["messages"] == []
+    _, body = await post_json(
+        http, "/v2/queues/q1/messages/visibility", {"ids": [mid], "visibility_timeout_s": 0}
+    )
+    assert body == {"changed": [mid]}
+    _, body = await post_json(http, "/v2/queues/q1/messages/receive", {"max_messages": 1})
+    assert [(m["id"], m["receive_count"]) for m in body["messages"]] == [(mid, 2)]
+
+
+async def test_topic_batch_publish(http: aiohttp.ClientSession) -> None:
+    await _create(http, "a")
+    await _create(http, "b")
+    async with http.put("/v1/topics/t") as r:
+        assert r.status == 201
+    for q in ("a", "b"):
+        async with http.put(f"/v1/topics/t/queues/{q}") as r:
+            assert r.status == 200
+    status, body = await post_mp(
+        http, "/v2/topics/t/messages", {"messages": [{"body": b"x"}, {"body": b"y"}]}
+    )
+    assert status == 200 and set(body["ids"]) == {"a", "b"}
+    for q in ("a", "b"):
+        _, got = await post_mp(http, f"/v2/queues/{q}/messages/receive", {"max_messages": 10})
+        assert sorted(m["body"] for m in got["messages"]) == [b"x", b"y"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status"),
+    [
+        ("/v2/queues/q1/messages", {"messages": []}, 422),
+        ("/v2/queues/q1/messages", {"messages": "x"}, 422),
+        ("/v2/queues/q1/messages", {"messages": [{"body": 5}]}, 422),
+        ("/v2/queues/q1/messages", {"messages": [{}]}, 422),
+        ("/v2/queues/q1/messages", {"messages": [{"body": "@@", "encoding": "base64"}]}, 422),
+        ("/v2/queues/q1/messages", {"messages": [{"body": "a", "encoding": "rot13"}]}, 422),
+        ("/v2/queues/q1/messages", {"messages": [{"body": "a", "attributes": {"k": 1}}]}, 422),
+        ("/v2/queues/q1/messages", {"messages": [{"body": "a"}] * 1001}, 422),
+        ("/v2/queues/q1/messages", {"messages": [{"body": "a" * 262145}]}, 413),
+        ("/v2/queues/q1/messages", [1], 422),
+        ("/v2/queues/nope/messages", {"messages": [{"body": "a"}]}, 404),
+        ("/v2/queues/q1/messages/receive", {"max_messages": 0}, 422),
+        ("/v2/queues/q1/messages/receive", {"max_messages": "5"}, 422),
+        ("/v2/queues/q1/messages/receive", {"max_messages": 1001}, 422),
+        ("/v2/queues/q1/messages/receive", {"max_messages": 1, "visibility_timeout_s": -1}, 422),
+        ("/v2/queues/q1/messages/receive", {"max_messages": 1, "visibility_timeout_s": "1"}, 422),
+        ("/v2/queues/q1/messages/delete", {"ids": []}, 422),
+        ("/v2/queues/q1/messages/delete", {"ids": ["x"]}, 422),
+        ("/v2/queues/q1/messages/delete", {"ids": [-1]}, 422),
+        ("/v2/queues/q1/messages/delete", {"ids": [2**63]}, 422),
+        ("/v2/queues/q1/messages/delete", {"ids": [True]}, 422),
+        ("/v2/queues/q1/messages/visibility", {"ids": ["1"]}, 422),
+        ("/v2/queues/q1/messages/visibility", {"ids": ["1"], "visibility_timeout_s": 1e9}, 422),
+        ("/v2/topics/nope/messages", {"messages": [{"body": "a"}]}, 404),
+    ],
+)
+async def test_v2_errors(http: aiohttp.ClientSession, path: str, body: Any, status: int) -> None:
+    await _create(http)
+    got, payload = await post_json(http, path, body)
+    assert got == status, payload
+    assert isinstance(payload["error"], str) and payload["code"]
+
+
+async def test_v2_malformed_bodies(http: aiohttp.ClientSession) -> None:
+    await _create(http)
+    cases = [
+        (b"{not json", "application/json", 422),
+        (b"\xc1", "application/msgpack", 422),
+        (b"<xml/>", "application/xml", 415),
+    ]
+    for data, ctype, status in cases:
+        async with http.post(
+            "/v2/queues/q1/messages", data=data, headers={"Content-Type": ctype}
+        ) as r:
+            assert r.status == status
+            assert "error" in await r.json()
