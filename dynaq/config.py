@@ -111,6 +111,7 @@ class QueueDefaults:
     max_partition_age_s: float = 432_000.0
     compressed_messages: bool = False
     idle_rescan_s: float = 1.0
+    dedup_window_s: float = 300.0
 
 
 @dataclass(frozen=True)

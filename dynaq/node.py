@@ -101,6 +101,7 @@ class Node:
             self.metrics,
             Limits(h.max_message_bytes, h.max_batch),
             idle_rescan_s=config.queues.idle_rescan_s,
+            dedup_window_s=config.queues.dedup_window_s,
         )
         self.topics = TopicService(self.store, self.catalog, self.queues)
         self.app = build_app(

@@ -40,6 +40,15 @@ def _attributes(item: Mapping[str, Any], where: str) -> dict[str, str] | None:
     return dict(attrs)
 
 
+def _tag(item: Mapping[str, Any], name: str, where: str) -> str | None:
+    value = item.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"{where}.{name} must be a string")
+    return value
+
+
 def _new_messages(body: Mapping[str, Any], binary: bool, max_batch: int) -> list[NewMessage]:
     items = body.get("messages")
     if not isinstance(items, list) or not items:
@@ -51,7 +60,14 @@ def _new_messages(body: Mapping[str, Any], binary: bool, max_batch: int) -> list
         where = f"messages[{i}]"
         if not isinstance(item, Mapping):
             raise InvalidInput(f"{where} must be an object")
-        out.append(NewMessage(body_from_wire(dict(item), binary, where), _attributes(item, where)))
+        out.append(
+            NewMessage(
+                body_from_wire(dict(item), binary, where),
+                _attributes(item, where),
+                group=_tag(item, "group", where),
+                dedup_id=_tag(item, "dedup_id", where),
+            )
+        )
     return out
 
 
@@ -101,6 +117,8 @@ def _message_out(m: Message, binary: bool) -> dict[str, Any]:
     out["receive_count"] = m.receive_count
     if m.attributes:
         out["attributes"] = m.attributes
+    if m.group is not None:
+        out["group"] = m.group
     return out
 
 

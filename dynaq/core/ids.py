@@ -23,6 +23,7 @@ other and each lane of a queue fills oldest-first::
 from __future__ import annotations
 
 import random
+import zlib
 
 from dynaq.clock import Clock
 
@@ -52,6 +53,11 @@ def lane_start(lane: int) -> int:
 def enqueued_ms(message_id: int) -> int:
     """Approximate Unix time in ms when the id was drawn (the lane's hybrid clock)."""
     return ((message_id >> (CLOCK_SHIFT + SEQ_BITS)) & ((1 << 40) - 1)) + EPOCH_MS
+
+
+def group_lane(group: str) -> int:
+    """The lane every message of ``group`` goes to, so one partition of one node serves it."""
+    return zlib.crc32(group.encode()) % LANES
 
 
 def is_valid_id(value: int) -> bool:

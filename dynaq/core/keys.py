@@ -16,6 +16,7 @@ CONFIG_TOPIC = b"c/t/"
 QUEUE_NUMBER_SEQ = b"c/seq/queue"
 PURGE = b"c/purge/"
 MESSAGE = b"m"
+DEDUP = b"d/"
 
 _QID = struct.Struct(">I")
 _MSG = struct.Struct(">cIQ")
@@ -49,3 +50,12 @@ def message_id(key: bytes) -> int:
 def queue_messages(queue_number: int) -> tuple[bytes, bytes]:
     """The key range ``[start, end)`` holding every message of a queue."""
     return MESSAGE + _QID.pack(queue_number), MESSAGE + _QID.pack(queue_number + 1)
+
+
+def dedup(queue_number: int, dedup_id: str) -> bytes:
+    """Dedup record of a queue: dedup id → message id and expiry."""
+    return DEDUP + _QID.pack(queue_number) + dedup_id.encode()
+
+
+def dedup_queue_range(queue_number: int) -> tuple[bytes, bytes]:
+    return DEDUP + _QID.pack(queue_number), DEDUP + _QID.pack(queue_number + 1)

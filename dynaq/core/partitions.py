@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from dynaq.core.ids import lane_of
@@ -41,6 +41,7 @@ class InFlight:
     deadline: float
     receive_count: int
     lane: int
+    group: str | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -52,6 +53,8 @@ class Partition:
     last_used: float = float("-inf")
     locked_until: float = float("-inf")
     cursor: int | None = None
+    rewind: int | None = None
+    wakes: int = 0
     idle: bool = False
     idle_since: float = 0.0
     last_pass_count: int = 0
@@ -64,6 +67,21 @@ class Partition:
 
     def wake(self) -> None:
         self.idle = False
+        self.wakes += 1
+
+    def rewind_to(self, message_id: int) -> None:
+        """Make the next scan start no later than ``message_id`` (a group's next message)."""
+        self.wake()
+        if self.rewind is None or message_id < self.rewind:
+            self.rewind = message_id
+
+    def take_start(self) -> int:
+        """Where the next scan begins: the cursor, or earlier if a rewind was asked for."""
+        start = self.lanes.bottom_id if self.cursor is None else self.cursor
+        if self.rewind is not None:
+            start = max(self.lanes.bottom_id, min(start, self.rewind))
+            self.rewind = None
+        return start
 
 
 class QueueState:
@@ -71,6 +89,13 @@ class QueueState:
 
     def __init__(self, slice_: LaneRange, count: int, now: float) -> None:
         self.inflight: dict[int, InFlight] = {}
+        # group -> the one message of that group in flight (served, not deleted)
+        self.group_head: dict[str, int] = {}
+        # Deletes that land while a store read is in flight: that read's
+        # snapshot may still hold the deleted message, which must not be served.
+        self._reads = 0
+        self._delete_seq = 0
+        self._deleted: dict[int, int] = {}
         self._heap: list[tuple[float, int]] = []
         self.partitions: list[Partition] = []
         self._starts: list[int] = []
@@ -104,7 +129,7 @@ class QueueState:
         """A message was written into ``lane``: its partition may have work again."""
         p = self.partition_of_lane(lane)
         if p is not None:
-            p.idle = False
+            p.wake()
 
     def serving_order(self, now: float, idle_rescan_s: float) -> list[Partition]:
         """Partitions worth scanning, least recently used first."""
@@ -132,27 +157,75 @@ class QueueState:
                 return True
         return False
 
+    # reads racing deletes ------------------------------------------------
+
+    def begin_read(self) -> int:
+        """Call before a store read whose rows may be served; returns a token.
+
+        Readers check :meth:`deleted_since` right after :meth:`end_read`
+        without awaiting in between, so the record of deletes can be dropped
+        whenever a read begins while no other read is outstanding.
+        """
+        if self._reads == 0:
+            self._deleted.clear()
+        self._reads += 1
+        return self._delete_seq
+
+    def end_read(self) -> None:
+        self._reads -= 1
+
+    def note_deleted(self, message_ids: Iterable[int]) -> None:
+        if self._reads:
+            self._delete_seq += 1
+            for mid in message_ids:
+                self._deleted[mid] = self._delete_seq
+
+    def deleted_since(self, message_id: int, token: int) -> bool:
+        """Whether ``message_id`` was deleted after the read holding ``token`` began."""
+        return self._deleted.get(message_id, 0) > token
+
     # in-flight ----------------------------------------------------------
 
     def is_invisible(self, message_id: int, now: float) -> bool:
         f = self.inflight.get(message_id)
         return f is not None and f.deadline > now
 
-    def mark_served(self, message_id: int, now: float, visibility_s: float) -> InFlight:
+    def mark_served(
+        self, message_id: int, now: float, visibility_s: float, group: str | None = None
+    ) -> InFlight:
         f = self.inflight.get(message_id)
         deadline = now + visibility_s
         if f is None:
-            f = InFlight(deadline, 1, lane_of(message_id))
+            f = InFlight(deadline, 1, lane_of(message_id), group)
             self.inflight[message_id] = f
+            if group is not None:
+                self.group_head[group] = message_id
         else:
             f.deadline = deadline
             f.receive_count += 1
         heapq.heappush(self._heap, (deadline, message_id))
         return f
 
+    def group_blocked(self, group: str, message_id: int) -> bool:
+        """Whether ``message_id`` must wait: another message of its group is in flight."""
+        head = self.group_head.get(group)
+        return head is not None and head != message_id
+
     def forget(self, message_id: int) -> bool:
-        """The message was deleted; return whether it was in flight."""
-        return self.inflight.pop(message_id, None) is not None
+        """The message was deleted; return whether it was in flight.
+
+        Deleting a group's head unblocks the group: its partition rewinds so
+        the next message of the group (a larger id) is found by the next scan.
+        """
+        f = self.inflight.pop(message_id, None)
+        if f is None:
+            return False
+        if f.group is not None and self.group_head.get(f.group) == message_id:
+            del self.group_head[f.group]
+            p = self.partition_of_lane(f.lane)
+            if p is not None:
+                p.rewind_to(message_id + 1)
+        return True
 
     def set_visibility(self, message_id: int, now: float, visibility_s: float) -> bool:
         """Extend (or, with 0, release) an in-flight message; False if it is not in flight."""
@@ -189,4 +262,6 @@ class QueueState:
     def drop_outside(self, slice_: LaneRange) -> None:
         """Forget in-flight messages whose lanes moved to another node."""
         for mid in [m for m, f in self.inflight.items() if f.lane not in slice_]:
-            del self.inflight[mid]
+            f = self.inflight.pop(mid)
+            if f.group is not None and self.group_head.get(f.group) == mid:
+                del self.group_head[f.group]

@@ -19,19 +19,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+
+import msgpack
 
 from dynaq.clock import Clock
 from dynaq.core import keys
-from dynaq.core.ids import MAX_ID, IdGenerator, lane_of
+from dynaq.core.ids import MAX_ID, IdGenerator, group_lane, lane_of
 from dynaq.core.membership import MembershipView
 from dynaq.core.partitions import Partition, QueueState
 from dynaq.errors import InvalidInput, PayloadTooLarge
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.messages import Message, NewMessage, decode, encode
-from dynaq.storage.base import Delete, Put, Store
+from dynaq.storage.base import Delete, Put, Store, prefix_end
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,22 @@ _MAINTAIN_EVERY_S = 1.0
 
 DeleteListener = Callable[["QueueInfo", list[Message]], Awaitable[None]]
 """Called after messages were deleted (acknowledged), with the deleted messages."""
+
+
+MAX_TAG_CHARS = 128
+"""Longest message group or dedup id."""
+
+
+@dataclass(slots=True)
+class PreparedWrite:
+    """Messages encoded for one queue, ready to go into a storage batch."""
+
+    info: QueueInfo
+    ids: list[int]
+    """One id per input message (the earlier message's id for a dedup hit)."""
+    ops: list[Put]
+    written: list[int]
+    """Ids of the messages this write actually adds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +83,7 @@ class QueueService:
         metrics: Metrics,
         limits: Limits,
         idle_rescan_s: float = 1.0,
+        dedup_window_s: float = 300.0,
     ) -> None:
         self._store = store
         self._catalog = catalog
@@ -73,6 +93,9 @@ class QueueService:
         self._metrics = metrics
         self.limits = limits
         self._idle_rescan_s = idle_rescan_s
+        self._dedup_window_s = dedup_window_s
+        self._dedup_locks: dict[int, asyncio.Lock] = {}
+        self._sweeper: asyncio.Task[None] | None = None
         self._states: dict[int, QueueState] = {}
         self._last_maintained: dict[int, float] = {}
         self._depth: dict[int, int] = {}
@@ -93,10 +116,40 @@ class QueueService:
                 self._depth[info.number] = await self._count(info.number)
         for key in await self._store.list_keys(keys.PURGE, 10_000):
             self._start_purge(keys.purge_number(key))
+        self._sweeper = asyncio.create_task(self._sweep_loop(), name="dedup-sweeper")
+
+    async def _sweep_loop(self) -> None:
+        interval = max(1.0, min(60.0, self._dedup_window_s / 2))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.sweep_dedup()
+            except Exception:  # keep sweeping on the next round
+                log.exception("dedup sweep failed")
+
+    async def sweep_dedup(self, limit: int = 100_000) -> int:
+        """Delete dedup records whose window has passed; return how many."""
+        now_ms = self._clock.wall_ms()
+        start, end = keys.DEDUP, prefix_end(keys.DEDUP)
+        removed = seen = 0
+        while seen < limit:
+            rows = await self._store.scan(start, end, 1000)
+            if not rows:
+                break
+            seen += len(rows)
+            stale = [k for k, v in rows if msgpack.unpackb(v)[1] <= now_ms]
+            if stale:
+                await self._store.write_batch([Delete(k) for k in stale])
+                removed += len(stale)
+            start = rows[-1][0] + b"\x00"
+        return removed
 
     async def stop(self) -> None:
-        """Stop background purges (they resume at the next start)."""
+        """Stop background purges (they resume at the next start) and the sweeper."""
         tasks = list(self._purges.values())
+        if self._sweeper is not None:
+            tasks.append(self._sweeper)
+            self._sweeper = None
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -139,6 +192,7 @@ class QueueService:
     async def _purge(self, number: int) -> None:
         start, end = keys.queue_messages(number)
         removed = await self._store.delete_range(start, end)
+        await self._store.delete_range(*keys.dedup_queue_range(number))
         await self._store.delete(keys.purge_marker(number))
         log.info("queue messages purged", extra={"number": number, "removed": removed})
 
@@ -190,47 +244,119 @@ class QueueService:
                 f"message body is {len(msg.body)} bytes; the limit is "
                 f"{self.limits.max_message_bytes}"
             )
+        for name, value in (("group", msg.group), ("dedup_id", msg.dedup_id)):
+            if value is not None and not 1 <= len(value) <= MAX_TAG_CHARS:
+                raise InvalidInput(f"{name} must be 1..{MAX_TAG_CHARS} characters")
 
-    def build_puts(
-        self, info: QueueInfo, messages: Sequence[NewMessage]
-    ) -> tuple[list[int], list[Put]]:
-        """Draw ids and encode ``messages`` for ``info`` without writing them."""
-        lane = self._ids.next_lane(len(messages))
-        ids = self._ids.allocate(lane, len(messages))
-        now_ms = self._clock.wall_ms()
-        compress = info.settings.compressed_messages
-        puts = [
-            Put(keys.message(info.number, mid), encode(m, now_ms, compress))
-            for mid, m in zip(ids, messages, strict=True)
-        ]
-        return list(ids), puts
+    @asynccontextmanager
+    async def dedup_guard(
+        self, infos: Sequence[QueueInfo], messages: Sequence[NewMessage]
+    ) -> AsyncIterator[None]:
+        """Serialize writes that carry dedup ids, per queue, on this node.
 
-    def note_written(self, info: QueueInfo, ids: Sequence[int]) -> None:
-        """Account for messages written by :meth:`build_puts` once they are durable."""
-        if not ids:
+        The dedup check and the write are two store calls; holding the
+        queue's lock across both makes two racing enqueues with the same id
+        on one node impossible. (Across nodes a race within milliseconds can
+        still enqueue twice: documented.) Batches without dedup ids never wait.
+        """
+        if not any(m.dedup_id for m in messages):
+            yield
             return
-        self._depth[info.number] = self._depth.get(info.number, 0) + len(ids)
+        async with contextlib.AsyncExitStack() as stack:
+            for info in sorted(infos, key=lambda i: i.number):
+                lock = self._dedup_locks.setdefault(info.number, asyncio.Lock())
+                await stack.enter_async_context(lock)
+            yield
+
+    async def prepare(self, info: QueueInfo, messages: Sequence[NewMessage]) -> PreparedWrite:
+        """Draw ids and encode ``messages`` for ``info`` without writing them.
+
+        A message whose dedup id was seen within the window gets the earlier
+        message's id and is not written again. Grouped messages go to their
+        group's lane; the others share one lane so the write appends.
+        """
+        ids: list[int | None] = [None] * len(messages)
+        known: dict[str, int] = {}
+        wanted = list(dict.fromkeys(m.dedup_id for m in messages if m.dedup_id))
+        now_ms = self._clock.wall_ms()
+        if wanted:
+            items = await self._store.get_many([keys.dedup(info.number, d) for d in wanted])
+            for d, item in zip(wanted, items, strict=True):
+                if item is not None:
+                    mid, expires_ms = msgpack.unpackb(item.value)
+                    if expires_ms > now_ms:
+                        known[d] = int(mid)
+        fresh: list[tuple[int, NewMessage]] = []
+        for i, m in enumerate(messages):
+            if m.dedup_id is not None and m.dedup_id in known:
+                ids[i] = known[m.dedup_id]
+            else:
+                fresh.append((i, m))
+                if m.dedup_id is not None:
+                    known[m.dedup_id] = -1 - i  # later copies in this batch point here
+        plain = [i for i, m in fresh if m.group is None]
+        if plain:
+            lane = self._ids.next_lane(len(plain))
+            for i, mid in zip(plain, self._ids.allocate(lane, len(plain)), strict=True):
+                ids[i] = mid
+        for i, m in fresh:
+            if m.group is not None:
+                ids[i] = self._ids.allocate(group_lane(m.group), 1)[0]
+        compress = info.settings.compressed_messages
+        expires_ms = now_ms + int(self._dedup_window_s * 1000)
+        ops: list[Put] = []
+        written: list[int] = []
+        for i, m in fresh:
+            mid = ids[i]
+            assert mid is not None
+            ops.append(Put(keys.message(info.number, mid), encode(m, now_ms, compress)))
+            written.append(mid)
+            if m.dedup_id is not None:
+                record = msgpack.packb([mid, expires_ms])
+                ops.append(Put(keys.dedup(info.number, m.dedup_id), record))
+        out: list[int] = []
+        for i, m in enumerate(messages):
+            mid = ids[i]
+            if mid is None or mid < 0:  # a copy of an earlier message in this batch
+                assert m.dedup_id is not None
+                first = known[m.dedup_id]
+                mid = ids[-1 - first] if first < 0 else first
+            assert mid is not None and mid >= 0
+            out.append(mid)
+        return PreparedWrite(info, out, ops, written)
+
+    def note_written(self, w: PreparedWrite) -> None:
+        """Account for a prepared write once it is durable."""
+        if not w.written:
+            return
+        info = w.info
+        self._depth[info.number] = self._depth.get(info.number, 0) + len(w.written)
         st = self._states.get(info.number)
         if st is not None:
-            for lane in {lane_of(i) for i in ids}:
+            for lane in {lane_of(i) for i in w.written}:
                 st.note_enqueued(lane)
-        self._metrics.incr(f"{info.name}.sent.count", len(ids))
+        self._metrics.incr(f"{info.name}.sent.count", len(w.written))
 
-    async def enqueue(self, queue: str, messages: Sequence[NewMessage]) -> list[int]:
-        """Store ``messages`` durably in ``queue``; return their ids in order."""
-        if not messages:
-            return []
+    def check_batch(self, messages: Sequence[NewMessage]) -> None:
         if len(messages) > self.limits.max_batch:
             raise InvalidInput(
                 f"a batch holds at most {self.limits.max_batch} messages, got {len(messages)}"
             )
         for m in messages:
             self.check_message(m)
+
+    async def enqueue(self, queue: str, messages: Sequence[NewMessage]) -> list[int]:
+        """Store ``messages`` durably in ``queue``; return their ids in order."""
+        if not messages:
+            return []
+        self.check_batch(messages)
         info = await self._catalog.queue(queue)
-        ids, puts = self.build_puts(info, messages)
-        await self._store.write_batch(puts)
-        self.note_written(info, ids)
-        return ids
+        async with self.dedup_guard([info], messages):
+            w = await self.prepare(info, messages)
+            if w.ops:
+                await self._store.write_batch(w.ops)
+        self.note_written(w)
+        return w.ids
 
     # reads ------------------------------------------------------------------
 
@@ -300,41 +426,62 @@ class QueueService:
         expired = list(st.expired(now, want))
         if not expired:
             return []
-        items = await self._store.get_many([keys.message(info.number, m) for m in expired])
+        token = st.begin_read()
+        try:
+            items = await self._store.get_many([keys.message(info.number, m) for m in expired])
+        finally:
+            st.end_read()
         now = self._clock.monotonic()
         out: list[Message] = []
         for mid, item in zip(expired, items, strict=True):
-            if item is None:
+            if item is None or st.deleted_since(mid, token):
                 st.forget(mid)  # deleted through another node
             elif st.is_invisible(mid, now):
                 continue  # a concurrent receive took it first
             else:
-                f = st.mark_served(mid, now, vt)
-                out.append(decode(mid, item.value, f.receive_count))
+                msg = decode(mid, item.value)
+                f = st.mark_served(mid, now, vt, msg.group)
+                out.append(replace(msg, receive_count=f.receive_count))
         return out
 
     async def _scan_partition(
         self, info: QueueInfo, st: QueueState, p: Partition, want: int, vt: float
     ) -> list[Message]:
         bottom, top = p.lanes.bottom_id, p.lanes.top_id + 1
-        start = bottom if p.cursor is None else p.cursor
+        wakes = p.wakes  # a wake-up during this scan must not be lost to idling
+        start = first_start = p.take_start()
         end = top
         from_bottom = start == bottom
         out: list[Message] = []
+        blocked: set[str] = set()
         while True:
             limit = min(_MAX_SCAN_PAGE, want - len(out) + 64)
-            rows = await self._store.scan(
-                keys.message(info.number, start), keys.message(info.number, end), limit
-            )
+            token = st.begin_read()
+            try:
+                rows = await self._store.scan(
+                    keys.message(info.number, start), keys.message(info.number, end), limit
+                )
+            finally:
+                st.end_read()
             now = self._clock.monotonic()
             last = start
             for k, v in rows:
                 last = keys.message_id(k)
                 p.pass_count += 1
-                if st.is_invisible(last, now):
+                if st.deleted_since(last, token):
                     continue
-                f = st.mark_served(last, now, vt)
-                out.append(decode(last, v, f.receive_count))
+                f = st.inflight.get(last)
+                if f is not None and f.deadline > now:
+                    if f.group is not None:
+                        blocked.add(f.group)
+                    continue
+                msg = decode(last, v)
+                g = msg.group
+                if g is not None and (g in blocked or st.group_blocked(g, last)):
+                    blocked.add(g)  # later messages of the group wait their turn
+                    continue
+                f = st.mark_served(last, now, vt, g)
+                out.append(replace(msg, receive_count=f.receive_count))
                 if len(out) >= want:
                     break
             if len(out) >= want:
@@ -348,11 +495,11 @@ class QueueService:
                 p.last_pass_count, p.pass_count = p.pass_count, 0
             if from_bottom:
                 p.cursor = None
-                if not out:
+                if not out and p.wakes == wakes:
                     p.idle, p.idle_since = True, now
                 break
             # Wrap around once: rescan the part before where this pass began.
-            end, start, from_bottom = start if p.cursor is None else p.cursor, bottom, True
+            end, start, from_bottom = first_start, bottom, True
         if out:
             p.idle = False
             p.last_used = self._clock.monotonic()
@@ -391,6 +538,7 @@ class QueueService:
         st = self._states.get(info.number)
         removed = [i for i, e in zip(ids, existed, strict=True) if e]
         if st is not None:
+            st.note_deleted(ids)
             for i in ids:
                 st.forget(i)
         if removed:

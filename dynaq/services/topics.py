@@ -2,7 +2,8 @@
 
 A publish writes every copy in one storage batch, so it is atomic: either
 every subscribed queue has the message or none has (the store's batch
-guarantee). Subscriptions to queues deleted since are skipped.
+guarantee). Group and dedup id travel with each copy; dedup is per queue.
+Subscriptions to queues deleted since are skipped.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from dynaq.errors import QueueNotFound
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.messages import NewMessage
-from dynaq.services.queues import QueueService
+from dynaq.services.queues import PreparedWrite, QueueService
 from dynaq.storage.base import Put, Store
 
 
@@ -27,22 +28,20 @@ class TopicService:
     async def publish(self, topic: str, messages: Sequence[NewMessage]) -> dict[str, list[int]]:
         """Publish ``messages`` to every queue subscribed to ``topic``; return ids per queue."""
         info = await self._catalog.topic(topic)
-        for m in messages:
-            self._queues.check_message(m)
+        self._queues.check_batch(messages)
         targets: list[QueueInfo] = []
         for name in info.queues:
             try:
                 targets.append(await self._catalog.queue(name))
             except QueueNotFound:
                 continue
-        ops: list[Put] = []
-        result: dict[str, list[int]] = {}
-        for q in targets:
-            ids, puts = self._queues.build_puts(q, messages)
-            ops.extend(puts)
-            result[q.name] = ids
-        if ops:
-            await self._store.write_batch(ops)
-        for q in targets:
-            self._queues.note_written(q, result[q.name])
-        return result
+        writes: list[PreparedWrite] = []
+        async with self._queues.dedup_guard(targets, messages):
+            for q in targets:
+                writes.append(await self._queues.prepare(q, messages))
+            ops: list[Put] = [op for w in writes for op in w.ops]
+            if ops:
+                await self._store.write_batch(ops)
+        for w in writes:
+            self._queues.note_written(w)
+        return {w.info.name: w.ids for w in writes}

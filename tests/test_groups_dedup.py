@@ -1,0 +1,143 @@
+"""Message groups (FIFO per group, one in flight) and deduplication ids."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import aiohttp
+
+from dynaq.clock import ManualClock
+from dynaq.node import Node
+from dynaq.services.messages import NewMessage
+from tests.conftest import node_config
+
+
+async def test_group_delivers_in_order_one_at_a_time(node: Node) -> None:
+    await node.catalog.create_queue("q")
+    for i in range(5):
+        await node.queues.enqueue("q", [NewMessage(b"a%d" % i, group="A")])
+        await node.queues.enqueue("q", [NewMessage(b"b%d" % i, group="B")])
+    first = await node.queues.receive("q", 10)
+    assert sorted(m.body for m in first) == [b"a0", b"b0"]  # one per group in flight
+    assert await node.queues.receive("q", 10) == []
+    a0 = next(m for m in first if m.group == "A")
+    await node.queues.delete("q", [a0.id])
+    assert [m.body for m in await node.queues.receive("q", 10)] == [b"a1"]
+
+
+async def test_group_head_expiry_redelivers_head_not_successor(
+    node: Node, clock: ManualClock
+) -> None:
+    await node.catalog.create_queue("q")
+    await node.queues.enqueue(
+        "q", [NewMessage(b"1", group="g"), NewMessage(b"2", group="g"), NewMessage(b"x")]
+    )
+    got = await node.queues.receive("q", 10, visibility_timeout_s=5)
+    assert sorted(m.body for m in got) == [b"1", b"x"]
+    clock.advance(6)
+    again = await node.queues.receive("q", 10)
+    assert sorted((m.body, m.receive_count) for m in again) == [(b"1", 2), (b"x", 2)]
+
+
+async def test_concurrent_consumers_see_each_group_in_order(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    node = Node(node_config(tmp_path), clock=clock)
+    await node.start()
+    try:
+        await node.catalog.create_queue("q")
+        keys_ = [f"k{i}" for i in range(20)]
+        for seq in range(30):
+            batch = [NewMessage(f"{k}:{seq}".encode(), group=k) for k in keys_]
+            random.shuffle(batch)
+            await node.queues.enqueue("q", batch)
+        seen: dict[str, list[int]] = {k: [] for k in keys_}
+
+        async def consumer() -> None:
+            idle = 0
+            while idle < 3:
+                msgs = await node.queues.receive("q", 5)
+                if not msgs:
+                    idle += 1
+                    await asyncio.sleep(0)
+                    continue
+                idle = 0
+                for m in msgs:
+                    k, seq = m.body.decode().split(":")
+                    seen[k].append(int(seq))
+                await asyncio.sleep(0)
+                await node.queues.delete("q", [m.id for m in msgs])
+
+        await asyncio.gather(*(consumer() for _ in range(6)))
+        for k in keys_:
+            assert seen[k] == list(range(30)), k
+    finally:
+        await node.stop()
+
+
+async def test_dedup_returns_first_id_and_stores_once(node: Node, clock: ManualClock) -> None:
+    await node.catalog.create_queue("q")
+    (a,) = await node.queues.enqueue("q", [NewMessage(b"one", dedup_id="d1")])
+    (b,) = await node.queues.enqueue("q", [NewMessage(b"two", dedup_id="d1")])
+    assert a == b
+    c, d, e = await node.queues.enqueue(
+        "q",
+        [
+            NewMessage(b"3", dedup_id="d2"),
+            NewMessage(b"4", dedup_id="d2"),
+            NewMessage(b"5", dedup_id="d1"),
+        ],
+    )
+    assert c == d and e == a
+    info = await node.catalog.queue("q")
+    assert node.queues.depth(info) == 2
+    got = await node.queues.receive("q", 10)
+    assert sorted(m.body for m in got) == [b"3", b"one"]
+    clock.advance(301)  # past the window: the id is new again
+    (f,) = await node.queues.enqueue("q", [NewMessage(b"again", dedup_id="d1")])
+    assert f != a
+    assert await node.queues.sweep_dedup() == 1  # d2 expired; d1 was rewritten
+
+
+async def test_concurrent_duplicate_enqueues_write_once(node: Node) -> None:
+    await node.catalog.create_queue("q")
+    ids = await asyncio.gather(
+        *(node.queues.enqueue("q", [NewMessage(b"x", dedup_id="same")]) for _ in range(20))
+    )
+    assert len({i[0] for i in ids}) == 1
+    assert node.queues.depth(await node.catalog.queue("q")) == 1
+
+
+async def test_topic_publish_dedups_per_queue(node: Node) -> None:
+    for q in ("a", "b"):
+        await node.catalog.create_queue(q)
+    await node.catalog.create_topic("t")
+    await node.catalog.subscribe("t", "a")
+    first = await node.topics.publish("t", [NewMessage(b"x", dedup_id="r1", group="k")])
+    await node.catalog.subscribe("t", "b")
+    second = await node.topics.publish("t", [NewMessage(b"x", dedup_id="r1", group="k")])
+    assert second["a"] == first["a"]  # a had it already
+    assert set(second) == {"a", "b"}
+    got = await node.queues.receive("b", 10)
+    assert [(m.body, m.group) for m in got] == [(b"x", "k")]
+
+
+async def test_group_and_dedup_over_http(http: aiohttp.ClientSession) -> None:
+    async with http.put("/v1/queues/q") as r:
+        assert r.status == 201
+    msgs = [
+        {"body": "1", "group": "g", "dedup_id": "x1"},
+        {"body": "2", "group": "g", "dedup_id": "x2"},
+    ]
+    async with http.post("/v2/queues/q/messages", json={"messages": msgs}) as r:
+        ids = (await r.json())["ids"]
+    async with http.post("/v2/queues/q/messages", json={"messages": msgs}) as r:
+        assert (await r.json())["ids"] == ids
+    async with http.post("/v2/queues/q/messages/receive", json={"max_messages": 10}) as r:
+        got = (await r.json())["messages"]
+    assert [(m["body"], m["group"]) for m in got] == [("1", "g")]
+    for bad in ({"body": "a", "group": 5}, {"body": "a", "dedup_id": "x" * 129}):
+        async with http.post("/v2/queues/q/messages", json={"messages": [bad]}) as r:
+            assert r.status == 422
