@@ -1,0 +1,90 @@
+"""Run the real statsd daemon (npm ``statsd``) and read what it received.
+
+The daemon's management port answers ``counters`` and ``gauges`` with the
+values accumulated since its last flush; the flush interval is set to an hour
+so nothing is flushed during a test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.harness import ROOT, free_port
+
+STATS_JS = ROOT / ".cache" / "statsd" / "node_modules" / "statsd" / "stats.js"
+_VALUE = re.compile(r"'([^']+)': (-?[\d.e+]+)")
+
+
+@dataclass
+class StatsdServer:
+    udp_port: int
+    mgmt_port: int
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.udp_port}"
+
+    def _command(self, cmd: str) -> str:
+        with socket.create_connection(("127.0.0.1", self.mgmt_port), timeout=5) as s:
+            s.sendall(cmd.encode() + b"\n")
+            data = b""
+            while b"END" not in data:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        return data.decode()
+
+    def counters(self) -> dict[str, float]:
+        return {k: float(v) for k, v in _VALUE.findall(self._command("counters"))}
+
+    def gauges(self) -> dict[str, float]:
+        return {k: float(v) for k, v in _VALUE.findall(self._command("gauges"))}
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+def available() -> str | None:
+    """``None`` if the daemon can run here, else why not."""
+    if shutil.which("node") is None:
+        return "node is not installed"
+    if not STATS_JS.exists():
+        return f"statsd is not installed ({STATS_JS}); run scripts/deps/statsd.sh"
+    return None
+
+
+def start_statsd(tmp: Path) -> StatsdServer:
+    udp, mgmt = free_port(), free_port()
+    config = tmp / "statsd-config.js"
+    config.write_text(
+        f"{{ port: {udp}, address: '127.0.0.1', mgmt_port: {mgmt}, mgmt_address: '127.0.0.1',"
+        " flushInterval: 3600000, backends: [], deleteIdleStats: false }"
+    )
+    log = open(tmp / "statsd.log", "wb")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(
+        ["node", str(STATS_JS), str(config)], stdout=log, stderr=subprocess.STDOUT, env=os.environ
+    )
+    log.close()
+    server = StatsdServer(udp, mgmt, proc)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError((tmp / "statsd.log").read_text())
+        try:
+            server.counters()
+            return server
+        except OSError:
+            time.sleep(0.1)
+    server.stop()
+    raise RuntimeError("statsd did not start")
