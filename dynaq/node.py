@@ -20,6 +20,7 @@ from pathlib import Path
 from aiohttp import web
 
 from dynaq.api.app import build_app
+from dynaq.api.peers import HttpPeerHints
 from dynaq.clock import Clock, SystemClock
 from dynaq.config import Config
 from dynaq.core.ids import IdGenerator
@@ -112,6 +113,10 @@ class Node:
             state=lambda: self.state,
             max_request_bytes=h.max_request_bytes,
         )
+        # In a cluster, writes made here are hinted to the owners of their slices.
+        self.hints: HttpPeerHints | None = HttpPeerHints() if config.gossip.enabled else None
+        if self.hints is not None:
+            self.queues.set_peer_hints(self.hints)
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.port: int = h.port
@@ -122,6 +127,8 @@ class Node:
         await migrate(self.store)
         await self.queues.start()
         await self.metrics.start()
+        if self.hints is not None:
+            await self.hints.start()
         self._runner = web.AppRunner(
             self.app,
             handle_signals=False,
@@ -168,6 +175,8 @@ class Node:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self.hints is not None:
+            await self.hints.stop()
         await self.queues.stop()
         await self.metrics.stop()
         await self.store.close()

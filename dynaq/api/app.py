@@ -10,6 +10,7 @@ from dynaq.api import v1, v2
 from dynaq.api.codec import json_response
 from dynaq.api.keys import CATALOG, NODE_STATE, QUEUES, TOPICS, VIEW
 from dynaq.api.middleware import errors_middleware
+from dynaq.api.peers import HINTS_PATH, receive_hints
 from dynaq.core.membership import MembershipView
 from dynaq.services.catalog import Catalog
 from dynaq.services.queues import QueueService
@@ -40,6 +41,7 @@ def build_app(
     app[VIEW] = view
     app[NODE_STATE] = state
     app.router.add_get("/health", health)
+    app.router.add_post(HINTS_PATH, receive_hints)
     app.router.add_routes(v1.routes)
     app.router.add_routes(v2.routes)
     return app

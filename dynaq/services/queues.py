@@ -22,13 +22,14 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import msgpack
 
 from dynaq.clock import Clock
 from dynaq.core import keys
 from dynaq.core.ids import MAX_ID, IdGenerator, group_lane, lane_of
-from dynaq.core.membership import MembershipView
+from dynaq.core.membership import Member, MembershipView
 from dynaq.core.partitions import Partition, QueueState
 from dynaq.errors import InvalidInput, PayloadTooLarge
 from dynaq.metrics import Metrics
@@ -40,6 +41,19 @@ log = logging.getLogger(__name__)
 
 _MAX_SCAN_PAGE = 4096
 _MAINTAIN_EVERY_S = 1.0
+
+
+class PeerHints(Protocol):
+    """Tells the node that owns a slice about writes made elsewhere (best effort).
+
+    Without hints the owner still finds new messages on its next rescan and
+    learns of deletes when the visibility timeout expires; hints make both
+    immediate, which matters for message groups.
+    """
+
+    def deleted(self, owner: Member, queue: str, ids: list[int]) -> None: ...
+
+    def enqueued(self, owner: Member, queue: str, lanes: list[int]) -> None: ...
 
 
 DeleteListener = Callable[["QueueInfo", list[Message]], Awaitable[None]]
@@ -96,6 +110,7 @@ class QueueService:
         self._dedup_window_s = dedup_window_s
         self._dedup_locks: dict[int, asyncio.Lock] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self._peers: PeerHints | None = None
         self._states: dict[int, QueueState] = {}
         self._last_maintained: dict[int, float] = {}
         self._depth: dict[int, int] = {}
@@ -104,6 +119,33 @@ class QueueService:
         catalog.on_queue_change(self._queue_changed)
         view.on_change(self._membership_changed)
         metrics.add_gauge_provider(self._gauges)
+
+    def set_peer_hints(self, peers: PeerHints) -> None:
+        """Forward enqueue/delete hints to the owners of other slices."""
+        self._peers = peers
+
+    def _remote_owners(self, lanes: Iterable[int]) -> dict[Member, list[int]]:
+        mine = self._view.my_slice
+        out: dict[Member, list[int]] = {}
+        for lane in lanes:
+            if lane not in mine:
+                out.setdefault(self._view.owner_of_lane(lane), []).append(lane)
+        return out
+
+    def apply_hints(self, queue: str, deleted: Sequence[int], lanes: Sequence[int]) -> None:
+        """Apply hints from a peer: messages deleted there, lanes written there."""
+        info = self._catalog.cached_queue(queue)
+        if info is None:
+            return
+        st = self._states.get(info.number)
+        if st is None:
+            return
+        if deleted:
+            st.note_deleted(deleted)
+            for i in deleted:
+                st.forget(i)
+        for lane in lanes:
+            st.note_enqueued(lane)
 
     # lifecycle ------------------------------------------------------------
 
@@ -332,9 +374,13 @@ class QueueService:
         info = w.info
         self._depth[info.number] = self._depth.get(info.number, 0) + len(w.written)
         st = self._states.get(info.number)
+        lanes = {lane_of(i) for i in w.written}
         if st is not None:
-            for lane in {lane_of(i) for i in w.written}:
+            for lane in lanes:
                 st.note_enqueued(lane)
+        if self._peers is not None:
+            for owner, owned in self._remote_owners(lanes).items():
+                self._peers.enqueued(owner, info.name, owned)
         self._metrics.incr(f"{info.name}.sent.count", len(w.written))
 
     def check_batch(self, messages: Sequence[NewMessage]) -> None:
@@ -541,6 +587,12 @@ class QueueService:
             st.note_deleted(ids)
             for i in ids:
                 st.forget(i)
+        if self._peers is not None and removed:
+            by_lane: dict[int, list[int]] = {}
+            for i in removed:
+                by_lane.setdefault(lane_of(i), []).append(i)
+            for owner, owned in self._remote_owners(by_lane).items():
+                self._peers.deleted(owner, info.name, [i for ln in owned for i in by_lane[ln]])
         if removed:
             self._depth[info.number] = max(0, self._depth.get(info.number, 0) - len(removed))
             self._metrics.incr(f"{info.name}.deleted.count", len(removed))
