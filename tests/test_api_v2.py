@@ -167,3 +167,40 @@ async def test_v2_malformed_bodies(http: aiohttp.ClientSession) -> None:
         ) as r:
             assert r.status == status
             assert "error" in await r.json()
+
+
+async def test_long_poll_returns_when_a_message_arrives(http: aiohttp.ClientSession) -> None:
+    import asyncio
+    import time
+
+    await _create(http)
+
+    async def later() -> None:
+        await asyncio.sleep(0.3)
+        async with http.post("/v2/queues/q1/messages", json={"messages": [{"body": "hi"}]}) as r:
+            assert r.status == 200
+
+    t0 = time.monotonic()
+    sender = asyncio.create_task(later())
+    status, body = await post_json(
+        http, "/v2/queues/q1/messages/receive", {"max_messages": 5, "wait_time_s": 10}
+    )
+    await sender
+    assert status == 200 and [m["body"] for m in body["messages"]] == ["hi"]
+    assert 0.25 < time.monotonic() - t0 < 5
+
+
+async def test_long_poll_times_out_empty(http: aiohttp.ClientSession) -> None:
+    import time
+
+    await _create(http)
+    t0 = time.monotonic()
+    status, body = await post_json(
+        http, "/v2/queues/q1/messages/receive", {"max_messages": 5, "wait_time_s": 0.4}
+    )
+    assert status == 200 and body["messages"] == []
+    assert 0.35 < time.monotonic() - t0 < 3
+    status, _ = await post_json(
+        http, "/v2/queues/q1/messages/receive", {"max_messages": 5, "wait_time_s": 21}
+    )
+    assert status == 422

@@ -167,7 +167,8 @@ async def receive_batch(request: web.Request) -> web.Response:
     if isinstance(n, bool) or not isinstance(n, int):
         raise InvalidInput("max_messages must be an integer")
     vt = _timeout(body, "visibility_timeout_s", required=False)
-    messages = await _queues(request).receive(name, n, vt)
+    wait = _timeout(body, "wait_time_s", required=False) or 0.0
+    messages = await _queues(request).receive(name, n, vt, wait_time_s=wait)
     binary = wants_msgpack(request)
     return respond(request, {"messages": [_message_out(m, binary) for m in messages]})
 

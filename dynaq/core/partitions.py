@@ -91,6 +91,8 @@ class QueueState:
         self.inflight: dict[int, InFlight] = {}
         # group -> the one message of that group in flight (served, not deleted)
         self.group_head: dict[str, int] = {}
+        # Set whenever something may have become visible; long polls wait on it.
+        self.signal = asyncio.Event()
         # Deletes that land while a store read is in flight: that read's
         # snapshot may still hold the deleted message, which must not be served.
         self._reads = 0
@@ -130,6 +132,15 @@ class QueueState:
         p = self.partition_of_lane(lane)
         if p is not None:
             p.wake()
+        self.signal.set()
+
+    def poke(self, lane: int) -> None:
+        """Something in ``lane`` became visible (released): wake its partition and waiters."""
+        self.note_enqueued(lane)
+
+    def next_deadline(self) -> float | None:
+        """The earliest in-flight deadline (may be stale), for long polls to wake at."""
+        return self._heap[0][0] if self._heap else None
 
     def serving_order(self, now: float, idle_rescan_s: float) -> list[Partition]:
         """Partitions worth scanning, least recently used first."""
@@ -225,6 +236,7 @@ class QueueState:
             p = self.partition_of_lane(f.lane)
             if p is not None:
                 p.rewind_to(message_id + 1)
+            self.signal.set()
         return True
 
     def set_visibility(self, message_id: int, now: float, visibility_s: float) -> bool:

@@ -60,6 +60,9 @@ DeleteListener = Callable[["QueueInfo", list[Message]], Awaitable[None]]
 """Called after messages were deleted (acknowledged), with the deleted messages."""
 
 
+MAX_WAIT_S = 20.0
+"""Longest long poll (SQS's limit)."""
+
 MAX_TAG_CHARS = 128
 """Longest message group or dedup id."""
 
@@ -411,23 +414,54 @@ class QueueService:
             raise InvalidInput(f"batch size must be an integer in 1..{self.limits.max_batch}")
 
     async def receive(
-        self, queue: str, max_messages: int, visibility_timeout_s: float | None = None
+        self,
+        queue: str,
+        max_messages: int,
+        visibility_timeout_s: float | None = None,
+        wait_time_s: float = 0.0,
     ) -> list[Message]:
         """Serve up to ``max_messages`` visible messages and make them invisible.
 
         Expired in-flight messages are served first, then partitions least
-        recently used first. Returns ``[]`` when nothing is visible.
+        recently used first. With ``wait_time_s`` > 0 (long polling, at most
+        20 s) an empty receive waits until something may be visible or the
+        time is up. Returns ``[]`` when nothing is visible.
         """
         self.check_batch_size(max_messages)
         if visibility_timeout_s is not None and not 0 <= visibility_timeout_s <= 43_200:
             raise InvalidInput("visibility timeout must be in 0..43200 seconds")
+        if not 0 <= wait_time_s <= MAX_WAIT_S:
+            raise InvalidInput(f"wait time must be in 0..{MAX_WAIT_S:g} seconds")
         info = await self._catalog.queue(queue)
-        st = self._state(info)
         vt = (
             info.settings.visibility_timeout_s
             if visibility_timeout_s is None
             else visibility_timeout_s
         )
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait_time_s
+        while True:
+            st = self._state(info)
+            st.signal.clear()
+            out = await self._receive_once(info, st, max_messages, vt)
+            left = give_up - loop.time()
+            if out or left <= 0:
+                break
+            pause = min(left, max(0.05, self._idle_rescan_s))
+            nxt = st.next_deadline()
+            if nxt is not None:
+                pause = min(pause, max(0.0, nxt - self._clock.monotonic()) + 0.001)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(st.signal.wait(), pause)
+            info = await self._catalog.queue(queue)
+        if out:
+            self._metrics.incr(f"{info.name}.received.count", len(out))
+        self._metrics.gauge(f"{info.name}.fill.count", 100.0 * len(out) / max_messages)
+        return out
+
+    async def _receive_once(
+        self, info: QueueInfo, st: QueueState, max_messages: int, vt: float
+    ) -> list[Message]:
         now = self._clock.monotonic()
         self._maintain(info, st, now)
         out = await self._serve_expired(info, st, max_messages, vt)
@@ -449,9 +483,6 @@ class QueueService:
         now = self._clock.monotonic()
         if st.all_locked(now) and st.split(now, info.settings.max_partitions):
             log.debug("partition split", extra={"queue": info.name, "partitions": st.count})
-        if out:
-            self._metrics.incr(f"{info.name}.received.count", len(out))
-        self._metrics.gauge(f"{info.name}.fill.count", 100.0 * len(out) / max_messages)
         return out
 
     def _maintain(self, info: QueueInfo, st: QueueState, now: float) -> None:
@@ -617,9 +648,7 @@ class QueueService:
         changed = [i for i in ids if st.set_visibility(i, now, visibility_timeout_s)]
         if visibility_timeout_s == 0:
             for i in changed:
-                p = st.partition_of_lane(lane_of(i))
-                if p is not None:
-                    p.wake()
+                st.poke(lane_of(i))
         return changed
 
 
