@@ -17,6 +17,9 @@ from dynaq.errors import StorageError
 
 FLAG_ZLIB = 1
 
+# One packer for the event loop thread: msgpack.packb builds a new Packer per call.
+_packer = msgpack.Packer()
+
 
 @dataclass(frozen=True, slots=True)
 class NewMessage:
@@ -34,7 +37,7 @@ class NewMessage:
     dedup_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Message:
     """A stored message as returned to clients."""
 
@@ -53,8 +56,8 @@ def encode(msg: NewMessage, enqueued_ms: int, compress: bool) -> bytes:
         body = zlib.compress(body)
         flags |= FLAG_ZLIB
     if msg.group is None:
-        return bytes(msgpack.packb([flags, body, enqueued_ms, msg.attributes]))
-    return bytes(msgpack.packb([flags, body, enqueued_ms, msg.attributes, msg.group]))
+        return bytes(_packer.pack([flags, body, enqueued_ms, msg.attributes]))
+    return bytes(_packer.pack([flags, body, enqueued_ms, msg.attributes, msg.group]))
 
 
 def decode(message_id: int, raw: bytes, receive_count: int = 0) -> Message:

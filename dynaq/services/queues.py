@@ -21,7 +21,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 import msgpack
@@ -517,8 +517,8 @@ class QueueService:
                 continue  # a concurrent receive took it first
             else:
                 msg = decode(mid, item.value)
-                f = st.mark_served(mid, now, vt, msg.group)
-                out.append(replace(msg, receive_count=f.receive_count))
+                msg.receive_count = st.mark_served(mid, now, vt, msg.group).receive_count
+                out.append(msg)
         return out
 
     async def _scan_partition(
@@ -531,8 +531,12 @@ class QueueService:
         from_bottom = start == bottom
         out: list[Message] = []
         blocked: set[str] = set()
+        page = 0
         while True:
-            limit = min(_MAX_SCAN_PAGE, want - len(out) + 64)
+            # First page: exactly what is wanted (most scans skip nothing);
+            # pages after skips grow, so long in-flight runs cost few reads.
+            limit = min(_MAX_SCAN_PAGE, want - len(out) if page == 0 else 2 * want + 64)
+            page += 1
             token = st.begin_read()
             try:
                 rows = await self._store.scan(
@@ -557,8 +561,8 @@ class QueueService:
                 if g is not None and (g in blocked or st.group_blocked(g, last)):
                     blocked.add(g)  # later messages of the group wait their turn
                     continue
-                f = st.mark_served(last, now, vt, g)
-                out.append(replace(msg, receive_count=f.receive_count))
+                msg.receive_count = st.mark_served(last, now, vt, g).receive_count
+                out.append(msg)
                 if len(out) >= want:
                     break
             if len(out) >= want:

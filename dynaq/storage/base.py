@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,16 +32,18 @@ class Item:
     version: int
 
 
-@dataclass(frozen=True, slots=True)
-class Put:
-    """Write ``value`` under ``key`` (inside :meth:`Store.write_batch`)."""
+class Put(NamedTuple):
+    """Write ``value`` under ``key`` (inside :meth:`Store.write_batch`).
+
+    A named tuple, not a dataclass: batches build one per message on the hot
+    path, and tuples are several times cheaper to create.
+    """
 
     key: bytes
     value: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Delete:
+class Delete(NamedTuple):
     """Remove ``key`` (inside :meth:`Store.write_batch`)."""
 
     key: bytes

@@ -32,7 +32,7 @@ from typing import Any
 import lmdb
 
 from dynaq.errors import StorageError, StorageUnavailable
-from dynaq.storage.base import Delete, Item, Op, Put, Store
+from dynaq.storage.base import Item, Op, Put, Store
 
 _VERSION = struct.Struct(">Q")
 _VLEN = _VERSION.size
@@ -175,8 +175,12 @@ class LmdbStore(Store):
     def _apply(self, txn: Any, req: _WriteRequest) -> Any:
         kind, p = req.kind, req.payload
         if kind == _BATCH:
-            out: list[bool] = []
             version = _VERSION.pack(self._next_version())
+            if all(type(op) is Put for op in p):
+                # The common case (enqueue, publish): one C call for the whole run.
+                txn.cursor().putmulti([(k, version + v) for k, v in p])
+                return [True] * len(p)
+            out: list[bool] = []
             for op in p:
                 if type(op) is Put:
                     txn.put(op.key, version + op.value)
@@ -280,9 +284,6 @@ class LmdbStore(Store):
         return existed
 
     async def write_batch(self, ops: Sequence[Op]) -> list[bool]:
-        for op in ops:
-            if not isinstance(op, Put | Delete):
-                raise TypeError(f"not a storage op: {op!r}")
         if not ops:
             return []
         result: list[bool] = await self._submit(_BATCH, list(ops), size=len(ops))
