@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-from pathlib import Path
 
 import aiohttp
 
 from dynaq.clock import ManualClock
 from dynaq.node import Node
 from dynaq.services.messages import NewMessage
-from tests.conftest import node_config
 
 
 async def test_group_delivers_in_order_one_at_a_time(node: Node) -> None:
@@ -41,40 +39,33 @@ async def test_group_head_expiry_redelivers_head_not_successor(
     assert sorted((m.body, m.receive_count) for m in again) == [(b"1", 2), (b"x", 2)]
 
 
-async def test_concurrent_consumers_see_each_group_in_order(
-    tmp_path: Path, clock: ManualClock
-) -> None:
-    node = Node(node_config(tmp_path), clock=clock)
-    await node.start()
-    try:
-        await node.catalog.create_queue("q")
-        keys_ = [f"k{i}" for i in range(20)]
-        for seq in range(30):
-            batch = [NewMessage(f"{k}:{seq}".encode(), group=k) for k in keys_]
-            random.shuffle(batch)
-            await node.queues.enqueue("q", batch)
-        seen: dict[str, list[int]] = {k: [] for k in keys_}
+async def test_concurrent_consumers_see_each_group_in_order(node: Node) -> None:
+    await node.catalog.create_queue("q")
+    keys_ = [f"k{i}" for i in range(20)]
+    for seq in range(30):
+        batch = [NewMessage(f"{k}:{seq}".encode(), group=k) for k in keys_]
+        random.shuffle(batch)
+        await node.queues.enqueue("q", batch)
+    seen: dict[str, list[int]] = {k: [] for k in keys_}
 
-        async def consumer() -> None:
-            idle = 0
-            while idle < 3:
-                msgs = await node.queues.receive("q", 5)
-                if not msgs:
-                    idle += 1
-                    await asyncio.sleep(0)
-                    continue
-                idle = 0
-                for m in msgs:
-                    k, seq = m.body.decode().split(":")
-                    seen[k].append(int(seq))
+    async def consumer() -> None:
+        idle = 0
+        while idle < 3:
+            msgs = await node.queues.receive("q", 5)
+            if not msgs:
+                idle += 1
                 await asyncio.sleep(0)
-                await node.queues.delete("q", [m.id for m in msgs])
+                continue
+            idle = 0
+            for m in msgs:
+                k, seq = m.body.decode().split(":")
+                seen[k].append(int(seq))
+            await asyncio.sleep(0)
+            await node.queues.delete("q", [m.id for m in msgs])
 
-        await asyncio.gather(*(consumer() for _ in range(6)))
-        for k in keys_:
-            assert seen[k] == list(range(30)), k
-    finally:
-        await node.stop()
+    await asyncio.gather(*(consumer() for _ in range(6)))
+    for k in keys_:
+        assert seen[k] == list(range(30)), k
 
 
 async def test_dedup_returns_first_id_and_stores_once(node: Node, clock: ManualClock) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 from dynaq.clock import ManualClock
 from dynaq.core.ids import LANE_SHIFT, IdGenerator, lane_of
@@ -11,7 +10,6 @@ from dynaq.core.keyspace import FULL_RANGE, LaneRange, partition_ranges, slices
 from dynaq.core.partitions import QueueState
 from dynaq.node import Node
 from dynaq.services.messages import NewMessage
-from tests.conftest import node_config
 
 
 def test_slices_tile_the_keyspace() -> None:
@@ -73,73 +71,54 @@ def test_expired_heap_skips_stale_entries() -> None:
     assert list(st.expired(now=200.0, limit=10)) == [1 << LANE_SHIFT]
 
 
-async def test_locked_partition_still_serves_unserved_messages(
-    tmp_path: Path, clock: ManualClock
-) -> None:
+async def test_locked_partition_still_serves_unserved_messages(node: Node) -> None:
     """Dynaq's improvement over Dynamiq: a lock never hides never-served messages."""
-    node = Node(node_config(tmp_path), clock=clock)
-    await node.start()
-    try:
-        await node.catalog.create_queue("q")
-        await node.catalog.update_queue("q", {"max_partitions": 1})
-        ids = await node.queues.enqueue("q", [NewMessage(b"%d" % i) for i in range(30)])
-        first = await node.queues.receive("q", 10)
-        second = await node.queues.receive("q", 10)  # same, locked partition
-        third = await node.queues.receive("q", 10)
-        got = [m.id for m in first + second + third]
-        assert sorted(got) == sorted(ids) and len(set(got)) == 30
-        assert await node.queues.receive("q", 10) == []
-    finally:
-        await node.stop()
+    await node.catalog.create_queue("q")
+    await node.catalog.update_queue("q", {"max_partitions": 1})
+    ids = await node.queues.enqueue("q", [NewMessage(b"%d" % i) for i in range(30)])
+    first = await node.queues.receive("q", 10)
+    second = await node.queues.receive("q", 10)  # same, locked partition
+    third = await node.queues.receive("q", 10)
+    got = [m.id for m in first + second + third]
+    assert sorted(got) == sorted(ids) and len(set(got)) == 30
+    assert await node.queues.receive("q", 10) == []
 
 
-async def test_partition_split_and_merge_through_service(
-    tmp_path: Path, clock: ManualClock
-) -> None:
-    node = Node(node_config(tmp_path), clock=clock)
-    await node.start()
-    try:
-        await node.catalog.create_queue("q")
-        await node.catalog.update_queue("q", {"max_partitions": 3, "max_partition_age": 60})
-        info = await node.catalog.queue("q")
-        node.queues._ids._stride = node.queues._ids._left_in_lane = 1  # spread over lanes
-        for _ in range(100):
-            await node.queues.enqueue("q", [NewMessage(b"x")])
-        counts = []
-        for _ in range(5):
-            await node.queues.receive("q", 1)
-            counts.append(node.queues.partition_count(info))
-        assert counts[-1] == 3  # split while every partition was locked, capped at max
-        clock.advance(3600)
-        for _ in range(3):
-            clock.advance(2)
-            await node.queues.receive("q", 1)
-        assert node.queues.partition_count(info) < 3  # stale partitions merged away
-    finally:
-        await node.stop()
+async def test_partition_split_and_merge_through_service(node: Node, clock: ManualClock) -> None:
+    await node.catalog.create_queue("q")
+    await node.catalog.update_queue("q", {"max_partitions": 3, "max_partition_age": 60})
+    info = await node.catalog.queue("q")
+    node.queues._ids._stride = node.queues._ids._left_in_lane = 1  # spread over lanes
+    for _ in range(100):
+        await node.queues.enqueue("q", [NewMessage(b"x")])
+    counts = []
+    for _ in range(5):
+        await node.queues.receive("q", 1)
+        counts.append(node.queues.partition_count(info))
+    assert counts[-1] == 3  # split while every partition was locked, capped at max
+    clock.advance(3600)
+    for _ in range(3):
+        clock.advance(2)
+        await node.queues.receive("q", 1)
+    assert node.queues.partition_count(info) < 3  # stale partitions merged away
 
 
-async def test_no_message_served_twice_while_in_flight(tmp_path: Path, clock: ManualClock) -> None:
+async def test_no_message_served_twice_while_in_flight(node: Node) -> None:
     import asyncio
 
-    node = Node(node_config(tmp_path), clock=clock)
-    await node.start()
-    try:
-        await node.catalog.create_queue("q")
-        ids = []
-        for _ in range(20):
-            ids += await node.queues.enqueue("q", [NewMessage(b"m") for _ in range(50)])
-        got: list[int] = []
+    await node.catalog.create_queue("q")
+    ids = []
+    for _ in range(20):
+        ids += await node.queues.enqueue("q", [NewMessage(b"m") for _ in range(50)])
+    got: list[int] = []
 
-        async def consumer() -> None:
-            while True:
-                batch = await node.queues.receive("q", 7)
-                if not batch:
-                    return
-                got.extend(m.id for m in batch)
+    async def consumer() -> None:
+        while True:
+            batch = await node.queues.receive("q", 7)
+            if not batch:
+                return
+            got.extend(m.id for m in batch)
 
-        await asyncio.gather(*(consumer() for _ in range(8)))
-        assert len(got) == len(set(got)) == 1000
-        assert set(got) == set(ids)
-    finally:
-        await node.stop()
+    await asyncio.gather(*(consumer() for _ in range(8)))
+    assert len(got) == len(set(got)) == 1000
+    assert set(got) == set(ids)
