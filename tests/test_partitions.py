@@ -122,3 +122,21 @@ async def test_no_message_served_twice_while_in_flight(node: Node) -> None:
     await asyncio.gather(*(consumer() for _ in range(8)))
     assert len(got) == len(set(got)) == 1000
     assert set(got) == set(ids)
+
+
+def test_delete_record_stays_small_under_overlapping_reads() -> None:
+    """Deletes racing reads are remembered only while an older read is in flight."""
+    st = QueueState(FULL_RANGE, 1, now=0.0)
+    t1 = st.begin_read()
+    st.note_deleted([1, 2])
+    assert st.deleted_since(1, t1)
+    for i in range(1000):  # reads always overlap, as under sustained load
+        t2 = st.begin_read()
+        st.end_read(t1)
+        st.note_deleted([100 + i])
+        t1 = t2
+    assert len(st._deleted) <= 2
+    assert st.deleted_since(1099, t1)
+    st.end_read(t1)
+    st.begin_read()
+    assert not st._deleted

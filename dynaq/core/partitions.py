@@ -95,9 +95,9 @@ class QueueState:
         self.signal = asyncio.Event()
         # Deletes that land while a store read is in flight: that read's
         # snapshot may still hold the deleted message, which must not be served.
-        self._reads = 0
+        self._active_reads: dict[int, int] = {}  # token -> reads holding it
         self._delete_seq = 0
-        self._deleted: dict[int, int] = {}
+        self._deleted: dict[int, int] = {}  # id -> delete seq, in seq order
         self._heap: list[tuple[float, int]] = []
         self.partitions: list[Partition] = []
         self._starts: list[int] = []
@@ -174,21 +174,39 @@ class QueueState:
         """Call before a store read whose rows may be served; returns a token.
 
         Readers check :meth:`deleted_since` right after :meth:`end_read`
-        without awaiting in between, so the record of deletes can be dropped
-        whenever a read begins while no other read is outstanding.
+        without awaiting in between, so deletes older than every read still
+        in flight can be forgotten (that keeps the record small under load,
+        when some read is nearly always in flight).
         """
-        if self._reads == 0:
-            self._deleted.clear()
-        self._reads += 1
-        return self._delete_seq
+        token = self._delete_seq
+        self._active_reads[token] = self._active_reads.get(token, 0) + 1
+        self._prune()
+        return token
 
-    def end_read(self) -> None:
-        self._reads -= 1
+    def end_read(self, token: int) -> None:
+        left = self._active_reads[token] - 1
+        if left:
+            self._active_reads[token] = left
+        else:
+            del self._active_reads[token]
+
+    def _prune(self) -> None:
+        if not self._deleted:
+            return
+        oldest = min(self._active_reads, default=self._delete_seq)
+        stale: list[int] = []
+        for mid, seq in self._deleted.items():  # in seq order: stop at the first live one
+            if seq > oldest:
+                break
+            stale.append(mid)
+        for mid in stale:
+            del self._deleted[mid]
 
     def note_deleted(self, message_ids: Iterable[int]) -> None:
-        if self._reads:
+        if self._active_reads:
             self._delete_seq += 1
             for mid in message_ids:
+                self._deleted.pop(mid, None)  # keep the dict in seq order
                 self._deleted[mid] = self._delete_seq
 
     def deleted_since(self, message_id: int, token: int) -> bool:

@@ -507,7 +507,7 @@ class QueueService:
         try:
             items = await self._store.get_many([keys.message(info.number, m) for m in expired])
         finally:
-            st.end_read()
+            st.end_read(token)
         now = self._clock.monotonic()
         out: list[Message] = []
         for mid, item in zip(expired, items, strict=True):
@@ -543,7 +543,7 @@ class QueueService:
                     keys.message(info.number, start), keys.message(info.number, end), limit
                 )
             finally:
-                st.end_read()
+                st.end_read(token)
             now = self._clock.monotonic()
             last = start
             for k, v in rows:
