@@ -166,6 +166,7 @@ class Node:
             return
         self.state = "draining"
         log.info("node draining")
+        self.queues.drain()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

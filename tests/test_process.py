@@ -107,6 +107,28 @@ async def test_sigterm_drains_and_exits_cleanly(node_proc: NodeProcess) -> None:
     assert "Traceback" not in log
 
 
+async def test_sigterm_answers_long_polls_and_requests_in_flight(node_proc: NodeProcess) -> None:
+    node_proc.start()
+    async with aiohttp.ClientSession(node_proc.url) as s:
+        async with s.put("/v1/queues/lp") as r:
+            assert r.status == 201
+
+        async def long_poll() -> tuple[int, object]:
+            async with s.post(
+                "/v2/queues/lp/messages/receive", json={"max_messages": 1, "wait_time_s": 20}
+            ) as r:
+                return r.status, await r.json()
+
+        polls = [asyncio.create_task(long_poll()) for _ in range(3)]
+        await asyncio.sleep(0.3)
+        t0 = time.monotonic()
+        node_proc.proc.send_signal(__import__("signal").SIGTERM)  # type: ignore[union-attr]
+        results = await asyncio.gather(*polls)
+        assert all(r == (200, {"messages": []}) for r in results)
+        assert time.monotonic() - t0 < 5  # not the 20 s of the poll
+    assert node_proc.terminate() == 0
+
+
 def test_env_overrides_and_health(tmp_path: Path) -> None:
     p = node_process(tmp_path, "env-node", env={"DYNAQ_LOG_FORMAT": "text"})
     try:

@@ -114,6 +114,7 @@ class QueueService:
         self._dedup_locks: dict[int, asyncio.Lock] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._peers: PeerHints | None = None
+        self._draining = False
         self._states: dict[int, QueueState] = {}
         self._last_maintained: dict[int, float] = {}
         self._depth: dict[int, int] = {}
@@ -188,6 +189,12 @@ class QueueService:
                 removed += len(stale)
             start = rows[-1][0] + b"\x00"
         return removed
+
+    def drain(self) -> None:
+        """The node is shutting down: long polls answer now instead of waiting."""
+        self._draining = True
+        for st in self._states.values():
+            st.signal.set()
 
     async def stop(self) -> None:
         """Stop background purges (they resume at the next start) and the sweeper."""
@@ -445,7 +452,7 @@ class QueueService:
             st.signal.clear()
             out = await self._receive_once(info, st, max_messages, vt)
             left = give_up - loop.time()
-            if out or left <= 0:
+            if out or left <= 0 or self._draining:
                 break
             pause = min(left, max(0.05, self._idle_rescan_s))
             nxt = st.next_deadline()
