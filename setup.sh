@@ -54,8 +54,8 @@ case "${1:-}" in
     done
     export PATH="$VENV/bin:$PATH"
     say "lint: ruff + mypy"
-    "$VENV/bin/ruff" check dynaq tests bench
-    "$VENV/bin/ruff" format --check dynaq tests bench
+    "$VENV/bin/ruff" check .
+    "$VENV/bin/ruff" format --check .
     "$VENV/bin/mypy" dynaq
     say "tests"
     exec "$VENV/bin/pytest" "$@"
