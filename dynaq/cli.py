@@ -15,6 +15,7 @@ from dynaq import __version__
 from dynaq.config import Config, load_config
 from dynaq.errors import DynaqError
 from dynaq.logs import setup_logging
+from dynaq.outbox import cli as outbox_cli
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,6 +26,7 @@ def _parser() -> argparse.ArgumentParser:
     mig = sub.add_parser("migrate", help="create or upgrade the store, then exit")
     mig.add_argument("--config", "-c", help="TOML config file")
     sub.add_parser("version", help="print the version")
+    outbox_cli.add_parser(sub)
     return p
 
 
@@ -53,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "version":
         print(f"dynaq {__version__}")
         return
+    if args.command == "outbox":
+        raise SystemExit(outbox_cli.run(args))
     config = _config(args.config)
     setup_logging(config.log.level, config.log.format, config.node.name)
     try:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from dynaq.errors import InvalidInput
+from dynaq.outbox.config import OutboxConfig
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,9 @@ class GossipConfig:
     seeds: list[str] = field(default_factory=list)
     key: str = ""
     preset: str = "lan"
+    label: str = "dynaq"
+    advertise: str = ""
+    advertise_http: str = ""
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,7 @@ class Config:
     sync: SyncConfig = field(default_factory=SyncConfig)
     queues: QueueDefaults = field(default_factory=QueueDefaults)
     stats: StatsConfig = field(default_factory=StatsConfig)
+    outbox: OutboxConfig = field(default_factory=OutboxConfig)
 
 
 ENV_PREFIX = "DYNAQ_"

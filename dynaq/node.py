@@ -16,12 +16,19 @@ import contextlib
 import logging
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from dynaq.api.app import build_app
 from dynaq.api.peers import HttpPeerHints
 from dynaq.clock import Clock, SystemClock
+from dynaq.cluster import (
+    advertised_http,
+    build_membership,
+    build_writer_slots,
+    gossip_enabled,
+)
 from dynaq.config import Config
 from dynaq.core.ids import IdGenerator
 from dynaq.core.membership import Member, MembershipView
@@ -31,6 +38,9 @@ from dynaq.services.catalog import Catalog
 from dynaq.services.queues import Limits, QueueService
 from dynaq.services.topics import TopicService
 from dynaq.storage.base import Store
+
+if TYPE_CHECKING:
+    from dynaq.outbox.relay import OutboxRelay
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +65,20 @@ def build_store(config: Config) -> Store:
         from dynaq.storage.memory import MemoryStore
 
         return MemoryStore()
-    raise InvalidInput(f"unknown storage backend {backend!r}; use 'embedded' or 'memory'")
+    if backend == "cassandra":
+        from dynaq.storage.cassandra import CassandraStore
+
+        c = config.cassandra
+        return CassandraStore(
+            c.hosts,
+            keyspace=c.keyspace,
+            replication_factor=c.replication_factor,
+            protocol_version=c.protocol_version,
+            pool_size=c.pool_size,
+        )
+    raise InvalidInput(
+        f"unknown storage backend {backend!r}; use 'embedded', 'cassandra' or 'memory'"
+    )
 
 
 def build_metrics(config: Config) -> Metrics:
@@ -90,8 +113,16 @@ class Node:
         self.metrics = build_metrics(config)
         self.state = "starting"
         h = config.http
-        me = Member(config.node.name, f"{h.host}:{h.port}")
+        me = Member(config.node.name, advertised_http(config, h.port))
         self.view = MembershipView(me)
+        # SWIM ring when gossip is on (or seeds are set), else a ring of one.
+        self.membership = build_membership(config, self.view)
+        # A cluster node draws ids with a writer slot leased through the store;
+        # losing it (cut off longer than the lease) means stop: see WriterSlots.
+        self.stop_requested = asyncio.Event()
+        self.writer_slots = build_writer_slots(
+            config, self.store, self.clock, self.membership, self.stop_requested.set
+        )
         self.catalog = Catalog(self.store, self.clock, config.queues)
         self.queues = QueueService(
             self.store,
@@ -114,17 +145,33 @@ class Node:
             max_request_bytes=h.max_request_bytes,
         )
         # In a cluster, writes made here are hinted to the owners of their slices.
-        self.hints: HttpPeerHints | None = HttpPeerHints() if config.gossip.enabled else None
+        self.hints: HttpPeerHints | None = HttpPeerHints() if gossip_enabled(config) else None
         if self.hints is not None:
             self.queues.set_peer_hints(self.hints)
+        # The outbox relay is imported only when configured: it needs asyncpg.
+        self.outbox: OutboxRelay | None = None
+        if config.outbox.enabled:
+            from dynaq.outbox.relay import OutboxRelay
+
+            self.outbox = OutboxRelay(
+                config.outbox,
+                self.topics,
+                self.view,
+                self.metrics,
+                max_message_bytes=h.max_message_bytes,
+                max_batch=h.max_batch,
+            )
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.port: int = h.port
 
     async def start(self) -> None:
-        """Open the store, load state, and start serving HTTP."""
+        """Open the store, load state, take a writer slot, serve HTTP, join the ring."""
         await self.store.open()
         await migrate(self.store)
+        if self.writer_slots is not None:
+            slot = await self.writer_slots.acquire()
+            self.queues.set_ids(IdGenerator(self.clock, writer=slot))
         await self.queues.start()
         await self.metrics.start()
         if self.hints is not None:
@@ -142,8 +189,14 @@ class Node:
         if addrs:
             self.port = int(addrs[0][1])
         me = self.view.me
-        self.view.me = Member(me.name, f"{self.config.http.host}:{self.port}")
+        self.view.me = Member(me.name, advertised_http(self.config, self.port))
         self.view.replace([self.view.me])
+        # After the HTTP site is up (the address goes out as gossip metadata),
+        # before "serving" (so /health stays 503 until this node knows the ring).
+        await self.membership.start()
+        if self.outbox is not None:
+            # After the ring join: leadership follows the ring's view of the table.
+            await self.outbox.start()
         self._tasks.append(asyncio.create_task(self._sync_loop(), name="config-sync"))
         self.state = "serving"
         log.info(
@@ -167,9 +220,14 @@ class Node:
         self.state = "draining"
         log.info("node draining")
         self.queues.drain()
+        # Leave before the HTTP drain: peers take over this slice at once
+        # instead of after failure detection (duplicates possible, no loss).
+        await self.membership.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.outbox is not None:
+            await self.outbox.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -178,6 +236,8 @@ class Node:
         self._tasks.clear()
         if self.hints is not None:
             await self.hints.stop()
+        if self.writer_slots is not None:
+            await self.writer_slots.stop()
         await self.queues.stop()
         await self.metrics.stop()
         await self.store.close()
@@ -188,7 +248,7 @@ class Node:
 async def run_node(config: Config) -> None:
     """Run a node until SIGTERM or SIGINT, then shut it down gracefully."""
     node = Node(config)
-    stop = asyncio.Event()
+    stop = node.stop_requested  # set by SIGTERM/SIGINT, or by losing the writer slot
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

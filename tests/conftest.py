@@ -14,6 +14,8 @@ from dynaq.config import config_from_mapping
 from dynaq.node import Node
 from tests.harness import NodeProcess, node_process
 
+pytest_plugins = ["tests.fixtures_cassandra", "tests.fixtures_postgres"]
+
 
 def node_config(tmp_path: Path, **sections: dict[str, Any]) -> Any:
     raw: dict[str, dict[str, Any]] = {

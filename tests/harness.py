@@ -8,6 +8,7 @@ waits until ``/health`` answers 200.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,10 +22,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Ports handed out by this process: never twice, even after they are freed.
+_handed_out: set[int] = set()
+# Below the kernel's ephemeral range (32768-60999 here): a port picked there
+# can be taken by any outgoing connection between the check and the bind.
+_PORT_RANGE = (20000, 32000)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A 127.0.0.1 port free for both TCP and UDP (gossip binds both), outside
+    the ephemeral range, and not handed out before by this process."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(*_PORT_RANGE)
+        if port in _handed_out:
+            continue
+        try:
+            with socket.socket() as t, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+                t.bind(("127.0.0.1", port))
+                u.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free 127.0.0.1 port found in 1000 tries")
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dynaq.storage.base import Delete, Put, Store, prefix_end
 from dynaq.storage.embedded import LmdbStore
 from dynaq.storage.memory import MemoryStore
 
-BACKENDS = ["memory", "embedded"]
+BACKENDS = ["memory", "embedded", "cassandra"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -21,6 +21,13 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     s: Store
     if request.param == "memory":
         s = MemoryStore()
+    elif request.param == "cassandra":
+        # Only Cassandra runs need the session's server (tests.fixtures_cassandra).
+        from dynaq.storage.cassandra import CassandraStore
+        from tests.fixtures_cassandra import new_keyspace
+
+        server = request.getfixturevalue("cassandra")
+        s = CassandraStore([server.host], keyspace=new_keyspace())
     else:
         s = LmdbStore(tmp_path / "lmdb", map_size=256 * 1024**2)
     await s.open()

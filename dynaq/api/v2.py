@@ -49,19 +49,33 @@ def _tag(item: Mapping[str, Any], name: str, where: str) -> str | None:
     return value
 
 
+def _plain_bodies(items: list[Any]) -> list[bytes] | None:
+    """The bodies when every item is exactly ``{"body": <bytes>}``, else None.
+
+    One comprehension instead of a checked loop: this is most of the parsing
+    cost of a msgpack batch. Anything else takes the checked path.
+    """
+    try:
+        bodies = [item["body"] for item in items if type(item) is dict and len(item) == 1]
+    except KeyError:
+        return None
+    if len(bodies) != len(items) or not all(type(b) is bytes for b in bodies):
+        return None
+    return bodies
+
+
 def _new_messages(body: Mapping[str, Any], binary: bool, max_batch: int) -> list[NewMessage]:
     items = body.get("messages")
     if not isinstance(items, list) or not items:
         raise InvalidInput("messages must be a non-empty array")
     if len(items) > max_batch:
         raise InvalidInput(f"a batch holds at most {max_batch} messages, got {len(items)}")
+    if binary:
+        bodies = _plain_bodies(items)
+        if bodies is not None:  # the hot path: every item is {"body": <bytes>}
+            return [NewMessage(b) for b in bodies]
     out: list[NewMessage] = []
     for i, item in enumerate(items):
-        if binary and type(item) is dict and len(item) == 1:
-            raw = item.get("body")
-            if type(raw) is bytes:  # the hot path: {"body": <bytes>} in msgpack
-                out.append(NewMessage(raw))
-                continue
         where = f"messages[{i}]"
         if not isinstance(item, Mapping):
             raise InvalidInput(f"{where} must be an object")
@@ -112,14 +126,23 @@ def _id_out(binary: bool, mid: int) -> int | str:
     return mid if binary else str(mid)
 
 
+def _ids_out(binary: bool, ids: list[int]) -> list[int] | list[str]:
+    return ids if binary else [str(i) for i in ids]
+
+
 def _message_out(m: Message, binary: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": _id_out(binary, m.id)}
+    out: dict[str, Any]
     if binary:
-        out["body"] = m.body
+        out = {
+            "id": m.id,
+            "body": m.body,
+            "enqueued_at_ms": m.enqueued_ms,
+            "receive_count": m.receive_count,
+        }
     else:
-        out.update(body_to_json(m.body))
-    out["enqueued_at_ms"] = m.enqueued_ms
-    out["receive_count"] = m.receive_count
+        out = {"id": str(m.id), **body_to_json(m.body)}
+        out["enqueued_at_ms"] = m.enqueued_ms
+        out["receive_count"] = m.receive_count
     if m.attributes:
         out["attributes"] = m.attributes
     if m.group is not None:
@@ -160,7 +183,7 @@ async def enqueue_batch(request: web.Request) -> web.Response:
     q = _queues(request)
     messages = _new_messages(_object(await read_body(request)), binary, q.limits.max_batch)
     ids = await q.enqueue(name, messages)
-    return respond(request, {"ids": [_id_out(binary, i) for i in ids]})
+    return respond(request, {"ids": _ids_out(binary, ids)}, binary=binary)
 
 
 @routes.post("/v2/queues/{queue}/messages/receive")
@@ -175,7 +198,8 @@ async def receive_batch(request: web.Request) -> web.Response:
     wait = _timeout(body, "wait_time_s", required=False) or 0.0
     messages = await _queues(request).receive(name, n, vt, wait_time_s=wait)
     binary = wants_msgpack(request)
-    return respond(request, {"messages": [_message_out(m, binary) for m in messages]})
+    out = [_message_out(m, binary) for m in messages]
+    return respond(request, {"messages": out}, binary=binary)
 
 
 @routes.post("/v2/queues/{queue}/messages/delete")
@@ -186,7 +210,9 @@ async def delete_batch(request: web.Request) -> web.Response:
     ids = _ids_member(_object(await read_body(request)), q.limits.max_batch)
     removed = await q.delete(name, ids)
     binary = wants_msgpack(request)
-    return respond(request, {"deleted": len(removed), "ids": [_id_out(binary, i) for i in removed]})
+    return respond(
+        request, {"deleted": len(removed), "ids": _ids_out(binary, removed)}, binary=binary
+    )
 
 
 @routes.post("/v2/queues/{queue}/messages/visibility")

@@ -124,6 +124,10 @@ class QueueService:
         view.on_change(self._membership_changed)
         metrics.add_gauge_provider(self._gauges)
 
+    def set_ids(self, ids: IdGenerator) -> None:
+        """Draw ids from ``ids`` from now on (a cluster node's leased writer slot)."""
+        self._ids = ids
+
     def set_peer_hints(self, peers: PeerHints) -> None:
         """Forward enqueue/delete hints to the owners of other slices."""
         self._peers = peers

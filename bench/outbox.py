@@ -1,0 +1,161 @@
+"""Outbox relay throughput: rows relayed end to end, PostgreSQL table → dynaq topic.
+
+``python -m bench outbox [--rows N] [--keys K] [--mark-batch B] [--max-in-flight M] [--no-durable]``
+
+A throwaway PostgreSQL cluster (Debian's packages, ``tests/pg_server.py``;
+``fsync`` on unless ``--no-durable``) gets an outbox table pre-filled with N
+rows over K keys (``COPY``; 100-byte values). An in-process dynaq node (LMDB
+with fsync'd group commits) has the topic with one subscribed queue. The
+relay starts and the clock runs until every row is published into the queue
+and purged from the table. Reported: ``records_per_s`` = N / that time, plus
+the relay's CPU share and the PostgreSQL server's CPU.
+
+Runs the given config and, for comparison, goharvest's defaults (mark batch
+100) when a different mark batch was asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import Deadline, Timer, process_cpu_s, progress, rate
+
+VALUE = b"v" * 100
+
+
+def _pg_cpu_s(server: Any) -> float:
+    """CPU seconds used so far by every process of the PostgreSQL cluster (Linux)."""
+    try:
+        out = subprocess.run(
+            ["pgrep", "-u", "postgres"], capture_output=True, text=True, check=False
+        ).stdout
+    except OSError:
+        return 0.0
+    return sum(process_cpu_s(int(pid)) for pid in out.split())
+
+
+async def _run(args: argparse.Namespace, server: Any, mark_batch: int) -> dict[str, Any]:
+    import asyncpg
+
+    from dynaq.config import config_from_mapping
+    from dynaq.metrics import NullMetrics
+    from dynaq.node import Node
+    from dynaq.outbox.config import OutboxConfig
+    from dynaq.outbox.relay import OutboxRelay
+    from dynaq.outbox.schema import init_db
+
+    db = f"bench_{mark_batch}_{int(time.time())}"
+    admin = await asyncpg.connect(server.dsn)
+    await admin.execute(f'CREATE DATABASE "{db}"')
+    await admin.close()
+    dsn = server.dsn.rsplit("/", 1)[0] + "/" + db
+    conn = await asyncpg.connect(dsn)
+    await init_db(conn)
+    rows = [("events", f"k{i % args.keys}", VALUE, "{}") for i in range(args.rows)]
+    await conn.copy_records_to_table(
+        "outbox", records=rows, columns=["topic", "key", "value", "headers"]
+    )
+    await conn.execute("VACUUM ANALYZE outbox")
+    data = Path(tempfile.mkdtemp(prefix="dynaq-bench-outbox-"))
+    node = Node(
+        config_from_mapping(
+            {
+                "node": {"name": "bench"},
+                "data": {"dir": str(data)},
+                "http": {"port": 0},
+                "stats": {"type": "none"},
+                "embedded": {"map_size_mb": 4096},
+            }
+        )
+    )
+    await node.start()
+    try:
+        await node.catalog.create_queue("q")
+        await node.catalog.create_topic("events")
+        await node.catalog.subscribe("events", "q")
+        cfg = OutboxConfig(
+            dsn=dsn,
+            mark_batch=mark_batch,
+            max_in_flight=args.max_in_flight,
+            metrics_interval_s=1.0,
+        )
+        relay = OutboxRelay(
+            cfg,
+            node.topics,
+            node.view,
+            NullMetrics(),
+            max_message_bytes=node.queues.limits.max_message_bytes,
+        )
+        deadline = Deadline(args.max_seconds)
+        pg0 = _pg_cpu_s(server)
+        with Timer() as t:
+            await relay.start()
+            while relay.relayed < args.rows and not deadline.expired():  # noqa: ASYNC110 - a poll of a counter
+                await asyncio.sleep(0.01)
+            elapsed = t.elapsed_s
+        pg_cpu = _pg_cpu_s(server) - pg0
+        await relay.stop()
+        left = int(await conn.fetchval("SELECT count(*) FROM outbox"))
+        depth = node.queues.depth(await node.catalog.queue("q"))
+    finally:
+        await node.stop()
+        await conn.close()
+        shutil.rmtree(data, ignore_errors=True)
+    result = {
+        "mark_batch": mark_batch,
+        "max_in_flight": args.max_in_flight,
+        "rows": args.rows,
+        "keys": args.keys,
+        "relayed": relay.relayed,
+        "rows_left_in_table": left,
+        "queue_depth": depth,
+        "seconds": round(elapsed, 3),
+        "records_per_s": round(rate(relay.relayed, elapsed), 1),
+        "relay_process_cpu_s": round(t.cpu_s, 2),
+        "postgres_cpu_s": round(pg_cpu, 2),
+    }
+    progress(f"mark_batch={mark_batch}: {result['records_per_s']} records/s")
+    return result
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench outbox")
+    p.add_argument("--rows", type=int, default=50_000)
+    p.add_argument("--keys", type=int, default=10_000)
+    p.add_argument("--mark-batch", type=int, default=1000)
+    p.add_argument("--max-in-flight", type=int, default=1000)
+    p.add_argument("--max-seconds", type=float, default=120.0)
+    p.add_argument("--no-durable", action="store_true", help="PostgreSQL with fsync off")
+    p.add_argument("--quick", action="store_true", help="10k rows, one run")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> dict[str, Any]:
+    """Run the scenario; the dispatcher prints the returned dict as the last JSON line."""
+    from tests import pg_server
+
+    args = _parse(argv)
+    if args.quick:
+        args.rows = min(args.rows, 10_000)
+    progress("starting PostgreSQL")
+    server = pg_server.start_postgres(durable=not args.no_durable)
+    try:
+        main_run = asyncio.run(_run(args, server, args.mark_batch))
+        runs = [main_run]
+        if not args.quick and args.mark_batch != 100:
+            runs.append(asyncio.run(_run(args, server, 100)))
+    finally:
+        server.stop()
+    return {
+        "scenario": "outbox",
+        "durable_postgres": not args.no_durable,
+        "records_per_s": main_run["records_per_s"],
+        "runs": runs,
+    }

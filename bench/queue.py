@@ -1,0 +1,355 @@
+"""Queue throughput and latency: a real dynaq node against NATS JetStream, side by side.
+
+``python -m bench queue [--quick] [--messages N] [--seconds S] [--concurrency C] [--procs P]``
+
+Phases (dynaq, then the JetStream equivalent, alternating, so both see the
+same machine noise); every body is 256 bytes:
+
+1. **batched enqueue**: ``POST /v2/queues/{q}/messages`` msgpack batches of
+   100, C connections / JetStream async publishes in windows of 100, every
+   publish acknowledged by the server.
+2. **receive + delete**: ``.../receive`` 100 then ``.../delete`` those ids /
+   a durable pull consumer, ``fetch(100)`` then an explicit ack per message.
+   Each consumes what phase 1 stored.
+3. **single enqueue** at concurrency C: v1 ``PUT /v1/queues/{q}/message`` /
+   ``js.publish`` (waits for the ack).
+4. **round trip** at concurrency 1: latency of one single enqueue, p50/p99.
+
+The load runs in P separate client processes (``bench/_queue_clients.py``,
+multiprocessing spawn), so the client shares an event loop with nothing. The
+client's and the servers' CPU are reported per phase (on a 2-core box, client
+CPU is CPU the server did not get), and so is the disk's fsync latency. Rates count from the first request to the last useful
+answer. Durability differs: dynaq answers after an fsync'd LMDB group commit;
+JetStream 2.9 file storage answers after writing to the OS page cache (it
+fsyncs on an interval, 2 min by default), and ``msg.ack()`` is not awaited by the client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench._queue_clients import (
+    BATCH,
+    BODY_BYTES,
+    DURABLE,
+    QUEUE,
+    STREAM,
+    SUBJECT,
+    ClientPool,
+    PhaseResult,
+    Spec,
+)
+from bench.common import (
+    Deadline,
+    free_port,
+    fsync_latency_ms,
+    progress,
+    start_node,
+)
+
+# --------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class Options:
+    messages: int
+    single_messages: int
+    rtt_samples: int
+    seconds: float
+    concurrency: int
+    procs: int
+    peer: bool
+    quick: bool
+    node_env: dict[str, str] = field(default_factory=dict)
+
+
+def parse(argv: list[str]) -> Options:
+    p = argparse.ArgumentParser(prog="python -m bench queue", description=__doc__.split("\n")[0])
+    p.add_argument("--messages", type=int, default=300_000, help="batched enqueue budget")
+    p.add_argument("--single-messages", type=int, default=30_000, help="single enqueue budget")
+    p.add_argument("--rtt-samples", type=int, default=3_000, help="round trips at concurrency 1")
+    p.add_argument("--seconds", type=float, default=15.0, help="time bound of each phase")
+    p.add_argument("--concurrency", type=int, default=16, help="connections in all")
+    p.add_argument("--procs", type=int, default=2, help="client processes")
+    p.add_argument("--no-peer", action="store_true", help="skip NATS JetStream")
+    p.add_argument("--quick", action="store_true", help="tiny smoke run (a few seconds)")
+    p.add_argument(
+        "--node-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for the dynaq node only (repeatable)",
+    )
+    a = p.parse_args(argv)
+    env = dict(kv.split("=", 1) for kv in a.node_env)
+    if a.quick:
+        return Options(2_000, 300, 200, 5.0, 4, 1, not a.no_peer, True, env)
+    procs = max(1, min(a.procs, a.concurrency))
+    return Options(
+        max(BATCH, a.messages),
+        max(1, a.single_messages),
+        max(1, a.rtt_samples),
+        max(0.5, a.seconds),
+        max(1, a.concurrency),
+        procs,
+        not a.no_peer,
+        False,
+        env,
+    )
+
+
+# --------------------------------------------------------------------------- servers
+
+
+class NatsServer:
+    """A real ``nats-server -js`` on 127.0.0.1, file storage in a temp dir."""
+
+    def __init__(self, tmp: Path) -> None:
+        exe = shutil.which("nats-server") or "/usr/sbin/nats-server"
+        if not Path(exe).exists():
+            raise RuntimeError("nats-server not found: run scripts/deps/nats.sh")
+        self.port = free_port()
+        store = tmp / "jetstream"
+        store.mkdir()
+        self.log_path = tmp / "nats.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [exe, "-js", "-sd", str(store), "-a", "127.0.0.1", "-p", str(self.port)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = Deadline(15.0)
+        while not deadline.expired():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nats-server exited:\n{self.log_path.read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("nats-server did not start listening")
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+async def _setup_nats(url: str) -> None:
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name=STREAM, subjects=[SUBJECT], storage=StorageType.FILE))
+        await js.add_consumer(
+            STREAM,
+            ConsumerConfig(
+                durable_name=DURABLE,
+                ack_policy=AckPolicy.EXPLICIT,
+                max_ack_pending=-1,
+                max_waiting=1024,
+                ack_wait=60.0,
+            ),
+        )
+    finally:
+        await nc.close()
+
+
+async def _setup_dynaq(url: str) -> None:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as s:
+        async with s.put(f"{url}/v1/queues/{QUEUE}") as r:
+            if r.status not in (200, 201):
+                raise RuntimeError(f"could not create queue: {r.status} {await r.text()}")
+        # Several receivers at once: let the queue start with a partition each.
+        patch = {"min_partitions": 4, "max_partitions": 16, "visibility_timeout": 120}
+        async with s.patch(f"{url}/v1/queues/{QUEUE}", json=patch) as r:
+            if r.status != 200:
+                raise RuntimeError(f"could not configure queue: {r.status} {await r.text()}")
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def _specs(
+    kind: str, target: str, o: Options, pool: ClientPool, budget: int, conns: int
+) -> list[Spec]:
+    per_conns = _split(max(conns, pool.size), pool.size)
+    return [
+        Spec(kind, target, c, b, budget, o.seconds)
+        for c, b in zip(per_conns, _split(budget, pool.size), strict=True)
+    ]
+
+
+def _show(label: str, r: PhaseResult) -> None:
+    lat = ""
+    if r.latency_ms["count"]:
+        lat = f"  p50 {r.latency_ms['p50']:.2f} ms  p99 {r.latency_ms['p99']:.2f} ms"
+    progress(
+        f"{label:<34} {r.count:>8} msgs in {r.wall_s:6.2f} s = {r.msgs_per_s:>9.0f} msgs/s"
+        f"  (server {r.server_cpu_s / r.wall_s:.2f} cores, client {r.client_cpu_s / r.wall_s:.2f}"
+        f" cores, errors {r.errors}){lat}"
+    )
+
+
+def _ratio(a: float, b: float) -> float:
+    return round(a / b, 3) if b > 0 else 0.0
+
+
+def main(argv: list[str]) -> dict[str, Any]:
+    o = parse(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="dynaq-bench-"))
+    node = None
+    peer: NatsServer | None = None
+    pool: ClientPool | None = None
+    res: dict[str, PhaseResult] = {}
+    disk: dict[str, dict[str, float]] = {}
+    try:
+        node = start_node(tmp, **o.node_env)
+        assert node.proc is not None
+        asyncio.run(_setup_dynaq(node.url))
+        progress(f"dynaq node pid {node.proc.pid} at {node.url} (data in {node.data_dir})")
+        if o.peer:
+            peer = NatsServer(tmp)
+            asyncio.run(_setup_nats(peer.url))
+            progress(f"nats-server -js pid {peer.pid} at {peer.url} (file storage)")
+        disk["before"] = fsync_latency_ms(tmp, 50 if o.quick else 200)
+        pool = ClientPool(o.procs)
+        progress(
+            f"{o.procs} client process(es), {o.concurrency} connections, {BODY_BYTES}-byte bodies, "
+            f"phases bounded to {o.seconds:g} s"
+        )
+        dq, c = node.url, o.concurrency
+        phases: list[tuple[str, str, int, int, int]] = [
+            # (result key, kind, server pid, budget, connections)
+            ("dq_batch", "dq_batch", node.proc.pid, o.messages, c),
+            ("js_batch", "js_batch", 0, o.messages, c),
+            ("dq_consume", "dq_consume", node.proc.pid, 0, c),
+            ("js_consume", "js_consume", 0, 0, c),
+            ("dq_single", "dq_single", node.proc.pid, o.single_messages, c),
+            ("js_single", "js_single", 0, o.single_messages, c),
+            ("dq_rtt", "dq_rtt", node.proc.pid, o.rtt_samples, 1),
+            ("js_rtt", "js_rtt", 0, o.rtt_samples, 1),
+        ]
+        labels = {
+            "batch": f"enqueue, batches of {BATCH}",
+            "consume": "receive+delete / consume+ack",
+            "single": f"single enqueue x{c}",
+            "rtt": "single round trip x1",
+        }
+        for key, kind, pid, budget, conns in phases:
+            system, what = key.split("_", 1)
+            if system == "js":
+                if peer is None:
+                    continue
+                pid, target = peer.pid, peer.url
+            else:
+                target = dq
+            if what == "consume":
+                # Consume exactly what the batch phase stored.
+                budget = res[f"{system}_batch"].count
+            specs = _specs(kind, target, o, pool, budget, conns)
+            if what == "rtt":
+                specs = [Spec(kind, target, 1, budget, budget, o.seconds)] + [
+                    Spec(kind, target, 1, 0, 0, o.seconds) for _ in specs[1:]
+                ]
+            r = pool.run(specs, pid)
+            res[key] = r
+            _show(f"{'dynaq' if system == 'dq' else 'jetstream'} {labels[what]}", r)
+        disk["after"] = fsync_latency_ms(tmp, 50 if o.quick else 200)
+        for when, d in disk.items():
+            progress(
+                f"disk {when}: write+fdatasync p50 {d['p50']:.2f} ms, p99 {d['p99']:.2f} ms"
+                " (dynaq acks after an fsync'd commit; JetStream 2.9 does not fsync per message)"
+            )
+    finally:
+        if pool is not None:
+            pool.close()
+        if peer is not None:
+            peer.stop()
+        if node is not None:
+            try:
+                node.terminate()
+            except Exception:  # noqa: BLE001 - cleanup must reach the rmtree
+                node.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _summary(o, res, disk)
+
+
+def _summary(
+    o: Options, res: dict[str, PhaseResult], disk: dict[str, dict[str, float]]
+) -> dict[str, Any]:
+    def fig(key: str) -> float:
+        r = res.get(key)
+        return round(r.msgs_per_s, 1) if r else 0.0
+
+    def lat(key: str, p: str) -> float:
+        r = res.get(key)
+        return round(r.latency_ms[p], 3) if r else 0.0
+
+    def cores(key: str, who: str) -> float:
+        r = res.get(key)
+        if r is None:
+            return 0.0
+        return round((r.server_cpu_s if who == "server" else r.client_cpu_s) / r.wall_s, 2)
+
+    out: dict[str, Any] = {
+        "scenario": "queue",
+        "quick": o.quick,
+        "body_bytes": BODY_BYTES,
+        "batch_size": BATCH,
+        "concurrency": o.concurrency,
+        "client_procs": o.procs,
+        "enqueue_batch_msgs_per_s": fig("dq_batch"),
+        "receive_delete_msgs_per_s": fig("dq_consume"),
+        "enqueue_single_msgs_per_s": fig("dq_single"),
+        "rtt_p50_ms": lat("dq_rtt", "p50"),
+        "rtt_p99_ms": lat("dq_rtt", "p99"),
+        "peer": "nats-jetstream" if "js_batch" in res else "none",
+        "peer_publish_batch_msgs_per_s": fig("js_batch"),
+        "peer_consume_ack_msgs_per_s": fig("js_consume"),
+        "peer_publish_single_msgs_per_s": fig("js_single"),
+        "peer_rtt_p50_ms": lat("js_rtt", "p50"),
+        "peer_rtt_p99_ms": lat("js_rtt", "p99"),
+        "ratio_vs_peer": _ratio(fig("dq_batch"), fig("js_batch")),
+        "ratio_receive_delete_vs_peer": _ratio(fig("dq_consume"), fig("js_consume")),
+        "ratio_single_vs_peer": _ratio(fig("dq_single"), fig("js_single")),
+        "errors": sum(r.errors for r in res.values()),
+    }
+    for key in res:
+        out[f"server_cores_{key}"] = cores(key, "server")
+        out[f"client_cores_{key}"] = cores(key, "client")
+    for when, d in disk.items():
+        out[f"fsync_{when}_p50_ms"] = round(d["p50"], 3)
+        out[f"fsync_{when}_p99_ms"] = round(d["p99"], 3)
+    out["counts"] = {k: r.count for k, r in res.items()}
+    return out

@@ -1,0 +1,161 @@
+"""Writer slots: each live node of a cluster draws ids with its own 5-bit slot.
+
+Ids carry the writer slot (see :mod:`dynaq.core.ids`), so two nodes holding
+the same slot could draw the same id and one enqueue would overwrite another.
+Slots are therefore leased through the shared store:
+
+* ``w/slot/<n>`` (n = 0..31) holds ``{"name", "heartbeat_ms"}``. Every write
+  is a conditional put (``put_if_absent`` / ``put_if_version``), so two nodes
+  can never both win a slot.
+* A node takes, in order: the slot already recorded under its own name (a
+  restart keeps its slot), a free slot, or the slot of a node that is neither
+  live in the ring nor heard from for ``lease_s`` (its lease lapsed).
+* The holder refreshes its heartbeat every ``refresh_s``. If a refresh finds
+  the slot taken by another node (this node was cut off longer than the
+  lease), the slot is lost: :class:`WriterSlots` calls ``on_lost`` and the node
+  must stop taking enqueues (it shuts down: fail-stop beats duplicate ids).
+
+**Limit: 32 concurrent writers per store.** A 33rd node cannot start
+(:class:`ClusterFull`) until a departed node's lease lapses. Nodes keep their
+slot across restarts and graceful stops, so a fixed set of names never runs
+out. A single node with gossip off uses slot 0 without asking the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+
+from dynaq.clock import Clock
+from dynaq.core.ids import MAX_WRITERS
+from dynaq.errors import DynaqError, StorageError
+from dynaq.storage.base import Item, Store
+
+log = logging.getLogger(__name__)
+
+SLOT_PREFIX = b"w/slot/"
+
+
+class ClusterFull(DynaqError):
+    """Every writer slot is held by a live (or recently live) node."""
+
+    status = 503
+    code = "cluster_full"
+
+
+class SlotLost(DynaqError):
+    """Another node took this node's writer slot: it must stop drawing ids."""
+
+    status = 503
+    code = "writer_slot_lost"
+
+
+def slot_key(slot: int) -> bytes:
+    return SLOT_PREFIX + b"%02d" % slot
+
+
+def _decode(item: Item | None) -> tuple[str, int] | None:
+    if item is None:
+        return None
+    try:
+        data = json.loads(item.value)
+        return str(data["name"]), int(data["heartbeat_ms"])
+    except (ValueError, KeyError, TypeError):
+        return None  # unreadable: treated as a lapsed lease
+
+
+class WriterSlots:
+    """Leases one writer slot for ``name`` and keeps the lease fresh."""
+
+    def __init__(
+        self,
+        store: Store,
+        name: str,
+        clock: Clock,
+        *,
+        lease_s: float = 60.0,
+        refresh_s: float = 10.0,
+        live: Callable[[], set[str]] = set,
+        on_lost: Callable[[], None] | None = None,
+    ) -> None:
+        if refresh_s * 2 > lease_s:
+            raise ValueError("refresh_s must be at most half of lease_s")
+        self._store = store
+        self._name = name
+        self._clock = clock
+        self._lease_ms = int(lease_s * 1000)
+        self._refresh_s = refresh_s
+        self._live = live
+        self._on_lost = on_lost
+        self._version: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.slot: int | None = None
+
+    def _value(self) -> bytes:
+        return json.dumps({"name": self._name, "heartbeat_ms": self._clock.wall_ms()}).encode()
+
+    async def acquire(self) -> int:
+        """Take a slot (see the module docstring for the order) and start refreshing it."""
+        keys = [slot_key(n) for n in range(MAX_WRITERS)]
+        items = await self._store.get_many(keys)
+        holders = [_decode(item) for item in items]
+        live = self._live()
+        now = self._clock.wall_ms()
+        mine = [n for n, h in enumerate(holders) if h is not None and h[0] == self._name]
+        free = [n for n, item in enumerate(items) if item is None]
+        lapsed = [
+            n
+            for n, h in enumerate(holders)
+            if items[n] is not None
+            and (h is None or (h[0] not in live and now - h[1] > self._lease_ms))
+        ]
+        for n in mine + free + lapsed:
+            item = items[n]
+            if item is None:
+                version = await self._store.put_if_absent(keys[n], self._value())
+            else:
+                version = await self._store.put_if_version(keys[n], self._value(), item.version)
+            if version is not None:
+                self.slot, self._version = n, version
+                log.info("writer slot taken", extra={"slot": n, "node": self._name})
+                self._task = asyncio.create_task(self._refresh_loop(), name="writer-slot")
+                return n
+        raise ClusterFull(
+            f"all {MAX_WRITERS} writer slots are held; a departed node's slot frees "
+            f"{self._lease_ms // 1000} s after it was last seen"
+        )
+
+    async def refresh(self) -> None:
+        """Renew the lease once; raises :class:`SlotLost` if another node holds the slot."""
+        assert self.slot is not None and self._version is not None
+        version = await self._store.put_if_version(
+            slot_key(self.slot), self._value(), self._version
+        )
+        if version is None:
+            raise SlotLost(f"writer slot {self.slot} was taken over by another node")
+        self._version = version
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._refresh_s)
+            try:
+                await self.refresh()
+            except SlotLost:
+                log.critical("writer slot lost; this node must stop", extra={"slot": self.slot})
+                if self._on_lost is not None:
+                    self._on_lost()
+                return
+            except StorageError:
+                # The store is down: enqueues fail too, so no id is drawn meanwhile.
+                log.warning("writer slot refresh failed; retrying", exc_info=True)
+
+    async def stop(self) -> None:
+        """Stop refreshing. The record stays, so a restart under this name keeps the slot."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

@@ -1,0 +1,344 @@
+"""One leadership term of mark-purge/reset (goharvest's MP/R), pipelined.
+
+Three tasks share the term's state:
+
+* the **marker** escrows the oldest pending rows under this term's
+  ``leader_id`` (on the lock session, so only the lock holder can mark),
+  sorts them by id and dispatches each once (A4) fewer than ``max_in_flight``
+  records are in flight and (A5) no record of its key is in flight;
+* the **sender** publishes everything dispatched since its last round, one
+  publish call per topic (in-flight keys are distinct, so a batch never holds
+  two records of one key and batching cannot reorder a key);
+* the **completer** purges published rows, resets failed ones (then raises
+  ``force_remark``) and parks rows that can never be published, in batched
+  statements, and only then lowers each key's barrier.
+
+Because a key's barrier falls only after its row is purged, at most one row
+per key is ever in an indeterminate state: a crash or a failed publish can
+duplicate a row but never put it after its successor. Duplicates carry the
+same dedup id (``table:id``), so the queue drops them within its dedup window.
+When ``force_remark`` is seen, the marker takes a new ``leader_id``, which
+re-marks every unacknowledged row, the reset one included, in id order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+from uuid import UUID, uuid4
+
+from dynaq.errors import InvalidInput, PayloadTooLarge, TopicNotFound
+from dynaq.metrics import Metrics
+from dynaq.outbox.config import OutboxConfig
+from dynaq.outbox.events import Event, LeaderRefreshed
+from dynaq.outbox.schema import BadRecord, OutboxRecord, Queries, record_from_row, to_message
+from dynaq.services.messages import NewMessage
+
+log = logging.getLogger("dynaq.outbox")
+
+
+class Publisher(Protocol):
+    """Where records go: :class:`dynaq.services.topics.TopicService` satisfies it."""
+
+    async def publish(self, topic: str, messages: Sequence[NewMessage]) -> dict[str, list[int]]: ...
+
+
+class Connection(Protocol):
+    """The slice of an asyncpg connection (or pool) the term uses."""
+
+    async def fetch(self, query: str, *args: Any) -> list[Any]: ...
+
+    async def execute(self, query: str, *args: Any) -> str: ...
+
+
+class Outcome(enum.Enum):
+    PURGE = "purge"
+    RESET = "reset"
+    PARK = "park"
+
+
+@dataclass(slots=True)
+class _Done:
+    rec: OutboxRecord
+    outcome: Outcome
+    reason: str = ""
+
+
+class Term:
+    """Relays one outbox table for one leadership term; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        config: OutboxConfig,
+        lock_conn: Connection,
+        pool: Connection,
+        publisher: Publisher,
+        metrics: Metrics,
+        emit: Callable[[Event], None],
+        on_relayed: Callable[[int], None],
+        max_message_bytes: int | None,
+        leader_id: UUID,
+    ) -> None:
+        self._cfg = config
+        self._q = Queries.for_table(config.table)
+        self._lock_conn = lock_conn
+        self._pool = pool
+        self._publisher = publisher
+        self._metrics = metrics
+        self._emit = emit
+        self._on_relayed = on_relayed
+        self._max_bytes = max_message_bytes
+        self._prefix = f"outbox.{config.table}."
+        self.leader_id = leader_id
+        self.in_flight: dict[int, OutboxRecord] = {}
+        self.keys: dict[str, int] = {}
+        self._changed = asyncio.Condition()
+        self._force_remark = False
+        self._pending: list[tuple[OutboxRecord, NewMessage]] = []
+        self._pending_ready = asyncio.Event()
+        self._done: list[_Done] = []
+        self._done_ready = asyncio.Event()
+        self._closing = False
+        self.active = True
+        """False once the term ends (revoked, fenced): it marks and sends nothing new."""
+        # Rows in flight when the leader id was refreshed may come back from
+        # the re-mark after they were published; ``_skip`` remembers those
+        # that completed, tagged with how many marks had started by then
+        # (a mark started later cannot return them), so they are not sent twice.
+        self._refreshed_in_flight: set[int] = set()
+        self._skip: dict[int, int] = {}
+        self._marks_started = 0
+
+    # the term ----------------------------------------------------------------
+
+    async def run(self, leave: asyncio.Event) -> None:
+        """Relay until ``leave`` is set (returns after draining) or the lock session fails (raises).
+
+        Either way no publish of this term is still running when it returns.
+        """
+        marker = asyncio.create_task(self._mark_loop(), name="outbox-mark")
+        sender = asyncio.create_task(self._send_loop(), name="outbox-send")
+        completer = asyncio.create_task(self._complete_loop(), name="outbox-complete")
+        leaving = asyncio.create_task(leave.wait(), name="outbox-leave")
+        tasks: list[asyncio.Task[None]] = [marker, sender, completer]
+        try:
+            await asyncio.wait([*tasks, leaving], return_when=asyncio.FIRST_COMPLETED)
+            self.active = False
+            # A task that ended on its own failed (the lock session, most
+            # likely); one cancelled here may end with the driver's complaint
+            # about the interrupted query, which is not a failure.
+            error: BaseException | None = None
+            for t in tasks:
+                if t.done() and not t.cancelled():
+                    error = t.exception() or error
+            marker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await marker
+            if error is not None:
+                # Fenced: publish nothing new; rows not yet sent stay marked
+                # and the next leader re-marks them.
+                self._closing = True
+                await self._drop_pending()
+            await self._drain()
+            if error is not None:
+                raise error
+        finally:
+            leaving.cancel()
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+            with contextlib.suppress(asyncio.CancelledError):
+                await leaving
+
+    async def _drain(self) -> None:
+        """Let publishes in flight finish and their rows be purged (bounded by queue_timeout_s)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._cfg.queue_timeout_s), self._changed:
+                await self._changed.wait_for(lambda: not self.in_flight)
+        if self.in_flight:
+            log.warning(
+                "outbox term ended with records in flight",
+                extra={"table": self._cfg.table, "records": len(self.in_flight)},
+            )
+
+    async def _drop_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        await self._release([rec for rec, _ in pending], None)
+
+    # marker (A1-A9) ----------------------------------------------------------
+
+    async def _mark_loop(self) -> None:
+        cfg = self._cfg
+        backoff = cfg.mark_backoff_ms / 1000
+        while True:
+            self._force_remark = False  # A2
+            await self._wait_for(lambda: len(self.in_flight) < cfg.max_in_flight)
+            self._marks_started += 1
+            mark_no = self._marks_started
+            rows = await self._lock_conn.fetch(self._q.mark, self.leader_id, cfg.mark_batch)  # A3
+            if not rows:
+                self._prune_skip(mark_no)
+                await asyncio.sleep(backoff)
+                continue
+            for rec in sorted(map(record_from_row, rows), key=lambda r: r.id):
+                await self._wait_for(  # A4 + A5
+                    lambda r=rec: (
+                        len(self.in_flight) < cfg.max_in_flight  # type: ignore[misc]
+                        and r.key not in self.keys
+                    )
+                )
+                if self._force_remark:  # A9: a reset happened; start over from the head
+                    self._refresh()
+                    break
+                if self._skip.pop(rec.id, None) is not None:
+                    continue  # published under the previous leader id already
+                self._dispatch(rec)
+            self._prune_skip(mark_no)
+
+    async def _wait_for(self, predicate: Callable[[], bool]) -> None:
+        if predicate():
+            return
+        async with self._changed:
+            await self._changed.wait_for(predicate)
+
+    def _refresh(self) -> None:
+        self._refreshed_in_flight.update(self.in_flight)
+        self.leader_id = uuid4()
+        self._emit(LeaderRefreshed(self.leader_id))
+
+    def _prune_skip(self, mark_no: int) -> None:
+        if self._skip:
+            self._skip = {i: n for i, n in self._skip.items() if n > mark_no}
+
+    def _dispatch(self, rec: OutboxRecord) -> None:
+        self.in_flight[rec.id] = rec  # A6
+        self.keys[rec.key] = rec.id  # A7
+        try:
+            msg = to_message(rec, self._cfg.table, self._max_bytes)
+        except BadRecord as exc:
+            self._complete([rec], Outcome.PARK, str(exc))
+            return
+        self._pending.append((rec, msg))  # A8
+        self._pending_ready.set()
+
+    # sender ---------------------------------------------------------------
+
+    async def _send_loop(self) -> None:
+        while True:
+            await self._pending_ready.wait()
+            self._pending_ready.clear()
+            if self._closing or not self._pending:
+                continue
+            batch, self._pending = self._pending, []
+            by_topic: dict[str, list[tuple[OutboxRecord, NewMessage]]] = {}
+            for item in batch:
+                by_topic.setdefault(item[0].topic, []).append(item)
+            size = self._cfg.max_publish_batch
+            await asyncio.gather(
+                *(
+                    self._send(topic, items[i : i + size])
+                    for topic, items in by_topic.items()
+                    for i in range(0, len(items), size)
+                )
+            )
+
+    async def _send(self, topic: str, items: list[tuple[OutboxRecord, NewMessage]]) -> None:
+        recs = [rec for rec, _ in items]
+        try:
+            async with asyncio.timeout(self._cfg.queue_timeout_s):
+                await self._publisher.publish(topic, [m for _, m in items])
+        except TopicNotFound:
+            self._complete(recs, Outcome.PARK, f"topic {topic!r} does not exist")
+        except (PayloadTooLarge, InvalidInput) as exc:
+            if len(items) == 1:
+                self._complete(recs, Outcome.PARK, str(exc))
+            else:  # find the bad row(s): publish one by one
+                for item in items:
+                    await self._send(topic, [item])
+        except Exception as exc:  # noqa: BLE001 - any other failure is retried via reset + re-mark
+            self._metrics.incr(self._prefix + "publish_failed.count", len(recs))
+            log.warning(
+                "outbox publish failed; records reset",
+                extra={
+                    "table": self._cfg.table,
+                    "topic": topic,
+                    "records": len(recs),
+                    "error": repr(exc),
+                },
+            )
+            self._complete(recs, Outcome.RESET)
+        else:
+            self._complete(recs, Outcome.PURGE)
+
+    # completer (B1-B5) --------------------------------------------------------
+
+    def _complete(self, recs: list[OutboxRecord], outcome: Outcome, reason: str = "") -> None:
+        self._done.extend(_Done(r, outcome, reason) for r in recs)
+        self._done_ready.set()
+
+    async def _complete_loop(self) -> None:
+        while True:
+            await self._done_ready.wait()
+            self._done_ready.clear()
+            done, self._done = self._done, []
+            purged = [d.rec for d in done if d.outcome is Outcome.PURGE]
+            if purged:
+                await self._retry(self._q.purge, [r.id for r in purged])  # B1
+                await self._release(purged, Outcome.PURGE)
+                self._metrics.incr(self._prefix + "published.count", len(purged))
+                self._on_relayed(len(purged))
+            for d in done:
+                if d.outcome is Outcome.PARK:
+                    await self._retry(self._q.park, d.rec.id, d.reason[:1000])
+                    self._metrics.incr(self._prefix + "parked.count")
+                    log.error(
+                        "outbox row parked",
+                        extra={
+                            "table": self._cfg.table,
+                            "id": d.rec.id,
+                            "topic": d.rec.topic,
+                            "reason": d.reason,
+                        },
+                    )
+                    await self._release([d.rec], Outcome.PARK)
+            by_leader: dict[UUID, list[OutboxRecord]] = {}
+            for d in done:
+                if d.outcome is Outcome.RESET:
+                    by_leader.setdefault(d.rec.leader_id, []).append(d.rec)
+            for leader_id, recs in by_leader.items():
+                await self._retry(self._q.reset, [r.id for r in recs], leader_id)  # B2
+                self._force_remark = True  # B3 (before the barriers fall)
+                await self._release(recs, Outcome.RESET)  # B4 + B5
+
+    async def _retry(self, query: str, *args: Any) -> None:
+        """Run an idempotent statement until it succeeds (the term's end cancels it)."""
+        while True:
+            try:
+                await self._pool.execute(query, *args)
+                return
+            except Exception as exc:  # noqa: BLE001 - the database is away: back off, keep the barrier up
+                log.warning(
+                    "outbox statement failed; retrying",
+                    extra={"table": self._cfg.table, "error": repr(exc)},
+                )
+                await asyncio.sleep(self._cfg.io_error_backoff_ms / 1000)
+
+    async def _release(self, recs: list[OutboxRecord], outcome: Outcome | None) -> None:
+        for rec in recs:
+            self.in_flight.pop(rec.id, None)
+            if self.keys.get(rec.key) == rec.id:
+                del self.keys[rec.key]
+            if rec.id in self._refreshed_in_flight:
+                self._refreshed_in_flight.discard(rec.id)
+                if outcome is Outcome.PURGE or outcome is Outcome.PARK:
+                    self._skip[rec.id] = self._marks_started
+        async with self._changed:
+            self._changed.notify_all()

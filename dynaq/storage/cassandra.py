@@ -1,0 +1,629 @@
+"""The Cassandra store: the storage contract on Apache Cassandra 2.1 - 5.0.
+
+Requires the ``cassandra`` extra (``pip install 'dynaq[cassandra]'``).
+
+**Async.** Every query goes out with ``Session.execute_async``; the driver's
+reactor thread (libev, bundled in the wheel; asyncio's reactor otherwise, never
+the deprecated asyncore) completes the driver's future and the result is handed
+to the event loop with ``call_soon_threadsafe``. Connecting, preparing and
+shutting down block, so they run in a worker thread. Driver exceptions are
+translated where they leave this module: timeouts, unavailable replicas and
+lost connections become :class:`StorageUnavailable` (retriable), anything else
+:class:`StorageError`. Only CQL that Cassandra 2.1 through 5.0 accept is used
+(prepared statements, ``IF NOT EXISTS`` / ``IF version = ?`` LWTs, batches,
+paging) over native protocol v3 by default. ``execute_async`` itself only
+waits when a connection has no free stream id (32,768 requests in flight).
+
+**Durability.** A write returns once ``LOCAL_QUORUM`` replicas accepted it;
+it is on disk then only if the cluster runs ``commitlog_sync: batch`` (or
+``group``, 4.0+). With Cassandra's default ``periodic`` sync (10 s), an
+acknowledged write survives the loss of a minority of replicas, not a power
+cut of all of them within that window: run RF >= 3 in production.
+
+**Tables.** ``messages ((queue, lane), id)`` holds message keys
+(``m`` + queue number + id, see :mod:`dynaq.core.keys`): one partition per
+lane (the top 10 bits of the id) of a queue, rows ordered by id, so a receive
+scan is a clustering-range read of a few partitions, and a scan over several
+lanes reads them in order until ``limit`` rows came back (a few lanes at a
+time, concurrently, more at once while lanes come back empty). A partition
+holds the backlog of one lane (a queue's backlog / 1024, or one message
+group's), which stays bounded as long as consumers keep up; a time bucket in
+the partition key would bound it further but would make every scan enumerate
+buckets, so it is not used. ``directory`` lists every queue number that ever
+had a message and every first byte of other keys (written once per process
+before the first such key; never removed), so a scan that spans queues or
+first bytes reads only those that exist.
+
+Every other key (``c/...`` config, ``d/...`` dedup records, any byte string)
+goes to ``kv ((p), k)`` with ``p`` the key's first byte (``-1`` for the empty
+key) and ``k`` the whole key (blobs compare as unsigned bytes). A scan visits
+the partitions its range covers (at most 257, only those in ``directory``),
+in order, so any byte range scans correctly. The trade-off: one partition
+holds every key that shares a first byte, so all config is one small
+partition, and all dedup
+records of every queue share the ``d`` partition (bounded by the dedup window
+times the rate of deduplicated enqueues, plus its tombstones, see below); a
+longer partition prefix would spread that load but make an arbitrary range
+scan enumerate up to 65,536 partitions.
+
+**Versions** are a bigint column: ``(µs since 1970, strictly increasing in
+this process) << 10 | a random 10-bit salt`` for every write, so versions
+increase and stay unique across processes without coordination.
+:meth:`put_if_absent` and :meth:`put_if_version` are lightweight transactions
+(Paxos); a ``WriteTimeout`` on one means the outcome is unknown and surfaces as
+:class:`StorageUnavailable`.
+
+**LWT and plain writes.** Cassandra does not order a conditional (Paxos)
+write against plain writes of the same row: they carry timestamps from
+different clocks (the coordinator's ballot vs. the client's), so mixing them
+can let a plain write lose to, or shadow, a conditional one. dynaq never mixes
+them on the hot path: message keys are only ever written plainly, and the
+keys that are written conditionally (catalog records, sequences, schema) are
+deleted through :meth:`delete`, which is itself an LWT (``DELETE ... IF
+version = ?``). The one plain write to such a key is the catalog's queue
+delete (a batch removing the config record and adding a purge marker); it
+only races a re-create of the same name issued within the clock skew between
+the dynaq node and the coordinator.
+
+**Rows and deletes.** Plain writes are ``UPDATE``s (no CQL row marker) and
+deletes remove the ``value`` and ``version`` cells (``DELETE value, version``),
+never the row: a row deletion is a range tombstone in Cassandra 2.1, and the
+tests caught 2.1.0 returning such deleted rows again after a flush to reads
+whose bound starts at them (the start of every lane). Cell tombstones have no
+such problem on any version. ``put_if_absent`` is ``INSERT ... IF NOT EXISTS``,
+which leaves a row marker; a row whose ``version`` is null is therefore read as
+absent (and ``put_if_absent`` on it retries as ``UPDATE ... IF version =
+null``, which 2.1 only honours on rows that exist).
+
+**Deletes** report whether the key existed: :meth:`delete` of a non-message
+key reads the version and deletes ``IF version = <it>`` (an LWT, retried if
+the key changed meanwhile); message deletes and :meth:`write_batch` read the
+keys first and then delete, so two concurrent deletes of one message may both
+report it existed (at-least-once semantics tolerate that).
+
+**Batches.** :meth:`write_batch` is one ``UNLOGGED`` batch when every op
+lands in one partition (atomic and isolated there, and exempt from the batch
+size limit), and a ``LOGGED`` batch otherwise (atomic through the batchlog).
+Cassandra 2.2+ rejects multi-partition batches over
+``batch_size_fail_threshold_in_kb`` (50 KB by default): enqueue batches go to
+one lane and are not affected, but a topic fanout of large messages to many
+queues may need that threshold raised. :meth:`delete_range` (not atomic by
+contract) deletes in per-partition batches.
+
+**Tombstones.** A queue deletes everything it stores, and a Cassandra delete
+writes a tombstone that scans must step over until compaction drops it after
+``gc_grace_seconds``. The messages table uses ``gc_grace_seconds`` = 900 by
+default (Cassandra's default is 10 days) and leveled compaction, which
+compacts often. The usual risk of a short grace period is a replica that
+missed a delete and is repaired only after the tombstone is gone: the message
+then reappears. For a queue that is a duplicate delivery, which its
+at-least-once guarantee already allows, and message ids are never reused, so
+nothing else can be shadowed. Receive scans mostly start at a cursor past the
+deleted head of a lane, where the clustering index skips the tombstones
+(each delete leaves two cell tombstones, see above). The
+``kv`` table keeps Cassandra's default grace: a resurrected config record
+would be wrong, not just a duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import socket
+import time
+from collections.abc import Awaitable, Sequence
+from typing import Any
+
+from dynaq.errors import InvalidInput, StorageError, StorageUnavailable
+from dynaq.storage.base import Delete, Item, Op, Put, Store
+from dynaq.storage.cassandra_layout import (
+    ID_BITS,
+    ID_MASK,
+    LANE_SHIFT,
+    after_blob,
+    after_id,
+    is_message,
+    kv_part,
+    live,
+    msg_key,
+    msg_parts,
+    msg_pos,
+    ordered,
+    row_key,
+    same_key,
+)
+from dynaq.storage.cassandra_schema import Statements, create_schema
+
+try:
+    from cassandra import ConsistencyLevel, DriverException
+    from cassandra import OperationTimedOut as _OperationTimedOut
+    from cassandra import Timeout as _Timeout
+    from cassandra import Unavailable as _Unavailable
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
+    from cassandra.connection import ConnectionException
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+    from cassandra.query import BatchStatement, BatchType, tuple_factory
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "the Cassandra store needs cassandra-driver: pip install 'dynaq[cassandra]'"
+    ) from exc
+
+_KEYSPACE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
+_DIR_QUEUE = 0  # directory kinds
+_DIR_KV = 1
+_IN_CHUNK = 100  # keys per ``IN`` read
+_DELETE_TRIES = 50
+# What the driver raises: its own tree plus two plain-Exception subclasses.
+_DRIVER_ERRORS = (DriverException, NoHostAvailable, ConnectionException)
+_UNAVAILABLE = (
+    NoHostAvailable,
+    _OperationTimedOut,
+    _Timeout,
+    _Unavailable,
+    ConnectionException,
+)
+
+
+def _connection_class() -> Any:
+    try:
+        from cassandra.io.libevreactor import LibevConnection
+
+        return LibevConnection
+    except ImportError:  # pragma: no cover - the wheel bundles libev
+        from cassandra.io.asyncioreactor import AsyncioConnection
+
+        return AsyncioConnection
+
+
+def _translate(exc: BaseException) -> StorageError:
+    if isinstance(exc, _UNAVAILABLE):
+        return StorageUnavailable(f"Cassandra unavailable: {type(exc).__name__}: {exc}")
+    return StorageError(f"Cassandra error: {type(exc).__name__}: {exc}")
+
+
+class CassandraStore(Store):
+    """:class:`~dynaq.storage.base.Store` on a Cassandra cluster (see the module docs).
+
+    ``hosts`` are ``"host:port"`` contact points. The keyspace and tables are
+    created if missing (``SimpleStrategy`` with ``replication_factor``).
+    Reads and writes use ``LOCAL_QUORUM``, LWTs ``LOCAL_SERIAL``.
+    """
+
+    def __init__(
+        self,
+        hosts: Sequence[str] = ("127.0.0.1:9042",),
+        *,
+        keyspace: str = "dynaq",
+        replication_factor: int = 1,
+        protocol_version: int = 3,
+        pool_size: int = 4,
+        request_timeout_s: float = 12.0,
+        connect_timeout_s: float = 10.0,
+        messages_gc_grace_s: int = 900,
+    ) -> None:
+        if not _KEYSPACE.match(keyspace):
+            raise InvalidInput(f"invalid Cassandra keyspace name {keyspace!r}")
+        if replication_factor < 1:
+            raise InvalidInput("replication_factor must be at least 1")
+        self._points = [_parse_host(h) for h in hosts]
+        self._ks = keyspace
+        self._rf = replication_factor
+        self._protocol = protocol_version
+        self._pool_size = pool_size
+        self._timeout_s = request_timeout_s
+        self._connect_timeout_s = connect_timeout_s
+        self._gc_grace_s = messages_gc_grace_s
+        self._cluster: Any = None
+        self._session: Any = None
+        self._st: Statements | None = None
+        self._known: set[tuple[int, int]] = set()
+        self._salt = random.getrandbits(10)
+        self._last_us = 0
+
+    # lifecycle -------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._session is not None:
+            return
+        try:
+            self._cluster, self._session, self._st = await asyncio.to_thread(self._connect)
+        except _DRIVER_ERRORS as exc:
+            raise _translate(exc) from exc
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot reach Cassandra: {exc}") from exc
+
+    def _connect(self) -> tuple[Any, Any, Statements]:
+        from cassandra.policies import HostDistance
+
+        profile = ExecutionProfile(
+            load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
+            consistency_level=ConsistencyLevel.LOCAL_QUORUM,
+            serial_consistency_level=ConsistencyLevel.LOCAL_SERIAL,
+            request_timeout=self._timeout_s,
+            row_factory=tuple_factory,
+        )
+        cluster = Cluster(
+            contact_points=self._points,
+            protocol_version=self._protocol,
+            execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+            connection_class=_connection_class(),
+            connect_timeout=self._connect_timeout_s,
+            compression=False,
+            # Without it a multi-segment request (a batch) waits for the
+            # server's delayed ACK: measured 52 ms per 100-message batch.
+            sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+        )
+        if self._protocol < 3:
+            cluster.set_core_connections_per_host(HostDistance.LOCAL, self._pool_size)
+        try:
+            session = cluster.connect()
+            create_schema(session, self._ks, self._rf, self._gc_grace_s)
+            return cluster, session, Statements(session, self._ks)
+        except BaseException:
+            cluster.shutdown()
+            raise
+
+    async def close(self) -> None:
+        cluster, self._cluster, self._session, self._st = self._cluster, None, None, None
+        self._known.clear()
+        if cluster is not None:
+            await asyncio.to_thread(cluster.shutdown)
+
+    # plumbing ----------------------------------------------------------------
+
+    def _stmts(self) -> Statements:
+        if self._st is None:
+            raise StorageUnavailable("store is closed")
+        return self._st
+
+    async def _run(self, stmt: Any, params: Sequence[Any] | None = None) -> list[Any]:
+        """Execute on the driver's reactor; collect every page; translate errors."""
+        session = self._session
+        if session is None:
+            raise StorageUnavailable("store is closed")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[Any]] = loop.create_future()
+        rows: list[Any] = []
+        try:
+            rf = session.execute_async(stmt, params)
+        except _DRIVER_ERRORS as exc:
+            raise _translate(exc) from exc
+
+        def on_page(page: list[Any] | None) -> None:
+            # Runs on the driver's reactor thread; it must always answer the loop.
+            try:
+                if page:
+                    rows.extend(page)
+                if rf.has_more_pages:
+                    rf.start_fetching_next_page()
+                    return
+            except Exception as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                loop.call_soon_threadsafe(_resolve, fut, None, exc)
+                return
+            loop.call_soon_threadsafe(_resolve, fut, rows, None)
+
+        def on_error(exc: BaseException) -> None:
+            loop.call_soon_threadsafe(_resolve, fut, None, exc)
+
+        rf.add_callbacks(on_page, on_error)
+        try:
+            return await fut
+        except _DRIVER_ERRORS as exc:
+            raise _translate(exc) from exc
+
+    def _next_version(self) -> int:
+        us = max(self._last_us + 1, time.time_ns() // 1000)
+        self._last_us = us
+        return (us << 10) | self._salt
+
+    async def _note_parts(self, keys: Sequence[bytes]) -> None:
+        """Record new queue numbers / first bytes in ``directory`` before writing their keys.
+
+        Written once per process each; a scan that spans several queues or
+        first bytes then reads only those that exist.
+        """
+        new: set[tuple[int, int]] = set()
+        for k in keys:
+            if is_message(k):
+                new.add((_DIR_QUEUE, int.from_bytes(k[1:5], "big")))
+            else:
+                new.add((_DIR_KV, kv_part(k)[0]))
+        new -= self._known
+        if new:
+            st = self._stmts()
+            await asyncio.gather(*(self._run(st.d_add, entry) for entry in new))
+            self._known |= new
+
+    async def _listed(self, kind: int, lo: int, hi: int) -> list[int]:
+        rows = await self._run(self._stmts().d_list, (kind, lo, hi))
+        return sorted(r[0] for r in rows)
+
+    # reads -------------------------------------------------------------------
+
+    async def get(self, key: bytes) -> Item | None:
+        return (await self.get_many([key]))[0]
+
+    async def get_many(self, keys: Sequence[bytes]) -> list[Item | None]:
+        found = await self._lookup(keys, with_values=True)
+        return [found.get(k) for k in keys]
+
+    async def _lookup(self, keys: Sequence[bytes], *, with_values: bool) -> dict[bytes, Any]:
+        """Fetch ``keys`` grouped by partition with ``IN``; map key -> Item (or True)."""
+        st = self._stmts()
+        groups: dict[tuple[Any, ...], list[Any]] = {}
+        for k in dict.fromkeys(keys):
+            if is_message(k):
+                q, lane, mid = msg_parts(k)
+                groups.setdefault((True, q, lane), []).append(mid)
+            else:
+                p, ck = kv_part(k)
+                groups.setdefault((False, p), []).append(ck)
+        calls: list[Awaitable[list[Any]]] = []
+        metas: list[tuple[Any, ...]] = []
+        for g, cks in groups.items():
+            for i in range(0, len(cks), _IN_CHUNK):
+                chunk = cks[i : i + _IN_CHUNK]
+                if g[0]:
+                    stmt = st.m_get if with_values else st.m_ver
+                    calls.append(self._run(stmt, (g[1], g[2], chunk)))
+                else:
+                    stmt = st.kv_get if with_values else st.kv_ver
+                    calls.append(self._run(stmt, (g[1], chunk)))
+                metas.append(g)
+        out: dict[bytes, Any] = {}
+        for g, rows in zip(metas, await asyncio.gather(*calls), strict=True):
+            for row in rows:
+                if row[-1] is None:
+                    continue  # a bare row marker: absent
+                k = msg_key(g[1], row[0]) if g[0] else (row[0] if g[1] >= 0 else b"")
+                out[k] = Item(row[1] or b"", row[2]) if with_values else True
+        return out
+
+    async def scan(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        return await self._scan(start, end, limit, with_values=True)
+
+    async def list_keys(
+        self, prefix: bytes, limit: int, start_after: bytes | None = None
+    ) -> list[bytes]:
+        from dynaq.storage.base import prefix_end
+
+        start = prefix
+        if start_after is not None and start_after >= prefix:
+            start = start_after + b"\x00"
+        end = prefix_end(prefix) if prefix else b"\xff" * 64 + b"\xff"
+        return await self._scan(start, end, limit, with_values=False)
+
+    async def _scan(self, start: bytes, end: bytes, limit: int, *, with_values: bool) -> list[Any]:
+        if limit <= 0 or start >= end:
+            return []
+        self._stmts()
+        lo, hi = msg_pos(start), msg_pos(end)
+        # Message keys and other keys live in different tables: read both, merge.
+        kv_rows, m_rows = await asyncio.gather(
+            self._scan_kv(start, end, limit, with_values),
+            self._scan_messages(lo, hi, limit, with_values) if lo < hi else _nothing(),
+        )
+        if not m_rows:
+            return kv_rows[:limit]
+        if not kv_rows:
+            return m_rows[:limit]
+        rows = sorted([*kv_rows, *m_rows], key=row_key if with_values else same_key)
+        return rows[:limit]
+
+    async def _scan_kv(self, start: bytes, end: bytes, limit: int, with_values: bool) -> list[Any]:
+        st = self._stmts()
+        first = start[0] if start else -1  # the empty key (partition -1) sorts first
+        last = end[0] - 1 if len(end) == 1 else end[0]  # end == bytes([b]) excludes b's keys
+        parts = [first] if first == last else await self._listed(_DIR_KV, first, last)
+
+        def fetch(p: int, n: int) -> Awaitable[list[Any]]:
+            if p == -1:
+                stmt = st.kv_get if with_values else st.kv_ver
+                return live(lambda lo, m: self._run(stmt, (-1, [b"\x00"])), b"", n, after_blob)
+            bounded = end[0] == p if end else False
+            if with_values:
+                stmt = st.kv_scan if bounded else st.kv_scan_open
+            else:
+                stmt = st.kv_keys if bounded else st.kv_keys_open
+
+            def run(lo: bytes, m: int) -> Awaitable[list[Any]]:
+                return self._run(stmt, (p, lo, end, m) if bounded else (p, lo, m))
+
+            return live(run, max(start, bytes([p])), n, after_blob)
+
+        rows = await ordered(parts, fetch, limit)
+        if with_values:
+            return [(b"" if k == b"\x00" and p == -1 else k, v or b"") for p, (k, v, *_) in rows]
+        return [b"" if p == -1 else r[0] for p, r in rows]
+
+    async def _scan_messages(self, lo: int, hi: int, limit: int, with_values: bool) -> list[Any]:
+        st = self._stmts()
+        q_lo, q_hi = lo >> ID_BITS, (hi - 1) >> ID_BITS
+        if q_lo == q_hi:
+            queues = [q_lo]
+        else:
+            queues = await self._listed(_DIR_QUEUE, q_lo, min(q_hi, (1 << 32) - 1))
+        parts: list[tuple[int, int]] = []
+        for q in queues:
+            base = q << ID_BITS
+            first = max(lo - base, 0) >> LANE_SHIFT
+            last = min(hi - 1 - base, ID_MASK) >> LANE_SHIFT
+            parts.extend((q, lane) for lane in range(first, last + 1))
+
+        def fetch(part: tuple[int, int], n: int) -> Awaitable[list[Any]]:
+            q, lane = part
+            base = q << ID_BITS
+            id_lo = max(lo - base, lane << LANE_SHIFT)
+            id_last = min(hi - base, (lane + 1) << LANE_SHIFT) - 1  # inclusive: 2^63 overflows
+            stmt = st.m_scan if with_values else st.m_keys
+
+            def run(first: int, m: int) -> Awaitable[list[Any]]:
+                return self._run(stmt, (q, lane, first, id_last, m))
+
+            return live(run, id_lo, n, after_id)
+
+        rows = await ordered(parts, fetch, limit)
+        if with_values:
+            return [(msg_key(part[0], r[0]), r[1] or b"") for part, r in rows]
+        return [msg_key(part[0], r[0]) for part, r in rows]
+
+    # writes ------------------------------------------------------------------
+
+    async def put(self, key: bytes, value: bytes) -> int:
+        st = self._stmts()
+        await self._note_parts([key])
+        v = self._next_version()
+        if is_message(key):
+            q, lane, mid = msg_parts(key)
+            await self._run(st.m_put, (value, v, q, lane, mid))
+        else:
+            p, ck = kv_part(key)
+            await self._run(st.kv_put, (value, v, p, ck))
+        return v
+
+    async def put_if_absent(self, key: bytes, value: bytes) -> int | None:
+        st = self._stmts()
+        await self._note_parts([key])
+        v = self._next_version()
+        if is_message(key):
+            q, lane, mid = msg_parts(key)
+            rows = await self._run(st.m_put_new, (q, lane, mid, value, v))
+            if rows and not rows[0][0] and rows[0][-1] is None:  # a bare marker: absent
+                rows = await self._run(st.m_put_bare, (value, v, q, lane, mid))
+        else:
+            p, ck = kv_part(key)
+            rows = await self._run(st.kv_put_new, (p, ck, value, v))
+            if rows and not rows[0][0] and rows[0][-1] is None:
+                rows = await self._run(st.kv_put_bare, (value, v, p, ck))
+        return v if rows and rows[0][0] else None
+
+    async def put_if_version(self, key: bytes, value: bytes, version: int) -> int | None:
+        st = self._stmts()
+        v = max(self._next_version(), version + 1)
+        if is_message(key):
+            q, lane, mid = msg_parts(key)
+            rows = await self._run(st.m_put_ver, (value, v, q, lane, mid, version))
+        else:
+            p, ck = kv_part(key)
+            rows = await self._run(st.kv_put_ver, (value, v, p, ck, version))
+        return v if rows and rows[0][0] else None
+
+    async def delete(self, key: bytes) -> bool:
+        if is_message(key):
+            return (await self.write_batch([Delete(key)]))[0]
+        # Conditional on the version just read, so it is a Paxos write like
+        # the conditional puts of the same keys (Cassandra 2.1 has no
+        # ``IF version > 0``, and ``IF EXISTS`` would count a bare row marker).
+        p, ck = kv_part(key)
+        for _ in range(_DELETE_TRIES):
+            item = await self.get(key)
+            if item is None:
+                return False
+            rows = await self._run(self._stmts().kv_del_ver, (p, ck, item.version))
+            if rows and rows[0][0]:
+                return True
+        raise StorageUnavailable(f"delete of {key!r} kept losing to concurrent writes")
+
+    async def write_batch(self, ops: Sequence[Op]) -> list[bool]:
+        if not ops:
+            self._stmts()
+            return []
+        st = self._stmts()
+        dels = [op.key for op in ops if isinstance(op, Delete)]
+        existing = await self._lookup(dels, with_values=False) if dels else {}
+        await self._note_parts([op.key for op in ops if isinstance(op, Put)])
+        # Ops apply in order: a later op on a key replaces an earlier one
+        # (in one batch they would share a timestamp, and a tombstone wins ties).
+        exists: dict[bytes, bool] = {}
+        last: dict[bytes, Op] = {}
+        results: list[bool] = []
+        for op in ops:
+            if isinstance(op, Put):
+                results.append(True)
+                exists[op.key] = True
+            else:
+                results.append(exists.get(op.key, op.key in existing))
+                exists[op.key] = False
+            last.pop(op.key, None)
+            last[op.key] = op
+        stmts: list[tuple[Any, tuple[Any, ...]]] = []
+        parts: set[tuple[Any, ...]] = set()
+        for op in last.values():
+            if is_message(op.key):
+                q, lane, mid = msg_parts(op.key)
+                parts.add((q, lane))
+                if isinstance(op, Put):
+                    stmts.append((st.m_put, (op.value, self._next_version(), q, lane, mid)))
+                else:
+                    stmts.append((st.m_del, (q, lane, mid)))
+            else:
+                p, ck = kv_part(op.key)
+                parts.add((p,))
+                if isinstance(op, Put):
+                    stmts.append((st.kv_put, (op.value, self._next_version(), p, ck)))
+                else:
+                    stmts.append((st.kv_del, (p, ck)))
+        await self._apply(stmts, logged=len(parts) > 1)
+        return results
+
+    async def _apply(self, stmts: list[tuple[Any, tuple[Any, ...]]], *, logged: bool) -> None:
+        if len(stmts) == 1:
+            await self._run(*stmts[0])
+            return
+        batch = BatchStatement(batch_type=BatchType.LOGGED if logged else BatchType.UNLOGGED)
+        for stmt, params in stmts:
+            batch.add(stmt, params)
+        await self._run(batch)
+
+    async def delete_range(self, start: bytes, end: bytes, chunk: int = 10_000) -> int:
+        """Delete ``[start, end)`` chunk by chunk, one batch per partition (not atomic)."""
+        removed = 0
+        while True:
+            keys = await self._scan(start, end, chunk, with_values=False)
+            if not keys:
+                return removed
+            by_part: dict[tuple[Any, ...], list[Op]] = {}
+            for k in keys:
+                part = msg_parts(k)[:2] if is_message(k) else (kv_part(k)[0],)
+                by_part.setdefault(part, []).append(Delete(k))
+            st = self._stmts()
+            calls = []
+            for part_ops in by_part.values():
+                stmts: list[tuple[Any, tuple[Any, ...]]] = []
+                for op in part_ops:
+                    if is_message(op.key):
+                        q, lane, mid = msg_parts(op.key)
+                        stmts.append((st.m_del, (q, lane, mid)))
+                    else:
+                        stmts.append((st.kv_del, kv_part(op.key)))
+                calls.append(self._apply(stmts, logged=False))
+            await asyncio.gather(*calls)
+            removed += len(keys)
+            start = keys[-1] + b"\x00"
+
+
+def _resolve(fut: asyncio.Future[Any], rows: Any, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(rows)
+
+
+async def _nothing() -> list[Any]:
+    return []
+
+
+def _parse_host(host: str) -> tuple[str, int]:
+    name, sep, port = host.rpartition(":")
+    if not sep:
+        return host, 9042
+    try:
+        return name.strip("[]"), int(port)
+    except ValueError:
+        raise InvalidInput(f"invalid Cassandra host {host!r}; use host:port") from None
+
+
+__all__ = ["CassandraStore"]
