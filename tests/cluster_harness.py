@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from tests.harness import ROOT, NodeProcess, free_port, node_process
+from tests.harness import ROOT, NodeProcess, free_port, node_process, stop_process
 
 # The real `dynaq` command: nodes run exactly what users run.
 LAUNCHER = ["-m", "dynaq"]
@@ -282,13 +282,7 @@ class HaproxyProcess:
             return ""
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc)
 
 
 def start_haproxy(tmp: Path, node_addrs: list[str], timeout_s: float = 20.0) -> HaproxyProcess:

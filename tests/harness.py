@@ -22,6 +22,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """SIGTERM ``proc``, then SIGKILL it if it has not exited within ``grace_s``."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 # Ports handed out by this process: never twice, even after they are freed.
 _handed_out: set[int] = set()
 # Below the kernel's ephemeral range (32768-60999 here): a port picked there

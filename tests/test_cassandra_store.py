@@ -279,7 +279,10 @@ async def test_figures_batch_throughput_and_scans_over_tombstones(
         for m in ids[:200]:
             await s.get(keys.message(1, m))
         print(f"get: {(time.monotonic() - t) / 200 * 1000:.2f} ms each, sequential")
-        v = await s.put(b"c/ctr", b"0")
+        # Created conditionally: the store never mixes plain and LWT writes on one key.
+        created = await s.put_if_absent(b"c/ctr", b"0")
+        assert created is not None
+        v = created
         t = time.monotonic()
         for i in range(50):
             nv = await s.put_if_version(b"c/ctr", str(i).encode(), v)

@@ -9,7 +9,6 @@ in-flight messages against the store).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import aiohttp
@@ -18,6 +17,7 @@ from aiohttp import web
 
 from dynaq.api.keys import QUEUES
 from dynaq.core.membership import Member
+from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +56,8 @@ class HttpPeerHints:
         self._task = asyncio.create_task(self._loop(), name="peer-hints")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self._pending:
             await self.flush()
         if self._session is not None:

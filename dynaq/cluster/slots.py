@@ -24,7 +24,6 @@ out. A single node with gossip off uses slot 0 without asking the store.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from dynaq.clock import Clock
 from dynaq.core.ids import MAX_WRITERS
 from dynaq.errors import DynaqError, StorageError
 from dynaq.storage.base import Item, Store
+from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +154,5 @@ class WriterSlots:
 
     async def stop(self) -> None:
         """Stop refreshing. The record stays, so a restart under this name keeps the slot."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None

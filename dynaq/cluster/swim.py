@@ -35,6 +35,7 @@ from dynaq.cluster import kinship_quirks
 from dynaq.cluster.base import Membership
 from dynaq.core.membership import Member, MembershipView
 from dynaq.errors import InvalidInput
+from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -173,10 +174,7 @@ class SwimMembership(Membership):
         finally:
             with contextlib.suppress(kinship.KinshipClosed):
                 await cluster.close()
-            if self._task is not None:
-                self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
-                self._task = None
+            await cancel_and_wait(self._task)
+            self._task = None
             await kinship_quirks.settle_after_close()
         log.info("left gossip")

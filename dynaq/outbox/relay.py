@@ -49,6 +49,7 @@ from dynaq.outbox.events import (
 )
 from dynaq.outbox.pipeline import Publisher, Term
 from dynaq.outbox.schema import quote_table
+from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger("dynaq.outbox")
 
@@ -167,10 +168,7 @@ class OutboxRelay:
         self._leave.set()
         self._wake.set()
         try:
-            if self._meter is not None:
-                self._meter.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._meter
+            await cancel_and_wait(self._meter)
             if self._task is not None:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
