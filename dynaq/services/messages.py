@@ -62,10 +62,11 @@ def encode(msg: NewMessage, enqueued_ms: int, compress: bool) -> bytes:
 
 def decode(message_id: int, raw: bytes, receive_count: int = 0) -> Message:
     try:
-        flags, body, enqueued_ms, attributes, *rest = msgpack.unpackb(raw)
+        fields = msgpack.unpackb(raw)
+        flags, body = fields[0], fields[1]
         if flags & FLAG_ZLIB:
             body = zlib.decompress(body)
-    except (ValueError, TypeError, zlib.error, msgpack.UnpackException) as exc:
+        group = fields[4] if len(fields) > 4 else None
+        return Message(message_id, body, fields[2], fields[3], receive_count, group)
+    except (ValueError, TypeError, IndexError, zlib.error, msgpack.UnpackException) as exc:
         raise StorageError(f"message {message_id} is corrupt: {exc}") from exc
-    group = rest[0] if rest else None
-    return Message(message_id, body, enqueued_ms, attributes, receive_count, group)
