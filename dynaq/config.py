@@ -119,6 +119,18 @@ class QueueDefaults:
 
 
 @dataclass(frozen=True)
+class BatchesConfig:
+    """Batch-completion tracking (Carlyle's routes) and its reaper."""
+
+    # Topic that gets {batchId, userKey, completedAt} when a batch completes ("" = none).
+    completion_topic: str = ""
+    open_max_age_s: float = 7200.0
+    closed_max_age_s: float = 604_800.0
+    reap_interval_s: float = 60.0
+    max_items_per_request: int = 1_000_000
+
+
+@dataclass(frozen=True)
 class StatsConfig:
     """statsd metrics; ``type = "none"`` turns them off."""
 
@@ -144,6 +156,7 @@ class Config:
     queues: QueueDefaults = field(default_factory=QueueDefaults)
     stats: StatsConfig = field(default_factory=StatsConfig)
     outbox: OutboxConfig = field(default_factory=OutboxConfig)
+    batches: BatchesConfig = field(default_factory=BatchesConfig)
 
 
 ENV_PREFIX = "DYNAQ_"

@@ -34,6 +34,8 @@ from dynaq.core.ids import IdGenerator
 from dynaq.core.membership import Member, MembershipView
 from dynaq.errors import InvalidInput
 from dynaq.metrics import Metrics, NullMetrics, StatsdMetrics
+from dynaq.services.batch_hooks import batch_acks, completion_publisher
+from dynaq.services.batches import BatchService
 from dynaq.services.catalog import Catalog
 from dynaq.services.queues import Limits, QueueService
 from dynaq.services.topics import TopicService
@@ -136,6 +138,21 @@ class Node:
             dedup_window_s=config.queues.dedup_window_s,
         )
         self.topics = TopicService(self.store, self.catalog, self.queues)
+        b = config.batches
+        self.batches = BatchService(
+            self.store,
+            self.clock,
+            self.view,
+            self.metrics,
+            max_items=b.max_items_per_request,
+            open_max_age_s=b.open_max_age_s,
+            closed_max_age_s=b.closed_max_age_s,
+            reap_interval_s=b.reap_interval_s,
+        )
+        # Deleting a message that carries a batch item id acks the item.
+        self.queues.add_delete_listener(batch_acks(self.batches))
+        if b.completion_topic:
+            self.batches.on_completion(completion_publisher(self.topics, b.completion_topic))
         self.app = build_app(
             catalog=self.catalog,
             queues=self.queues,
@@ -143,6 +160,7 @@ class Node:
             view=self.view,
             state=lambda: self.state,
             max_request_bytes=h.max_request_bytes,
+            batches=self.batches,
         )
         # In a cluster, writes made here are hinted to the owners of their slices.
         self.hints: HttpPeerHints | None = HttpPeerHints() if gossip_enabled(config) else None
@@ -173,6 +191,7 @@ class Node:
             slot = await self.writer_slots.acquire()
             self.queues.set_ids(IdGenerator(self.clock, writer=slot))
         await self.queues.start()
+        await self.batches.start()
         await self.metrics.start()
         if self.hints is not None:
             await self.hints.start()
@@ -238,6 +257,7 @@ class Node:
             await self.hints.stop()
         if self.writer_slots is not None:
             await self.writer_slots.stop()
+        await self.batches.stop()
         await self.queues.stop()
         await self.metrics.stop()
         await self.store.close()

@@ -6,12 +6,15 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from dynaq.api import batches as batch_routes
 from dynaq.api import v1, v2
+from dynaq.api.batches import BATCHES
 from dynaq.api.codec import json_response
 from dynaq.api.keys import CATALOG, NODE_STATE, QUEUES, TOPICS, VIEW
 from dynaq.api.middleware import errors_middleware
 from dynaq.api.peers import HINTS_PATH, receive_hints
 from dynaq.core.membership import MembershipView
+from dynaq.services.batches import BatchService
 from dynaq.services.catalog import Catalog
 from dynaq.services.queues import QueueService
 from dynaq.services.topics import TopicService
@@ -33,6 +36,7 @@ def build_app(
     view: MembershipView,
     state: Callable[[], str],
     max_request_bytes: int,
+    batches: BatchService,
 ) -> web.Application:
     app = web.Application(middlewares=[errors_middleware], client_max_size=max_request_bytes)
     app[CATALOG] = catalog
@@ -40,8 +44,10 @@ def build_app(
     app[TOPICS] = topics
     app[VIEW] = view
     app[NODE_STATE] = state
+    app[BATCHES] = batches
     app.router.add_get("/health", health)
     app.router.add_post(HINTS_PATH, receive_hints)
     app.router.add_routes(v1.routes)
     app.router.add_routes(v2.routes)
+    app.router.add_routes(batch_routes.routes)
     return app

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from dynaq.api.codec import body_to_json, json_response, parse_json
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS, VIEW
+from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE
 from dynaq.errors import InvalidInput, NotFound
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.messages import Message, NewMessage
@@ -24,6 +25,15 @@ def _number(value: float) -> int | float:
 
 def _message_json(m: Message) -> dict[str, str]:
     return {"id": str(m.id), **body_to_json(m.body)}
+
+
+def _new_message(request: web.Request, body: bytes) -> NewMessage:
+    """A raw-body message; ``?batch_item_id=`` (or ``X-Dynaq-Batch-Item``) tags it
+    with a batch item, acked when the message is deleted (a dynaq extension)."""
+    item = request.query.get("batch_item_id") or request.headers.get("X-Dynaq-Batch-Item")
+    if item is None:
+        return NewMessage(body)
+    return NewMessage(body, {BATCH_ITEM_ATTRIBUTE: item})
 
 
 def _ids(text: str) -> list[int]:
@@ -99,7 +109,7 @@ async def publish(request: web.Request) -> web.Response:
     topic = request.match_info["topic"]
     await request.app[CATALOG].topic(topic)  # 404 before reading a body for nothing
     body = await request.read()
-    result = await request.app[TOPICS].publish(topic, [NewMessage(body)])
+    result = await request.app[TOPICS].publish(topic, [_new_message(request, body)])
     return json_response({q: str(ids[0]) for q, ids in result.items()})
 
 
@@ -156,7 +166,7 @@ async def enqueue(request: web.Request) -> web.Response:
     name = request.match_info["queue"]
     await request.app[CATALOG].queue(name)
     body = await request.read()
-    (mid,) = await queues.enqueue(name, [NewMessage(body)])
+    (mid,) = await queues.enqueue(name, [_new_message(request, body)])
     return web.Response(text=str(mid), content_type="text/plain")
 
 

@@ -17,10 +17,14 @@ QUEUE_NUMBER_SEQ = b"c/seq/queue"
 PURGE = b"c/purge/"
 MESSAGE = b"m"
 DEDUP = b"d/"
+BATCH_HEADER = b"b/h/"
+BATCH_BLOCK = b"b/g/"
+BATCH_REAPER_LEASE = b"b/lease"
 
 _QID = struct.Struct(">I")
 _MSG = struct.Struct(">cIQ")
 MESSAGE_KEY_LEN = _MSG.size
+_BID = struct.Struct(">Q")
 
 
 def queue_config(name: str) -> bytes:
@@ -62,3 +66,22 @@ def dedup(queue_number: int, dedup_id: str) -> bytes:
 
 def dedup_queue_range(queue_number: int) -> tuple[bytes, bytes]:
     return DEDUP + _QID.pack(queue_number), DEDUP + _QID.pack(queue_number + 1)
+
+
+def batch_header(batch_id: int) -> bytes:
+    """A tracked batch's header record (mode, user key, state, counts)."""
+    return BATCH_HEADER + _BID.pack(batch_id)
+
+
+def batch_id_of_header(key: bytes) -> int:
+    return int(_BID.unpack_from(key, len(BATCH_HEADER))[0])
+
+
+def batch_block(batch_id: int, block: bytes) -> bytes:
+    """One block of an exact batch: its item count and bitfield (``block``: 16-byte UUID)."""
+    return BATCH_BLOCK + _BID.pack(batch_id) + block
+
+
+def batch_blocks(batch_id: int) -> tuple[bytes, bytes]:
+    """The key range ``[start, end)`` of every block of a batch."""
+    return BATCH_BLOCK + _BID.pack(batch_id), BATCH_BLOCK + _BID.pack(batch_id + 1)

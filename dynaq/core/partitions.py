@@ -42,6 +42,8 @@ class InFlight:
     receive_count: int
     lane: int
     group: str | None = None
+    attributes: dict[str, str] | None = None
+    """Kept so a delete on this node can tell listeners (batch item acks) without a read."""
 
 
 @dataclass(eq=False, slots=True)
@@ -220,12 +222,17 @@ class QueueState:
         return f is not None and f.deadline > now
 
     def mark_served(
-        self, message_id: int, now: float, visibility_s: float, group: str | None = None
+        self,
+        message_id: int,
+        now: float,
+        visibility_s: float,
+        group: str | None = None,
+        attributes: dict[str, str] | None = None,
     ) -> InFlight:
         f = self.inflight.get(message_id)
         deadline = now + visibility_s
         if f is None:
-            f = InFlight(deadline, 1, lane_of(message_id), group)
+            f = InFlight(deadline, 1, lane_of(message_id), group, attributes)
             self.inflight[message_id] = f
             if group is not None:
                 self.group_head[group] = message_id

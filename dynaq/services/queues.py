@@ -28,6 +28,7 @@ import msgpack
 
 from dynaq.clock import Clock
 from dynaq.core import keys
+from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, parse_item_id
 from dynaq.core.ids import MAX_ID, IdGenerator, group_lane, lane_of
 from dynaq.core.membership import Member, MembershipView
 from dynaq.core.partitions import Partition, QueueState
@@ -56,8 +57,9 @@ class PeerHints(Protocol):
     def enqueued(self, owner: Member, queue: str, lanes: list[int]) -> None: ...
 
 
-DeleteListener = Callable[["QueueInfo", list[Message]], Awaitable[None]]
-"""Called after messages were deleted (acknowledged), with the deleted messages."""
+DeleteListener = Callable[["QueueInfo", list[tuple[int, dict[str, str]]]], Awaitable[None]]
+"""Called after messages were deleted (acknowledged), with ``(id, attributes)`` of
+each deleted message that had attributes."""
 
 
 MAX_WAIT_S = 20.0
@@ -303,6 +305,8 @@ class QueueService:
         for name, value in (("group", msg.group), ("dedup_id", msg.dedup_id)):
             if value is not None and not 1 <= len(value) <= MAX_TAG_CHARS:
                 raise InvalidInput(f"{name} must be 1..{MAX_TAG_CHARS} characters")
+        if msg.attributes and BATCH_ITEM_ATTRIBUTE in msg.attributes:
+            parse_item_id(msg.attributes[BATCH_ITEM_ATTRIBUTE])  # 422 now, not a lost ack later
 
     @asynccontextmanager
     async def dedup_guard(
@@ -528,7 +532,8 @@ class QueueService:
                 continue  # a concurrent receive took it first
             else:
                 msg = decode(mid, item.value)
-                msg.receive_count = st.mark_served(mid, now, vt, msg.group).receive_count
+                f = st.mark_served(mid, now, vt, msg.group, msg.attributes)
+                msg.receive_count = f.receive_count
                 out.append(msg)
         return out
 
@@ -572,7 +577,7 @@ class QueueService:
                 if g is not None and (g in blocked or st.group_blocked(g, last)):
                     blocked.add(g)  # later messages of the group wait their turn
                     continue
-                msg.receive_count = st.mark_served(last, now, vt, g).receive_count
+                msg.receive_count = st.mark_served(last, now, vt, g, msg.attributes).receive_count
                 out.append(msg)
                 if len(out) >= want:
                     break
@@ -608,11 +613,12 @@ class QueueService:
     # deletes & visibility -------------------------------------------------------
 
     def add_delete_listener(self, listener: DeleteListener) -> None:
-        """Be told about every deleted message (with its attributes), after the delete is durable.
+        """Be told about every deleted message with attributes, after the delete is durable.
 
-        With listeners registered, a delete reads the messages it removes
-        first (one batched read), so listeners see attributes such as a batch
-        item id. Without listeners, deletes never read.
+        A message this node has in flight (it served it) carries its attributes
+        in the in-flight table, so the usual receive-then-delete costs no read;
+        other ids (deleted through a node that did not serve them, or never
+        received) are read in one batch before the delete.
         """
         self._delete_listeners.append(listener)
 
@@ -622,12 +628,11 @@ class QueueService:
         ids = list(dict.fromkeys(ids))
         if not ids:
             return []
-        before: list[Message] = []
-        if self._delete_listeners:
-            items = await self._store.get_many([keys.message(info.number, i) for i in ids])
-            before = [decode(i, it.value) for i, it in zip(ids, items, strict=True) if it]
-        existed = await self._store.write_batch([Delete(keys.message(info.number, i)) for i in ids])
         st = self._states.get(info.number)
+        attrs: dict[int, dict[str, str]] = {}
+        if self._delete_listeners:
+            attrs = await self._attributes(info, st, ids)
+        existed = await self._store.write_batch([Delete(keys.message(info.number, i)) for i in ids])
         removed = [i for i, e in zip(ids, existed, strict=True) if e]
         if st is not None:
             st.note_deleted(ids)
@@ -642,12 +647,33 @@ class QueueService:
         if removed:
             self._depth[info.number] = max(0, self._depth.get(info.number, 0) - len(removed))
             self._metrics.incr(f"{info.name}.deleted.count", len(removed))
-            if before:
-                gone = set(removed)
-                deleted = [m for m in before if m.id in gone]
-                for listener in self._delete_listeners:
-                    await listener(info, deleted)
+            if attrs:
+                deleted = [(i, attrs[i]) for i in removed if i in attrs]
+                if deleted:
+                    for listener in self._delete_listeners:
+                        await listener(info, deleted)
         return removed
+
+    async def _attributes(
+        self, info: QueueInfo, st: QueueState | None, ids: list[int]
+    ) -> dict[int, dict[str, str]]:
+        """Attributes of the messages about to be deleted: from the in-flight table, else read."""
+        out: dict[int, dict[str, str]] = {}
+        unknown: list[int] = []
+        for i in ids:
+            f = st.inflight.get(i) if st is not None else None
+            if f is None:
+                unknown.append(i)
+            elif f.attributes:
+                out[i] = f.attributes
+        if unknown:
+            items = await self._store.get_many([keys.message(info.number, i) for i in unknown])
+            for i, it in zip(unknown, items, strict=True):
+                if it is not None:
+                    m = decode(i, it.value)
+                    if m.attributes:
+                        out[i] = m.attributes
+        return out
 
     async def change_visibility(
         self, queue: str, ids: Iterable[int], visibility_timeout_s: float

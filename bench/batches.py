@@ -1,0 +1,156 @@
+"""Batch tracking: exact-mode item acks per second, and storage per item.
+
+``python -m bench batches [--items N] [--per-request R] [--concurrency C] [--seconds S] [--quick]``
+
+1. A real ``dynaq server`` (LMDB, fsync'd group commits) opens an exact batch
+   and adds N items (default 1,000,000) in one request; the store's allocated
+   size before and after gives **bytes per item** (bitfield blocks of 4096
+   items plus their keys and LMDB pages).
+2. The batch is closed; C concurrent clients (default 32) ack every item in
+   requests of R ids (default 100), shuffled so requests hit every block, with
+   10 % duplicate acks mixed in. Reported: **item_acks_per_s** (distinct and
+   duplicate acks counted, as the server does the work for both) and request
+   latency p50/p99; exactly one request must report the completion.
+
+For comparison in the same session, the estimated mode's ``decr`` of the same
+number of items, one ``{batchId, by: R}`` per request, shows the cost of
+exactness. Every phase is bounded by ``--seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench.common import Deadline, percentiles, progress, rate, start_node
+
+EXACT = "/api/v1/batch/exact"
+EST = "/api/v1/batch/estimated"
+
+
+def _allocated_bytes(data_dir: Path) -> int:
+    return sum(p.stat().st_blocks * 512 for p in data_dir.rglob("*") if p.is_file())
+
+
+async def _post(s: aiohttp.ClientSession, url: str, body: Any) -> Any:
+    async with s.post(url, json=body) as r:
+        out = await r.json()
+        if r.status != 200:
+            raise RuntimeError(f"{url}: {r.status} {out}")
+        return out
+
+
+async def _run_requests(
+    s: aiohttp.ClientSession,
+    url: str,
+    bodies: list[Any],
+    concurrency: int,
+    deadline: Deadline,
+) -> tuple[float, list[float], list[Any], int]:
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    for b in bodies:
+        queue.put_nowait(b)
+    lat: list[float] = []
+    results: list[Any] = []
+    sent = 0
+
+    async def client() -> None:
+        nonlocal sent
+        while not queue.empty() and not deadline.expired():
+            body = queue.get_nowait()
+            t = time.monotonic()
+            results.append(await _post(s, url, body))
+            lat.append((time.monotonic() - t) * 1000)
+            sent += 1
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    return time.monotonic() - t0, lat, results, sent
+
+
+async def _bench(base: str, data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    deadline = Deadline(args.seconds)
+    out: dict[str, Any] = {"scenario": "batches", "items": args.items}
+    conn = aiohttp.TCPConnector(limit=args.concurrency)
+    async with aiohttp.ClientSession(base_url=base, connector=conn) as s:
+        before = _allocated_bytes(data_dir)
+        b = (await _post(s, EXACT, {"userKey": "bench"}))["batchId"]
+        t = time.monotonic()
+        blocks = (await _post(s, f"{EXACT}/items", {"batchId": b, "items": args.items}))[
+            "batchItemGroupIds"
+        ]
+        out["add_items_s"] = round(time.monotonic() - t, 3)
+        await asyncio.sleep(0.5)  # let the group commit reach the disk
+        grown = _allocated_bytes(data_dir) - before
+        out["storage_bytes_per_item"] = round(grown / args.items, 3)
+        progress(
+            f"added {args.items} items in {len(blocks)} blocks in {out['add_items_s']} s; "
+            f"store grew {grown / 1e6:.2f} MB = {out['storage_bytes_per_item']} bytes/item"
+        )
+        assert (await _post(s, f"{EXACT}/close/{b}", None))["isComplete"] is False
+        ids = [f"{b}:{g['id']}:{i}" for g in blocks for i in range(g["upto"])]
+        rng = random.Random(1)
+        work = ids + rng.sample(ids, len(ids) // 10)
+        rng.shuffle(work)
+        per = args.per_request
+        bodies = [{"batchItemIds": work[i : i + per]} for i in range(0, len(work), per)]
+        secs, lat, results, sent = await _run_requests(
+            s, f"{EXACT}/items/ack", bodies, args.concurrency, deadline
+        )
+        acks = min(sent * per, len(work))
+        completions = sum(len(r["batchCompletions"]) for r in results)
+        p = percentiles(lat)
+        out.update(
+            item_acks_per_s=round(rate(acks, secs)),
+            ack_requests_per_s=round(rate(sent, secs)),
+            ack_p50_ms=round(p["p50"], 2),
+            ack_p99_ms=round(p["p99"], 2),
+            acks_sent=acks,
+            completions=completions,
+        )
+        progress(
+            f"exact: {acks} item acks ({per}/request, {args.concurrency} clients) in {secs:.2f} s"
+            f" = {out['item_acks_per_s']} acks/s, p50 {p['p50']:.1f} ms p99 {p['p99']:.1f} ms,"
+            f" completions reported: {completions}"
+        )
+        # Estimated mode, same item count: the price of exactness.
+        e = (await _post(s, EST, {"userKey": "bench"}))["batchId"]
+        await _post(s, f"{EST}/{e}/incr?by={args.items}", None)
+        await _post(s, f"{EST}/{e}/close", None)
+        est_bodies = [{"acks": [{"batchId": e, "by": per}]} for _ in range(0, len(work), per)]
+        secs, lat, _, sent = await _run_requests(
+            s, f"{EST}/decr", est_bodies, args.concurrency, deadline
+        )
+        out["estimated_item_acks_per_s"] = round(rate(min(sent * per, len(work)), secs))
+        out["estimated_p99_ms"] = round(percentiles(lat)["p99"], 2)
+        progress(f"estimated: {out['estimated_item_acks_per_s']} acks/s (decr by {per})")
+    return out
+
+
+def main(argv: list[str]) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="python -m bench batches", description=__doc__)
+    p.add_argument("--items", type=int, default=1_000_000)
+    p.add_argument("--per-request", type=int, default=100)
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--seconds", type=float, default=120.0, help="bound on each phase")
+    p.add_argument("--quick", action="store_true", help="tiny smoke run")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.items, args.seconds = 20_000, 30.0
+    with tempfile.TemporaryDirectory(prefix="dynaq-bench-batches-") as tmp:
+        node = start_node(Path(tmp))
+        try:
+            progress(f"dynaq node at {node.url}")
+            result = asyncio.run(_bench(node.url, node.data_dir, args))
+        finally:
+            node.terminate()
+    result["cpu_count"] = os.cpu_count()
+    return result

@@ -1,0 +1,223 @@
+"""Carlyle-compatible batch tracking routes under ``/api/v1/batch/{exact,estimated}``.
+
+Batch ids are JSON numbers (as Carlyle's Longs; dynaq draws them below 2^53 so
+JavaScript clients read them exactly); a decimal string is accepted too.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from dynaq.api.codec import json_response, read_body
+from dynaq.core.batch_items import parse_batch_id, parse_item_id
+from dynaq.errors import InvalidInput
+from dynaq.services.batches import ESTIMATED, EXACT, BatchService, Completion
+
+BATCHES = web.AppKey("batches", BatchService)
+
+routes = web.RouteTableDef()
+
+EXACT_BASE = "/api/v1/batch/exact"
+ESTIMATED_BASE = "/api/v1/batch/estimated"
+_ID = r"{batch_id:\d+}"
+MAX_ACKS_PER_REQUEST = 10_000
+
+
+def _service(request: web.Request) -> BatchService:
+    return request.app[BATCHES]
+
+
+async def _object(request: web.Request, *, optional: bool = False) -> Mapping[str, Any]:
+    if optional and not await request.read():
+        return {}
+    body = await read_body(request)
+    if not isinstance(body, dict):
+        raise InvalidInput("request body must be a JSON object")
+    return body
+
+
+def _batch_id(value: object, where: str = "batchId") -> int:
+    if isinstance(value, bool):
+        raise InvalidInput(f"{where} must be an integer")
+    if isinstance(value, int):
+        if value < 0:
+            raise InvalidInput(f"{where} must not be negative")
+        return parse_batch_id(str(value))
+    if isinstance(value, str):
+        return parse_batch_id(value)
+    raise InvalidInput(f"{where} must be an integer")
+
+
+def _path_id(request: web.Request) -> int:
+    return parse_batch_id(request.match_info["batch_id"])
+
+
+def _completions(done: list[Completion]) -> dict[str, Any]:
+    return {
+        "batchCompletions": [
+            {"batchId": c.batch_id, "userKey": c.user_key, "completedAt": c.completed_ms}
+            for c in done
+        ]
+    }
+
+
+def _since_ms(request: web.Request) -> int:
+    """``?since=``: epoch milliseconds or an ISO-8601 time; batches last active before it go."""
+    text = request.query.get("since")
+    if text is None:
+        raise InvalidInput("since is required: epoch milliseconds or an ISO-8601 time")
+    if text.isdigit():
+        return int(text)
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidInput(f"since={text!r} is neither epoch milliseconds nor ISO-8601") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return int(t.timestamp() * 1000)
+
+
+async def _open(request: web.Request, mode: str) -> web.Response:
+    body = await _object(request, optional=True)
+    user_key = body.get("userKey")
+    if user_key is not None and not isinstance(user_key, str):
+        raise InvalidInput("userKey must be a string")
+    batch_id = await _service(request).open(mode, user_key)
+    return json_response({"batchId": batch_id})
+
+
+async def _remove_older(request: web.Request, closed: bool) -> web.Response:
+    batches, items = await _service(request).remove_older(closed, _since_ms(request))
+    return json_response({"batchesRemoved": batches, "itemsRemoved": items})
+
+
+# exact -----------------------------------------------------------------------
+
+
+@routes.post(EXACT_BASE)
+@routes.post(EXACT_BASE + "/")
+async def exact_open(request: web.Request) -> web.Response:
+    return await _open(request, EXACT)
+
+
+@routes.get(f"{EXACT_BASE}/{_ID}")
+async def exact_get(request: web.Request) -> web.Response:
+    batch_id = _path_id(request)
+    header = await _service(request).get(batch_id, EXACT)
+    return json_response(header.to_json(batch_id))
+
+
+@routes.post(f"{EXACT_BASE}/close/{_ID}")
+async def exact_close(request: web.Request) -> web.Response:
+    complete = await _service(request).close(_path_id(request), EXACT)
+    return json_response({"isComplete": complete})
+
+
+@routes.post(EXACT_BASE + "/items")
+async def exact_add_items(request: web.Request) -> web.Response:
+    body = await _object(request)
+    batch_id = _batch_id(body.get("batchId"))
+    items = body.get("items")
+    if isinstance(items, bool) or not isinstance(items, int):
+        raise InvalidInput("items must be a positive integer (how many items to add)")
+    blocks = await _service(request).add_items(batch_id, items)
+    return json_response({"batchItemGroupIds": [{"id": str(b), "upto": n} for b, n in blocks]})
+
+
+@routes.post(EXACT_BASE + "/items/ack")
+async def exact_ack(request: web.Request) -> web.Response:
+    body = await _object(request)
+    ids = body.get("batchItemIds")
+    if not isinstance(ids, list) or not ids:
+        raise InvalidInput("batchItemIds must be a non-empty array of item ids")
+    if len(ids) > MAX_ACKS_PER_REQUEST:
+        raise InvalidInput(f"at most {MAX_ACKS_PER_REQUEST} item ids per request, got {len(ids)}")
+    refs = [parse_item_id(i) for i in ids]
+    return json_response(_completions(await _service(request).ack(refs)))
+
+
+@routes.delete(f"{EXACT_BASE}/{_ID}")
+async def exact_delete(request: web.Request) -> web.Response:
+    items = await _service(request).delete(_path_id(request), EXACT)
+    return json_response({"batchesRemoved": 1, "itemsRemoved": items})
+
+
+@routes.delete(EXACT_BASE + "/open")
+async def exact_remove_open(request: web.Request) -> web.Response:
+    return await _remove_older(request, closed=False)
+
+
+@routes.delete(EXACT_BASE + "/closed")
+async def exact_remove_closed(request: web.Request) -> web.Response:
+    return await _remove_older(request, closed=True)
+
+
+# estimated -------------------------------------------------------------------
+
+
+@routes.post(ESTIMATED_BASE)
+@routes.post(ESTIMATED_BASE + "/")
+async def estimated_open(request: web.Request) -> web.Response:
+    return await _open(request, ESTIMATED)
+
+
+@routes.get(f"{ESTIMATED_BASE}/{_ID}")
+async def estimated_get(request: web.Request) -> web.Response:
+    batch_id = _path_id(request)
+    header = await _service(request).get(batch_id, ESTIMATED)
+    return json_response(header.to_json(batch_id))
+
+
+@routes.post(f"{ESTIMATED_BASE}/{_ID}/close")
+async def estimated_close(request: web.Request) -> web.Response:
+    complete = await _service(request).close(_path_id(request), ESTIMATED)
+    return json_response({"isComplete": complete})
+
+
+@routes.post(f"{ESTIMATED_BASE}/{_ID}/incr")
+async def estimated_incr(request: web.Request) -> web.Response:
+    text = request.query.get("by", "1")
+    if not text.isdigit() or len(text) > 12:
+        raise InvalidInput(f"by={text!r} must be a positive integer")
+    batch_id = _path_id(request)
+    header = await _service(request).incr(batch_id, int(text))
+    return json_response(header.to_json(batch_id))
+
+
+@routes.post(ESTIMATED_BASE + "/decr")
+async def estimated_decr(request: web.Request) -> web.Response:
+    body = await _object(request)
+    acks = body.get("acks")
+    if not isinstance(acks, list) or not acks:
+        raise InvalidInput("acks must be a non-empty array of {batchId, by}")
+    if len(acks) > MAX_ACKS_PER_REQUEST:
+        raise InvalidInput(f"at most {MAX_ACKS_PER_REQUEST} acks per request")
+    parsed: list[tuple[int, int]] = []
+    for i, a in enumerate(acks):
+        if not isinstance(a, dict):
+            raise InvalidInput(f"acks[{i}] must be an object {{batchId, by}}")
+        by = a.get("by", 1)
+        if isinstance(by, bool) or not isinstance(by, int):
+            raise InvalidInput(f"acks[{i}].by must be a positive integer")
+        parsed.append((_batch_id(a.get("batchId"), f"acks[{i}].batchId"), by))
+    return json_response(_completions(await _service(request).decr(parsed)))
+
+
+@routes.delete(f"{ESTIMATED_BASE}/{_ID}")
+async def estimated_delete(request: web.Request) -> web.Response:
+    items = await _service(request).delete(_path_id(request), ESTIMATED)
+    return json_response({"batchesRemoved": 1, "itemsRemoved": items})
+
+
+@routes.delete(ESTIMATED_BASE + "/open")
+async def estimated_remove_open(request: web.Request) -> web.Response:
+    return await _remove_older(request, closed=False)
+
+
+@routes.delete(ESTIMATED_BASE + "/closed")
+async def estimated_remove_closed(request: web.Request) -> web.Response:
+    return await _remove_older(request, closed=True)
