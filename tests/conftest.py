@@ -14,7 +14,7 @@ from dynaq.config import config_from_mapping
 from dynaq.node import Node
 from tests.harness import NodeProcess, node_process
 
-pytest_plugins = ["tests.fixtures_cassandra", "tests.fixtures_postgres"]
+pytest_plugins = ["tests.fixtures_cassandra", "tests.fixtures_postgres", "tests.spark_fixtures"]
 
 
 def node_config(tmp_path: Path, **sections: dict[str, Any]) -> Any:

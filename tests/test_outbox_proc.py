@@ -80,7 +80,7 @@ async def _serve(args: argparse.Namespace) -> None:
         # Two processes write one store: distinct id writer slots, as in a cluster.
         node.queues._ids = IdGenerator(SystemClock(), writer=args.writer)
     relay = OutboxRelay(
-        OutboxConfig(dsn=args.dsn, io_error_backoff_ms=100, queue_timeout_s=5.0),
+        OutboxConfig(dsn=args.dsn, io_error_backoff_ms=100, queue_timeout_s=30.0),
         node.topics,
         node.view,
         node.metrics,

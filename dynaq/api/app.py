@@ -7,7 +7,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from dynaq.api import batches as batch_routes
-from dynaq.api import v1, v2
+from dynaq.api import bulk, v1, v2
 from dynaq.api.batches import BATCHES
 from dynaq.api.codec import json_response
 from dynaq.api.keys import CATALOG, NODE_STATE, QUEUES, TOPICS, VIEW
@@ -50,4 +50,5 @@ def build_app(
     app.router.add_routes(v1.routes)
     app.router.add_routes(v2.routes)
     app.router.add_routes(batch_routes.routes)
+    app.router.add_routes(bulk.routes)
     return app

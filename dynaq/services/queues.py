@@ -30,6 +30,7 @@ from dynaq.clock import Clock
 from dynaq.core import keys
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, parse_item_id
 from dynaq.core.ids import MAX_ID, IdGenerator, group_lane, lane_of
+from dynaq.core.keyspace import LaneRange
 from dynaq.core.membership import Member, MembershipView
 from dynaq.core.partitions import Partition, QueueState
 from dynaq.errors import InvalidInput, PayloadTooLarge
@@ -273,6 +274,15 @@ class QueueService:
     def partition_count(self, info: QueueInfo) -> int:
         """How many partitions this node serves the queue from."""
         return self._state(info).count
+
+    @property
+    def store(self) -> Store:
+        """The store messages live in (for snapshot readers)."""
+        return self._store
+
+    def partition_ranges(self, info: QueueInfo) -> list[LaneRange]:
+        """The lane ranges of the partitions this node serves the queue from."""
+        return [p.lanes for p in self._state(info).partitions]
 
     def depth(self, info: QueueInfo) -> int:
         return self._depth.get(info.number, 0)

@@ -1,0 +1,93 @@
+"""Bulk-read routes for analytics clients (the Spark data source): ring, partitions, snapshot pages.
+
+* ``GET /v2/status/ring`` → ``{"members": [{"name", "http", "from_id", "to_id"}]}``:
+  the live ring and each member's slice of the id space (inclusive).
+* ``GET /v2/queues/:queue/partitions`` → ``{"node", "http", "partitions":
+  [{"index", "from_id", "to_id"}]}``: the partitions this node serves the queue from.
+* ``GET /v2/queues/:queue/snapshot?from_id=&to_id=&limit=`` → one columnar page
+  (msgpack, or JSON with base64 buffers), see :mod:`dynaq.services.snapshots`.
+  A snapshot never locks or deletes.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from aiohttp import web
+
+from dynaq.api.codec import json_response, respond, wants_msgpack
+from dynaq.api.keys import CATALOG, QUEUES, VIEW
+from dynaq.core.ids import MAX_ID
+from dynaq.errors import InvalidInput
+from dynaq.services.snapshots import MAX_PAGE, read_page
+
+routes = web.RouteTableDef()
+
+
+def _int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or len(text) > 19 or not lo <= int(text) <= hi:
+        raise InvalidInput(f"{name} must be an integer in [{lo}, {hi}]")
+    return int(text)
+
+
+@routes.get("/v2/status/ring")
+async def ring(request: web.Request) -> web.Response:
+    view = request.app[VIEW]
+    slices = view.slices()
+    members = [
+        {
+            "name": m.name,
+            "http": m.http_addr,
+            "from_id": slices[m.name].bottom_id,
+            "to_id": slices[m.name].top_id,
+        }
+        for m in view.members
+    ]
+    return json_response({"members": members})
+
+
+@routes.get("/v2/queues/{queue}/partitions")
+async def partitions(request: web.Request) -> web.Response:
+    info = await request.app[CATALOG].queue(request.match_info["queue"])
+    view = request.app[VIEW]
+    ranges = request.app[QUEUES].partition_ranges(info)
+    return json_response(
+        {
+            "node": view.me.name,
+            "http": view.me.http_addr,
+            "partitions": [
+                {"index": i, "from_id": r.bottom_id, "to_id": r.top_id}
+                for i, r in enumerate(ranges)
+            ],
+        }
+    )
+
+
+@routes.get("/v2/queues/{queue}/snapshot")
+async def snapshot(request: web.Request) -> web.Response:
+    info = await request.app[CATALOG].queue(request.match_info["queue"])
+    from_id = _int_param(request, "from_id", 0, 0, MAX_ID)
+    to_id = _int_param(request, "to_id", MAX_ID, 0, MAX_ID)
+    limit = _int_param(request, "limit", 5000, 1, MAX_PAGE)
+    page = await read_page(request.app[QUEUES].store, info, from_id, to_id, limit)
+    binary = wants_msgpack(request)
+
+    def buf(b: bytes) -> bytes | str:
+        return b if binary else base64.b64encode(b).decode("ascii")
+
+    return respond(
+        request,
+        {
+            "count": page.count,
+            "ids": buf(page.ids),
+            "enqueued_ms": buf(page.enqueued_ms),
+            "body_offsets": buf(page.body_offsets),
+            "bodies": buf(page.bodies),
+            "attributes": page.attributes,
+            "next_from_id": page.next_from_id,
+        },
+        binary=binary,
+    )
