@@ -95,20 +95,40 @@ async def _remove_older(request: web.Request, closed: bool) -> web.Response:
     return json_response({"batchesRemoved": batches, "itemsRemoved": items})
 
 
+def _shared_routes(base: str, mode: str) -> None:
+    """Open, describe, delete and age-out: the same in both modes."""
+
+    async def open_batch(request: web.Request) -> web.Response:
+        return await _open(request, mode)
+
+    async def describe(request: web.Request) -> web.Response:
+        batch_id = _path_id(request)
+        header = await _service(request).get(batch_id, mode)
+        return json_response(header.to_json(batch_id))
+
+    async def delete(request: web.Request) -> web.Response:
+        items = await _service(request).delete(_path_id(request), mode)
+        return json_response({"batchesRemoved": 1, "itemsRemoved": items})
+
+    async def remove_open(request: web.Request) -> web.Response:
+        return await _remove_older(request, closed=False)
+
+    async def remove_closed(request: web.Request) -> web.Response:
+        return await _remove_older(request, closed=True)
+
+    routes.post(base)(open_batch)
+    routes.post(base + "/")(open_batch)
+    routes.get(f"{base}/{_ID}")(describe)
+    routes.delete(f"{base}/{_ID}")(delete)
+    routes.delete(base + "/open")(remove_open)
+    routes.delete(base + "/closed")(remove_closed)
+
+
+_shared_routes(EXACT_BASE, EXACT)
+_shared_routes(ESTIMATED_BASE, ESTIMATED)
+
+
 # exact -----------------------------------------------------------------------
-
-
-@routes.post(EXACT_BASE)
-@routes.post(EXACT_BASE + "/")
-async def exact_open(request: web.Request) -> web.Response:
-    return await _open(request, EXACT)
-
-
-@routes.get(f"{EXACT_BASE}/{_ID}")
-async def exact_get(request: web.Request) -> web.Response:
-    batch_id = _path_id(request)
-    header = await _service(request).get(batch_id, EXACT)
-    return json_response(header.to_json(batch_id))
 
 
 @routes.post(f"{EXACT_BASE}/close/{_ID}")
@@ -140,36 +160,7 @@ async def exact_ack(request: web.Request) -> web.Response:
     return json_response(_completions(await _service(request).ack(refs)))
 
 
-@routes.delete(f"{EXACT_BASE}/{_ID}")
-async def exact_delete(request: web.Request) -> web.Response:
-    items = await _service(request).delete(_path_id(request), EXACT)
-    return json_response({"batchesRemoved": 1, "itemsRemoved": items})
-
-
-@routes.delete(EXACT_BASE + "/open")
-async def exact_remove_open(request: web.Request) -> web.Response:
-    return await _remove_older(request, closed=False)
-
-
-@routes.delete(EXACT_BASE + "/closed")
-async def exact_remove_closed(request: web.Request) -> web.Response:
-    return await _remove_older(request, closed=True)
-
-
 # estimated -------------------------------------------------------------------
-
-
-@routes.post(ESTIMATED_BASE)
-@routes.post(ESTIMATED_BASE + "/")
-async def estimated_open(request: web.Request) -> web.Response:
-    return await _open(request, ESTIMATED)
-
-
-@routes.get(f"{ESTIMATED_BASE}/{_ID}")
-async def estimated_get(request: web.Request) -> web.Response:
-    batch_id = _path_id(request)
-    header = await _service(request).get(batch_id, ESTIMATED)
-    return json_response(header.to_json(batch_id))
 
 
 @routes.post(f"{ESTIMATED_BASE}/{_ID}/close")
@@ -205,19 +196,3 @@ async def estimated_decr(request: web.Request) -> web.Response:
             raise InvalidInput(f"acks[{i}].by must be a positive integer")
         parsed.append((_batch_id(a.get("batchId"), f"acks[{i}].batchId"), by))
     return json_response(_completions(await _service(request).decr(parsed)))
-
-
-@routes.delete(f"{ESTIMATED_BASE}/{_ID}")
-async def estimated_delete(request: web.Request) -> web.Response:
-    items = await _service(request).delete(_path_id(request), ESTIMATED)
-    return json_response({"batchesRemoved": 1, "itemsRemoved": items})
-
-
-@routes.delete(ESTIMATED_BASE + "/open")
-async def estimated_remove_open(request: web.Request) -> web.Response:
-    return await _remove_older(request, closed=False)
-
-
-@routes.delete(ESTIMATED_BASE + "/closed")
-async def estimated_remove_closed(request: web.Request) -> web.Response:
-    return await _remove_older(request, closed=True)
