@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from typing import Any
 
 import aiohttp
 
@@ -132,3 +133,33 @@ async def test_group_and_dedup_over_http(http: aiohttp.ClientSession) -> None:
     for bad in ({"body": "a", "group": 5}, {"body": "a", "dedup_id": "x" * 129}):
         async with http.post("/v2/queues/q/messages", json={"messages": [bad]}) as r:
             assert r.status == 422
+
+
+async def test_cancelled_enqueue_with_dedup_id_still_blocks_its_retry(node: Node) -> None:
+    """A client that gives up (cancels) while its dedup'd write is in the store's
+    hands must not let a retry store a second copy: the write finishes under the
+    dedup lock, and the retry finds it."""
+    await node.catalog.create_queue("dd")
+    store = node.store
+    real_write = store.write_batch
+    writing = asyncio.Event()
+
+    async def slow_write(ops: Any) -> list[bool]:
+        # As the real store behaves: a write handed over completes even if its
+        # caller is cancelled. This one takes 50 ms to land.
+        async def land() -> list[bool]:
+            await asyncio.sleep(0.05)
+            return await real_write(ops)
+
+        writing.set()
+        return await asyncio.shield(asyncio.ensure_future(land()))
+
+    store.write_batch = slow_write  # type: ignore[method-assign]
+    first = asyncio.ensure_future(node.queues.enqueue("dd", [NewMessage(b"x", dedup_id="r1")]))
+    await writing.wait()
+    store.write_batch = real_write  # type: ignore[method-assign]
+    first.cancel()
+    (again,) = await node.queues.enqueue("dd", [NewMessage(b"x", dedup_id="r1")])
+    await asyncio.sleep(0.1)  # the cancelled caller's write has landed by now
+    msgs = await node.queues.receive("dd", 10)
+    assert [m.id for m in msgs] == [again]

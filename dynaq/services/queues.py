@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgpack
 
@@ -62,6 +62,8 @@ DeleteListener = Callable[["QueueInfo", list[tuple[int, dict[str, str]]]], Await
 """Called after messages were deleted (acknowledged), with ``(id, attributes)`` of
 each deleted message that had attributes."""
 
+
+T = TypeVar("T")
 
 MAX_WAIT_S = 20.0
 """Longest long poll (SQS's limit)."""
@@ -425,12 +427,16 @@ class QueueService:
             return []
         self.check_batch(messages)
         info = await self._catalog.queue(queue)
-        async with self.dedup_guard([info], messages):
-            w = await self.prepare(info, messages)
-            if w.ops:
-                await self._store.write_batch(w.ops)
-        self.note_written(w)
-        return w.ids
+
+        async def write() -> PreparedWrite:
+            async with self.dedup_guard([info], messages):
+                w = await self.prepare(info, messages)
+                if w.ops:
+                    await self._store.write_batch(w.ops)
+            self.note_written(w)
+            return w
+
+        return (await run_to_completion(write(), messages)).ids
 
     # reads ------------------------------------------------------------------
 
@@ -701,6 +707,19 @@ class QueueService:
             for i in changed:
                 st.poke(lane_of(i))
         return changed
+
+
+async def run_to_completion(write: Coroutine[Any, Any, T], messages: Sequence[NewMessage]) -> T:
+    """Await ``write``; if it carries dedup ids, finish it even when the caller is cancelled.
+
+    A cancelled caller (a client timeout) does not cancel a write already handed
+    to the store, so the dedup lock must stay held until that write has landed:
+    released early, a retry of the same dedup id would check, find nothing yet,
+    and store a second copy.
+    """
+    if not any(m.dedup_id for m in messages):
+        return await write
+    return await asyncio.shield(asyncio.ensure_future(write))
 
 
 def parse_id(text: str) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dynaq.errors import QueueNotFound
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.messages import NewMessage
-from dynaq.services.queues import PreparedWrite, QueueService
+from dynaq.services.queues import PreparedWrite, QueueService, run_to_completion
 from dynaq.storage.base import Put, Store
 
 
@@ -35,13 +35,18 @@ class TopicService:
                 targets.append(await self._catalog.queue(name))
             except QueueNotFound:
                 continue
-        writes: list[PreparedWrite] = []
-        async with self._queues.dedup_guard(targets, messages):
-            for q in targets:
-                writes.append(await self._queues.prepare(q, messages))
-            ops: list[Put] = [op for w in writes for op in w.ops]
-            if ops:
-                await self._store.write_batch(ops)
-        for w in writes:
-            self._queues.note_written(w)
+
+        async def write() -> list[PreparedWrite]:
+            writes: list[PreparedWrite] = []
+            async with self._queues.dedup_guard(targets, messages):
+                for q in targets:
+                    writes.append(await self._queues.prepare(q, messages))
+                ops: list[Put] = [op for w in writes for op in w.ops]
+                if ops:
+                    await self._store.write_batch(ops)
+            for w in writes:
+                self._queues.note_written(w)
+            return writes
+
+        writes = await run_to_completion(write(), messages)
         return {w.info.name: w.ids for w in writes}
