@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from dynaq.api.app import build_app
-from dynaq.api.peers import HttpPeerHints
+from dynaq.api.peers import HttpPeerHints, hand_over
 from dynaq.clock import Clock, SystemClock
 from dynaq.cluster import (
     advertised_http,
@@ -239,6 +239,11 @@ class Node:
         self.state = "draining"
         log.info("node draining")
         self.queues.drain()
+        if self.hints is not None:
+            # Before leaving: the next owners keep this node's in-flight messages
+            # invisible until their deadlines instead of serving them at once.
+            taken = await hand_over(self.queues.handover())
+            log.info("in-flight messages handed over", extra={"peers": taken})
         # Leave before the HTTP drain: peers take over this slice at once
         # instead of after failure detection (duplicates possible, no loss).
         await self.membership.stop()

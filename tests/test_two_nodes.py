@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from dynaq.api.peers import HttpPeerHints
+from dynaq.api.peers import HttpPeerHints, hand_over
 from dynaq.clock import SystemClock
 from dynaq.core.ids import IdGenerator, group_lane
 from dynaq.node import Node
@@ -110,3 +110,26 @@ async def test_hints_route_rejects_garbage(pair: tuple[Node, Node]) -> None:
         s.post(f"http://127.0.0.1:{a.port}/internal/v1/hints", data=b"\xc1") as r,
     ):
         assert r.status == 422
+
+
+async def test_graceful_leave_hands_in_flight_messages_over(pair: tuple[Node, Node]) -> None:
+    """b leaves gracefully: a keeps b's in-flight messages invisible until their
+    deadlines (no duplicate while b's consumers still work on them), then serves them."""
+    a, b = pair
+    await a.catalog.create_queue("q")
+    ids = []
+    for _ in range(20):
+        a.queues._ids._left_in_lane = 0
+        ids += await a.queues.enqueue("q", [NewMessage(b"x")] * 5)
+    taken_by_b: list[int] = []
+    while batch := await b.queues.receive("q", 100, visibility_timeout_s=1.5):
+        taken_by_b += [m.id for m in batch]
+    assert taken_by_b
+    assert await hand_over(b.queues.handover()) == 1  # what Node.stop does before leaving
+    a.view.replace([a.view.me])  # b has left
+    got_a = await _drain(a, "q")
+    assert not set(got_a) & set(taken_by_b)  # still invisible
+    assert sorted(got_a + taken_by_b) == sorted(ids)
+    await asyncio.sleep(1.6)
+    again = await _drain(a, "q")  # the deadlines passed: served again, counted
+    assert sorted(again) == sorted(taken_by_b)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import aiohttp
 import msgpack
@@ -93,6 +94,36 @@ class HttpPeerHints:
             log.debug("hint to peer failed", extra={"peer": addr, "error": str(exc)})
 
 
+async def hand_over(
+    handover: dict[Member, dict[str, list[list[Any]]]], timeout_s: float = 3.0
+) -> int:
+    """Send a leaving node's in-flight messages to their next owners; return how many
+    peers took them. Best effort within ``timeout_s``: a peer that misses it serves
+    those messages again at once (duplicates, never loss)."""
+    if not handover:
+        return 0
+    ok = 0
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as s:
+
+        async def send(owner: Member, queues: dict[str, list[list[Any]]]) -> None:
+            nonlocal ok
+            try:
+                async with s.post(
+                    f"http://{owner.http_addr}{HINTS_PATH}",
+                    data=msgpack.packb({"queues": {}, "handover": queues}),
+                    headers={"Content-Type": _MSGPACK},
+                ) as resp:
+                    await resp.read()
+                    ok += resp.status == 200
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                log.warning(
+                    "in-flight handover failed", extra={"peer": owner.name, "error": str(exc)}
+                )
+
+        await asyncio.gather(*(send(o, q) for o, q in handover.items()))
+    return ok
+
+
 async def receive_hints(request: web.Request) -> web.Response:
     """Apply hints sent by a peer (internal route)."""
     try:
@@ -102,9 +133,15 @@ async def receive_hints(request: web.Request) -> web.Response:
             (str(q), [int(i) for i in h.get("deleted", ())], [int(x) for x in h.get("lanes", ())])
             for q, h in queues.items()
         ]
-    except (ValueError, TypeError, KeyError, AttributeError, msgpack.UnpackException):
+        handover = [
+            (str(q), [(int(e[0]), float(e[1]), int(e[2]), e[3]) for e in entries])
+            for q, entries in data.get("handover", {}).items()
+        ]
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, msgpack.UnpackException):
         return web.json_response({"error": "malformed hints", "code": "invalid_input"}, status=422)
     service = request.app[QUEUES]
     for queue, deleted, lanes in parsed:
         service.apply_hints(queue, deleted, lanes)
+    for queue, entries in handover:
+        service.apply_handover(queue, entries)
     return web.json_response({"ok": True})

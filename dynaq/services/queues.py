@@ -30,7 +30,7 @@ from dynaq.clock import Clock
 from dynaq.core import keys
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, parse_item_id
 from dynaq.core.ids import MAX_ID, IdGenerator, group_lane, lane_of
-from dynaq.core.keyspace import LaneRange
+from dynaq.core.keyspace import LaneRange, slices
 from dynaq.core.membership import Member, MembershipView
 from dynaq.core.partitions import Partition, QueueState
 from dynaq.errors import InvalidInput, PayloadTooLarge
@@ -159,6 +159,47 @@ class QueueService:
                 st.forget(i)
         for lane in lanes:
             st.note_enqueued(lane)
+
+    def handover(self) -> dict[Member, dict[str, list[list[Any]]]]:
+        """This node's in-flight messages, grouped by the member that serves each
+        message's lane once this node has left the ring: ``{member: {queue:
+        [[id, seconds_left, receive_count, group], ...]}}``.
+
+        Sent before a graceful leave, so the new owners keep those messages
+        invisible until their deadlines instead of serving them again at once
+        while their consumers are still working on them.
+        """
+        me = self._view.me.name
+        others = {m.name: m for m in self._view.members if m.name != me}
+        if not others:
+            return {}
+        new = slices(list(others))
+        owner_of = {
+            lane: others[name] for name, rng in new.items() for lane in range(rng.lo, rng.hi)
+        }
+        now = self._clock.monotonic()
+        out: dict[Member, dict[str, list[list[Any]]]] = {}
+        for name in self._catalog.queue_names():
+            info = self._catalog.cached_queue(name)
+            st = self._states.get(info.number) if info is not None else None
+            if st is None:
+                continue
+            for mid, f in st.inflight.items():
+                if f.deadline > now:
+                    entry = [mid, f.deadline - now, f.receive_count, f.group]
+                    out.setdefault(owner_of[f.lane], {}).setdefault(name, []).append(entry)
+        return out
+
+    def apply_handover(self, queue: str, entries: Sequence[Sequence[Any]]) -> None:
+        """Take over in-flight messages from a leaving peer (see :meth:`handover`)."""
+        info = self._catalog.cached_queue(queue)
+        if info is None:
+            return
+        st = self._state(info)
+        now = self._clock.monotonic()
+        for mid, seconds_left, receive_count, group in entries:
+            f = st.mark_served(int(mid), now, float(seconds_left), group)
+            f.receive_count = max(f.receive_count, int(receive_count))
 
     # lifecycle ------------------------------------------------------------
 
