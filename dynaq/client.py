@@ -221,6 +221,19 @@ class Client:
             for m in got["messages"]
         ]
 
+    def release(self, queue: str, ids: Sequence[int], addr: str | None = None) -> int:
+        """Make in-flight messages visible again now (visibility timeout 0); return how many."""
+        released = 0
+        for i in range(0, len(ids), MAX_BATCH):
+            got = self._request(
+                "POST",
+                f"/v2/queues/{self._q(queue)}/messages/visibility",
+                {"ids": list(ids[i : i + MAX_BATCH]), "visibility_timeout_s": 0},
+                addr,
+            )
+            released += len(got["changed"])
+        return released
+
     def delete(self, queue: str, ids: Sequence[int], addr: str | None = None) -> int:
         """Delete (acknowledge) messages; return how many existed."""
         deleted = 0

@@ -55,7 +55,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from dynaq.client import Client, ReceivedMessage
+from dynaq.client import Client, DynaqClientError, ReceivedMessage
 
 SCHEMA = (
     "id bigint, partition int, node string, body binary, "
@@ -322,8 +322,19 @@ class DynaqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             del self.held[n]
 
     def stop(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        """The query stopped: release what was received but never committed, so it is
+        served again now rather than after the visibility timeout. (Spark does not
+        call this when a query dies; then the timeout brings the messages back.)"""
+        c = self._c()
+        try:
+            for batches in self.held.values():
+                for hb in batches:
+                    c.release(self.queue, [m.id for _, _, m in hb.rows], addr=hb.node)
+        except DynaqClientError:
+            pass  # the timeout brings them back anyway
+        finally:
+            self.held.clear()
+            c.close()
             self._client = None
 
 
