@@ -149,6 +149,19 @@ async def test_100_consumers_100k_items_with_duplicates_complete_exactly_once(
     assert got["isComplete"] and got["items"] == 100_000 and got["pending"] == 0
 
 
+async def test_per_batch_state_is_dropped_when_idle(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    """Header locks and ack combiners exist only while a batch is being updated."""
+    for _ in range(20):
+        b = await _open(http)
+        ids = await _add(http, b, 10)
+        await _ack(http, ids)
+        await _close(http, b)
+    assert node.batches._locks == {} and node.batches._lock_users == {}
+    assert node.batches._combiners == {}
+
+
 async def test_estimated_mode_counts_and_double_counts(http: aiohttp.ClientSession) -> None:
     b = await _open(http, EST, user_key="est")
     got = await _json(await http.post(f"{EST}/{b}/incr?by=3"))

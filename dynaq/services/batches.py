@@ -213,6 +213,7 @@ class BatchService:
         self.reap_batch = reap_batch
         self._combiners: dict[int, _Combiner] = {}
         self._locks: dict[int, asyncio.Lock] = {}
+        self._lock_users: dict[int, int] = {}
         self._listeners: list[CompletionListener] = []
         self._reaper: asyncio.Task[None] | None = None
         self._reap_cursor = 0
@@ -259,20 +260,33 @@ class BatchService:
         can flip ``complete``, so a completion is reported once.
         """
         lock = self._locks.setdefault(batch_id, asyncio.Lock())
-        async with lock:  # no conflicts among this node's own updates
-            for _ in range(_CAS_TRIES):
-                header, version = await self._header(batch_id)
-                done = change(header)
-                header.updated_ms = self._clock.wall_ms()
+        self._lock_users[batch_id] = self._lock_users.get(batch_id, 0) + 1
+        try:
+            async with lock:  # no conflicts among this node's own updates
+                return await self._update_locked(batch_id, change)
+        finally:
+            # Forget the lock with its last user: one per live batch, not per batch ever seen.
+            self._lock_users[batch_id] -= 1
+            if not self._lock_users[batch_id]:
+                del self._lock_users[batch_id]
+                self._locks.pop(batch_id, None)
+
+    async def _update_locked(
+        self, batch_id: int, change: Callable[[Header], Completion | None]
+    ) -> tuple[Header, Completion | None]:
+        for _ in range(_CAS_TRIES):
+            header, version = await self._header(batch_id)
+            done = change(header)
+            header.updated_ms = self._clock.wall_ms()
+            if done is not None:
+                header.completed_ms = done.completed_ms
+            ok = await self._store.put_if_version(
+                keys.batch_header(batch_id), header.encode(), version
+            )
+            if ok is not None:
                 if done is not None:
-                    header.completed_ms = done.completed_ms
-                ok = await self._store.put_if_version(
-                    keys.batch_header(batch_id), header.encode(), version
-                )
-                if ok is not None:
-                    if done is not None:
-                        await self._completed(done)
-                    return header, done
+                    await self._completed(done)
+                return header, done
         raise StorageError(f"batch {batch_id}: header kept changing under concurrent updates")
 
     def _complete_if_done(self, batch_id: int, h: Header) -> Completion | None:
@@ -334,7 +348,6 @@ class BatchService:
                 break
             await asyncio.gather(*(self._store.delete(k) for k, _ in blocks))
         await self._store.delete(keys.batch_header(batch_id))
-        self._locks.pop(batch_id, None)
 
     # exact: items --------------------------------------------------------
 
