@@ -52,6 +52,15 @@ def _batch_id(value: object, where: str = "batchId") -> int:
     raise InvalidInput(f"{where} must be an integer")
 
 
+def _bounded_list(body: Mapping[str, Any], name: str, of: str) -> list[Any]:
+    value = body.get(name)
+    if not isinstance(value, list) or not value:
+        raise InvalidInput(f"{name} must be a non-empty array of {of}")
+    if len(value) > MAX_ACKS_PER_REQUEST:
+        raise InvalidInput(f"at most {MAX_ACKS_PER_REQUEST} {of} per request, got {len(value)}")
+    return value
+
+
 def _path_id(request: web.Request) -> int:
     return parse_batch_id(request.match_info["batch_id"])
 
@@ -150,12 +159,7 @@ async def exact_add_items(request: web.Request) -> web.Response:
 
 @routes.post(EXACT_BASE + "/items/ack")
 async def exact_ack(request: web.Request) -> web.Response:
-    body = await _object(request)
-    ids = body.get("batchItemIds")
-    if not isinstance(ids, list) or not ids:
-        raise InvalidInput("batchItemIds must be a non-empty array of item ids")
-    if len(ids) > MAX_ACKS_PER_REQUEST:
-        raise InvalidInput(f"at most {MAX_ACKS_PER_REQUEST} item ids per request, got {len(ids)}")
+    ids = _bounded_list(await _object(request), "batchItemIds", "item ids")
     refs = [parse_item_id(i) for i in ids]
     return json_response(_completions(await _service(request).ack(refs)))
 
@@ -181,12 +185,7 @@ async def estimated_incr(request: web.Request) -> web.Response:
 
 @routes.post(ESTIMATED_BASE + "/decr")
 async def estimated_decr(request: web.Request) -> web.Response:
-    body = await _object(request)
-    acks = body.get("acks")
-    if not isinstance(acks, list) or not acks:
-        raise InvalidInput("acks must be a non-empty array of {batchId, by}")
-    if len(acks) > MAX_ACKS_PER_REQUEST:
-        raise InvalidInput(f"at most {MAX_ACKS_PER_REQUEST} acks per request")
+    acks = _bounded_list(await _object(request), "acks", "{batchId, by} objects")
     parsed: list[tuple[int, int]] = []
     for i, a in enumerate(acks):
         if not isinstance(a, dict):
