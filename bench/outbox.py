@@ -44,10 +44,9 @@ def _pg_cpu_s(server: Any) -> float:
 async def _run(args: argparse.Namespace, server: Any, mark_batch: int) -> dict[str, Any]:
     import asyncpg
 
-    from dynaq.config import config_from_mapping
+    from dynaq.config import OutboxConfig, config_from_mapping
     from dynaq.metrics import NullMetrics
     from dynaq.node import Node
-    from dynaq.outbox.config import OutboxConfig
     from dynaq.outbox.relay import OutboxRelay
     from dynaq.outbox.schema import init_db
 

@@ -19,7 +19,8 @@ from typing import Protocol
 
 import statsd
 
-from dynaq.tasks import cancel_and_wait
+from dynaq.clock import Clock
+from dynaq.tasks import cancel_and_wait, every
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +63,13 @@ class NullMetrics:
 class StatsdMetrics:
     """Aggregating statsd reporter."""
 
-    def __init__(self, address: str, prefix: str, flush_interval_s: float) -> None:
+    def __init__(self, address: str, prefix: str, flush_interval_s: float, clock: Clock) -> None:
         host, _, port = address.rpartition(":")
         # statsd's client adds its own "." after the prefix; ours carries it.
         self._client = statsd.StatsClient(host or "127.0.0.1", int(port), prefix=None)
         self._prefix = prefix
         self._interval = flush_interval_s
+        self._clock = clock
         self._counters: dict[str, int] = {}
         self._gauges: dict[str, float] = {}
         self._providers: list[GaugeProvider] = []
@@ -103,14 +105,15 @@ class StatsdMetrics:
         except OSError as exc:
             log.warning("statsd send failed", extra={"error": str(exc)})
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            self.flush()
+    async def _flush_round(self) -> None:
+        self.flush()
 
     async def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="statsd-flush")
+            flushes = every(
+                self._interval, self._flush_round, clock=self._clock, what="statsd flush"
+            )
+            self._task = asyncio.create_task(flushes, name="statsd-flush")
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)

@@ -12,24 +12,22 @@ what it holds before the files close.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
+import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from dynaq.api.app import build_app
-from dynaq.api.peers import HttpPeerHints, hand_over
 from dynaq.clock import Clock, SystemClock
-from dynaq.cluster import (
-    advertised_http,
-    build_membership,
-    build_writer_slots,
-    gossip_enabled,
-)
+from dynaq.cluster.base import Membership, StaticMembership
+from dynaq.cluster.hints import HttpPeerHints, hand_over
+from dynaq.cluster.slots import WriterSlots
 from dynaq.config import Config
+from dynaq.core import keys
 from dynaq.core.ids import IdGenerator
 from dynaq.core.membership import Member, MembershipView
 from dynaq.errors import InvalidInput
@@ -40,14 +38,15 @@ from dynaq.services.catalog import Catalog
 from dynaq.services.queues import Limits, QueueService
 from dynaq.services.topics import TopicService
 from dynaq.storage.base import Store
+from dynaq.tasks import cancel_and_wait, every
 
 if TYPE_CHECKING:
     from dynaq.outbox.relay import OutboxRelay
 
 log = logging.getLogger(__name__)
 
-SCHEMA_KEY = b"c/schema"
 SCHEMA_VERSION = b"1"
+_ANY_HOST = ("", "0.0.0.0", "::", "[::]")
 
 
 def build_store(config: Config) -> Store:
@@ -83,20 +82,68 @@ def build_store(config: Config) -> Store:
     )
 
 
-def build_metrics(config: Config) -> Metrics:
+def build_metrics(config: Config, clock: Clock) -> Metrics:
     s = config.stats
     if s.type == "none":
         return NullMetrics()
     if s.type == "statsd":
-        return StatsdMetrics(s.address, s.prefix, s.flush_interval_s)
+        return StatsdMetrics(s.address, s.prefix, s.flush_interval_s, clock)
     raise InvalidInput(f"unknown stats type {s.type!r}; use 'statsd' or 'none'")
+
+
+def gossip_enabled(config: Config) -> bool:
+    """Whether this node joins a ring (gossip on, or seeds given)."""
+    return config.gossip.enabled or bool(config.gossip.seeds)
+
+
+def advertised_http(config: Config, port: int) -> str:
+    """The HTTP address other nodes use to reach this one (``gossip.advertise_http``,
+    else ``http.host:port``, with a wildcard host replaced by this machine's name)."""
+    override = config.gossip.advertise_http
+    if override:
+        return override if ":" in override else f"{override}:{port}"
+    host = config.http.host
+    if host in _ANY_HOST:
+        host = socket.gethostname()
+    return f"{host}:{port}"
+
+
+def build_membership(config: Config, view: MembershipView) -> Membership:
+    """A SWIM membership when gossip is on (imported only then), else the ring of one."""
+    if not gossip_enabled(config):
+        return StaticMembership(view)
+    from dynaq.cluster.swim import SwimMembership, SwimSettings
+
+    g = config.gossip
+    settings = SwimSettings(
+        bind=f"{g.host}:{g.port}",
+        seeds=list(g.seeds),
+        secret=g.key,
+        label=g.label,
+        preset=g.preset,
+        advertise=g.advertise,
+    )
+    return SwimMembership(view, settings)
+
+
+def build_writer_slots(
+    config: Config,
+    store: Store,
+    clock: Clock,
+    membership: Membership,
+    on_lost: Callable[[], None],
+) -> WriterSlots | None:
+    """The writer-slot lease for a cluster node; ``None`` for a single node (slot 0)."""
+    if not gossip_enabled(config):
+        return None
+    return WriterSlots(store, config.node.name, clock, live=membership.live_names, on_lost=on_lost)
 
 
 async def migrate(store: Store) -> bool:
     """Prepare a store for this version of dynaq; return whether anything was written."""
-    item = await store.get(SCHEMA_KEY)
+    item = await store.get(keys.SCHEMA)
     if item is None:
-        await store.put_if_absent(SCHEMA_KEY, SCHEMA_VERSION)
+        await store.put_if_absent(keys.SCHEMA, SCHEMA_VERSION)
         return True
     if item.value != SCHEMA_VERSION:
         raise InvalidInput(f"store schema {item.value!r} is not supported by this dynaq")
@@ -112,7 +159,7 @@ class Node:
         self.config = config
         self.clock = clock or SystemClock()
         self.store = store or build_store(config)
-        self.metrics = build_metrics(config)
+        self.metrics = build_metrics(config, self.clock)
         self.state = "starting"
         h = config.http
         me = Member(config.node.name, advertised_http(config, h.port))
@@ -137,7 +184,7 @@ class Node:
             idle_rescan_s=config.queues.idle_rescan_s,
             dedup_window_s=config.queues.dedup_window_s,
         )
-        self.topics = TopicService(self.store, self.catalog, self.queues)
+        self.topics = TopicService(self.store, self.catalog, self.queues.writer)
         b = config.batches
         self.batches = BatchService(
             self.store,
@@ -178,6 +225,7 @@ class Node:
                 self.metrics,
                 max_message_bytes=h.max_message_bytes,
                 max_batch=h.max_batch,
+                clock=self.clock,
             )
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -216,21 +264,16 @@ class Node:
         if self.outbox is not None:
             # After the ring join: leadership follows the ring's view of the table.
             await self.outbox.start()
-        self._tasks.append(asyncio.create_task(self._sync_loop(), name="config-sync"))
+        # Config changes made through other nodes arrive within one interval.
+        sync = every(
+            self.config.sync.interval_s, self.catalog.reload, clock=self.clock, what="config sync"
+        )
+        self._tasks.append(asyncio.create_task(sync, name="config-sync"))
         self.state = "serving"
         log.info(
             "node serving",
             extra={"port": self.port, "backend": self.config.storage.backend},
         )
-
-    async def _sync_loop(self) -> None:
-        interval = self.config.sync.interval_s
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.catalog.reload()
-            except Exception:  # keep serving on the last good config
-                log.exception("config sync failed")
 
     async def stop(self) -> None:
         """Drain and stop; safe to call twice."""
@@ -253,10 +296,7 @@ class Node:
         if self.outbox is not None:
             await self.outbox.stop()
         for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         self._tasks.clear()
         if self.hints is not None:
             await self.hints.stop()

@@ -9,8 +9,10 @@ from typing import Any
 import aiohttp
 
 from dynaq.clock import ManualClock
+from dynaq.core import keys
+from dynaq.core.messages import NewMessage
 from dynaq.node import Node
-from dynaq.services.messages import NewMessage
+from dynaq.storage.base import prefix_end
 
 
 async def test_group_delivers_in_order_one_at_a_time(node: Node) -> None:
@@ -87,10 +89,21 @@ async def test_dedup_returns_first_id_and_stores_once(node: Node, clock: ManualC
     assert node.queues.depth(info) == 2
     got = await node.queues.receive("q", 10)
     assert sorted(m.body for m in got) == [b"3", b"one"]
-    clock.advance(301)  # past the window: the id is new again
+    assert await _dedup_records(node) == 2
+    clock.advance(301)  # past the window: the id is new again, and a sweep is due
+    for _ in range(100):  # the background sweeper, woken by the clock, removes both
+        if await _dedup_records(node) == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert await _dedup_records(node) == 0
     (f,) = await node.queues.enqueue("q", [NewMessage(b"again", dedup_id="d1")])
     assert f != a
-    assert await node.queues.sweep_dedup() == 1  # d2 expired; d1 was rewritten
+    assert await node.queues.sweep_dedup() == 0  # the new d1 is inside its window
+    assert await _dedup_records(node) == 1
+
+
+async def _dedup_records(node: Node) -> int:
+    return len(await node.store.scan(keys.DEDUP, prefix_end(keys.DEDUP), 100))
 
 
 async def test_concurrent_duplicate_enqueues_write_once(node: Node) -> None:

@@ -9,12 +9,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dynaq.config import OutboxConfig
+from dynaq.core.messages import NewMessage
 from dynaq.errors import StorageUnavailable
 from dynaq.metrics import GaugeProvider
-from dynaq.outbox.config import OutboxConfig
 from dynaq.outbox.events import Event
 from dynaq.outbox.schema import stash
-from dynaq.services.messages import NewMessage
 from dynaq.services.queues import QueueService
 from dynaq.services.topics import TopicService
 

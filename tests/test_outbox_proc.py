@@ -46,10 +46,9 @@ PER_KEY = 60
 
 async def _serve(args: argparse.Namespace) -> None:
     from dynaq.clock import SystemClock
-    from dynaq.config import config_from_mapping
+    from dynaq.config import OutboxConfig, config_from_mapping
     from dynaq.core.ids import IdGenerator
     from dynaq.node import Node
-    from dynaq.outbox.config import OutboxConfig
     from dynaq.outbox.events import Event, MeterRead
     from dynaq.outbox.relay import OutboxRelay
 
@@ -78,7 +77,7 @@ async def _serve(args: argparse.Namespace) -> None:
     await node.start()
     if not args.seeds:
         # Two processes write one store: distinct id writer slots, as in a cluster.
-        node.queues._ids = IdGenerator(SystemClock(), writer=args.writer)
+        node.queues.set_ids(IdGenerator(SystemClock(), writer=args.writer))
     relay = OutboxRelay(
         OutboxConfig(dsn=args.dsn, io_error_backoff_ms=100, queue_timeout_s=30.0),
         node.topics,
@@ -313,7 +312,7 @@ async def test_leader_kill_9_mid_stream(tmp_path: Path, pg_dsn: str) -> None:  #
 def _cluster_ready() -> str | None:
     """Why the 3-node variant cannot run yet, or ``None``."""
     try:
-        from dynaq.cluster import build_membership, build_writer_slots  # noqa: F401
+        from dynaq.node import build_membership, build_writer_slots  # noqa: F401
     except ImportError as exc:
         return f"the gossip ring (dynaq.cluster) is not available: {exc}"
     return None

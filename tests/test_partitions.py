@@ -7,9 +7,9 @@ import itertools
 from dynaq.clock import ManualClock
 from dynaq.core.ids import LANE_SHIFT, IdGenerator, lane_of
 from dynaq.core.keyspace import FULL_RANGE, LaneRange, partition_ranges, slices
+from dynaq.core.messages import NewMessage
 from dynaq.core.partitions import QueueState
 from dynaq.node import Node
-from dynaq.services.messages import NewMessage
 
 
 def test_slices_tile_the_keyspace() -> None:
@@ -88,7 +88,7 @@ async def test_partition_split_and_merge_through_service(node: Node, clock: Manu
     await node.catalog.create_queue("q")
     await node.catalog.update_queue("q", {"max_partitions": 3, "max_partition_age": 60})
     info = await node.catalog.queue("q")
-    node.queues._ids._stride = node.queues._ids._left_in_lane = 1  # spread over lanes
+    node.queues.writer.ids._stride = node.queues.writer.ids._left_in_lane = 1  # spread over lanes
     for _ in range(100):
         await node.queues.enqueue("q", [NewMessage(b"x")])
     counts = []

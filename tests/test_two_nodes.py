@@ -13,11 +13,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from dynaq.api.peers import HttpPeerHints, hand_over
 from dynaq.clock import SystemClock
+from dynaq.cluster.hints import HttpPeerHints, hand_over
 from dynaq.core.ids import IdGenerator, group_lane
+from dynaq.core.messages import NewMessage
 from dynaq.node import Node
-from dynaq.services.messages import NewMessage
 from dynaq.storage.memory import MemoryStore
 from tests.conftest import node_config
 
@@ -27,7 +27,7 @@ async def pair(tmp_path: Path) -> AsyncIterator[tuple[Node, Node]]:
     store = MemoryStore()
     a = Node(node_config(tmp_path / "a", node={"name": "node-a"}), store=store)
     b = Node(node_config(tmp_path / "b", node={"name": "node-b"}), store=store)
-    b.queues._ids = IdGenerator(SystemClock(), writer=1)  # distinct writer slots
+    b.queues.set_ids(IdGenerator(SystemClock(), writer=1))  # distinct writer slots
     hints = []
     for n in (a, b):
         await n.start()
@@ -59,7 +59,7 @@ async def test_each_message_served_by_exactly_its_owner(pair: tuple[Node, Node])
     ids: list[int] = []
     for i in range(60):  # many small batches: lanes spread over both slices
         writer = a if i % 2 else b
-        writer.queues._ids._left_in_lane = 0  # hop lanes on every batch
+        writer.queues.writer.ids._left_in_lane = 0  # hop lanes on every batch
         ids += await writer.queues.enqueue("q", [NewMessage(b"m")] * 5)
     got_a = await _drain(a, "q")
     got_b = await _drain(b, "q")
@@ -93,7 +93,7 @@ async def test_membership_change_moves_slices(pair: tuple[Node, Node]) -> None:
     await a.catalog.create_queue("q")
     ids = []
     for _ in range(20):
-        a.queues._ids._left_in_lane = 0
+        a.queues.writer.ids._left_in_lane = 0
         ids += await a.queues.enqueue("q", [NewMessage(b"x")] * 5)
     got_b = await _drain(b, "q")
     a.view.replace([a.view.me])  # b left: a owns everything now
@@ -119,7 +119,7 @@ async def test_graceful_leave_hands_in_flight_messages_over(pair: tuple[Node, No
     await a.catalog.create_queue("q")
     ids = []
     for _ in range(20):
-        a.queues._ids._left_in_lane = 0
+        a.queues.writer.ids._left_in_lane = 0
         ids += await a.queues.enqueue("q", [NewMessage(b"x")] * 5)
     taken_by_b: list[int] = []
     while batch := await b.queues.receive("q", 100, visibility_timeout_s=1.5):

@@ -7,12 +7,11 @@ from collections.abc import Callable
 from aiohttp import web
 
 from dynaq.api import batches as batch_routes
-from dynaq.api import bulk, v1, v2
+from dynaq.api import bulk, internal, v1, v2
 from dynaq.api.batches import BATCHES
 from dynaq.api.codec import json_response
 from dynaq.api.keys import CATALOG, NODE_STATE, QUEUES, TOPICS, VIEW
 from dynaq.api.middleware import errors_middleware
-from dynaq.api.peers import HINTS_PATH, receive_hints
 from dynaq.core.membership import MembershipView
 from dynaq.services.batches import BatchService
 from dynaq.services.catalog import Catalog
@@ -46,7 +45,7 @@ def build_app(
     app[NODE_STATE] = state
     app[BATCHES] = batches
     app.router.add_get("/health", health)
-    app.router.add_post(HINTS_PATH, receive_hints)
+    app.router.add_routes(internal.routes)
     app.router.add_routes(v1.routes)
     app.router.add_routes(v2.routes)
     app.router.add_routes(batch_routes.routes)

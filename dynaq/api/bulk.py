@@ -17,20 +17,11 @@ from aiohttp import web
 
 from dynaq.api.codec import json_response, respond, wants_msgpack
 from dynaq.api.keys import CATALOG, QUEUES, VIEW
+from dynaq.api.params import query_int
 from dynaq.core.ids import MAX_ID
-from dynaq.errors import InvalidInput
-from dynaq.services.snapshots import MAX_PAGE, read_page
+from dynaq.services.snapshots import MAX_PAGE
 
 routes = web.RouteTableDef()
-
-
-def _int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
-    text = request.query.get(name)
-    if text is None:
-        return default
-    if not text.isdigit() or len(text) > 19 or not lo <= int(text) <= hi:
-        raise InvalidInput(f"{name} must be an integer in [{lo}, {hi}]")
-    return int(text)
 
 
 @routes.get("/v2/status/ring")
@@ -69,10 +60,10 @@ async def partitions(request: web.Request) -> web.Response:
 @routes.get("/v2/queues/{queue}/snapshot")
 async def snapshot(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
-    from_id = _int_param(request, "from_id", 0, 0, MAX_ID)
-    to_id = _int_param(request, "to_id", MAX_ID, 0, MAX_ID)
-    limit = _int_param(request, "limit", 5000, 1, MAX_PAGE)
-    page = await read_page(request.app[QUEUES].store, info, from_id, to_id, limit)
+    from_id = query_int(request.query, "from_id", 0, 0, MAX_ID)
+    to_id = query_int(request.query, "to_id", MAX_ID, 0, MAX_ID)
+    limit = query_int(request.query, "limit", 5000, 1, MAX_PAGE)
+    page = await request.app[QUEUES].snapshot(info, from_id, to_id, limit)
     binary = wants_msgpack(request)
 
     def buf(b: bytes) -> bytes | str:

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import re
-
 from aiohttp import web
 
 from dynaq.api.codec import body_to_json, json_response, parse_json
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS, VIEW
+from dynaq.api.params import id_list, parse_id
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE
+from dynaq.core.messages import Message, NewMessage
 from dynaq.errors import InvalidInput, NotFound
 from dynaq.services.catalog import QueueInfo
-from dynaq.services.messages import Message, NewMessage
-from dynaq.services.queues import parse_id
 
 routes = web.RouteTableDef()
-
-_ID_SEPARATORS = re.compile(r"[\s,+]+")
 
 
 def _number(value: float) -> int | float:
@@ -34,13 +30,6 @@ def _new_message(request: web.Request, body: bytes) -> NewMessage:
     if item is None:
         return NewMessage(body)
     return NewMessage(body, {BATCH_ITEM_ATTRIBUTE: item})
-
-
-def _ids(text: str) -> list[int]:
-    parts = [p for p in _ID_SEPARATORS.split(text) if p]
-    if not parts:
-        raise InvalidInput("no message ids given")
-    return [parse_id(p) for p in parts]
 
 
 # status ----------------------------------------------------------------------
@@ -163,10 +152,9 @@ async def delete_queue(request: web.Request) -> web.Response:
 @routes.put("/v1/queues/{queue}/message")
 async def enqueue(request: web.Request) -> web.Response:
     queues = request.app[QUEUES]
-    name = request.match_info["queue"]
-    await request.app[CATALOG].queue(name)
+    info = await request.app[CATALOG].queue(request.match_info["queue"])
     body = await request.read()
-    (mid,) = await queues.enqueue(name, [_new_message(request, body)])
+    (mid,) = await queues.enqueue(info, [_new_message(request, body)])
     return web.Response(text=str(mid), content_type="text/plain")
 
 
@@ -186,23 +174,20 @@ async def receive(request: web.Request) -> web.Response:
 
 @routes.get("/v1/queues/{queue}/message/{ids}")
 async def peek(request: web.Request) -> web.Response:
-    name = request.match_info["queue"]
-    await request.app[CATALOG].queue(name)
-    messages = await request.app[QUEUES].peek(name, _ids(request.match_info["ids"]))
+    info = await request.app[CATALOG].queue(request.match_info["queue"])
+    messages = await request.app[QUEUES].peek(info, id_list(request.match_info["ids"]))
     return json_response({"messages": [_message_json(m) for m in messages]})
 
 
 @routes.delete("/v1/queues/{queue}/message/{id}")
 async def delete_message(request: web.Request) -> web.Response:
-    name = request.match_info["queue"]
-    await request.app[CATALOG].queue(name)
-    removed = await request.app[QUEUES].delete(name, [parse_id(request.match_info["id"])])
+    info = await request.app[CATALOG].queue(request.match_info["queue"])
+    removed = await request.app[QUEUES].delete(info, [parse_id(request.match_info["id"])])
     return json_response(bool(removed))
 
 
 @routes.delete("/v1/queues/{queue}/messages/{ids}")
 async def delete_messages(request: web.Request) -> web.Response:
-    name = request.match_info["queue"]
-    await request.app[CATALOG].queue(name)
-    removed = await request.app[QUEUES].delete(name, _ids(request.match_info["ids"]))
+    info = await request.app[CATALOG].queue(request.match_info["queue"])
+    removed = await request.app[QUEUES].delete(info, id_list(request.match_info["ids"]))
     return json_response({"deleted": len(removed)})

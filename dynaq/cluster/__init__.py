@@ -7,25 +7,16 @@
   and feeds :class:`~dynaq.core.membership.MembershipView` on every change.
 * :class:`~dynaq.cluster.slots.WriterSlots` leases one of the 32 id writer
   slots through the shared store.
-* :func:`~dynaq.cluster.wiring.build_membership` picks one from the config.
+* :mod:`~dynaq.cluster.hints` sends hints and the graceful-leave handover to
+  peers. Which of these a node runs is decided by :mod:`dynaq.node`.
 """
 
 from dynaq.cluster.base import Membership, StaticMembership
 from dynaq.cluster.slots import SlotLost, WriterSlots
-from dynaq.cluster.wiring import (
-    advertised_http,
-    build_membership,
-    build_writer_slots,
-    gossip_enabled,
-)
 
 __all__ = [
     "Membership",
     "SlotLost",
     "StaticMembership",
     "WriterSlots",
-    "advertised_http",
-    "build_membership",
-    "build_writer_slots",
-    "gossip_enabled",
 ]

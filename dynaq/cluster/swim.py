@@ -46,7 +46,7 @@ _KEY_CONTEXT = b"dynaq gossip key v1\x00"
 
 @dataclass(frozen=True)
 class SwimSettings:
-    """What the SWIM agent needs, resolved from config by :mod:`dynaq.cluster.wiring`."""
+    """What the SWIM agent needs, resolved from config by :mod:`dynaq.node`."""
 
     bind: str
     seeds: Sequence[str] = ()

@@ -26,10 +26,10 @@ import random
 import zlib
 
 from dynaq.clock import Clock
+from dynaq.storage.base import LANE_BITS as LANE_BITS
+from dynaq.storage.base import LANE_SHIFT as LANE_SHIFT
 
-LANE_BITS = 10
 LANES = 1 << LANE_BITS
-LANE_SHIFT = 53
 CLOCK_SHIFT = 5
 SEQ_BITS = 8
 WRITER_BITS = 5

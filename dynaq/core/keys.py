@@ -11,19 +11,25 @@ from __future__ import annotations
 
 import struct
 
+from dynaq.storage.base import MESSAGE_KEY_LEN as MESSAGE_KEY_LEN
+from dynaq.storage.base import MESSAGE_PREFIX
+
 CONFIG_QUEUE = b"c/q/"
 CONFIG_TOPIC = b"c/t/"
 QUEUE_NUMBER_SEQ = b"c/seq/queue"
 PURGE = b"c/purge/"
-MESSAGE = b"m"
+MESSAGE = MESSAGE_PREFIX
 DEDUP = b"d/"
 BATCH_HEADER = b"b/h/"
 BATCH_BLOCK = b"b/g/"
 BATCH_REAPER_LEASE = b"b/lease"
+SCHEMA = b"c/schema"
+"""The store's schema version (written by ``dynaq migrate``)."""
 
 _QID = struct.Struct(">I")
 _MSG = struct.Struct(">cIQ")
-MESSAGE_KEY_LEN = _MSG.size
+if _MSG.size != MESSAGE_KEY_LEN:  # pragma: no cover - the shape is declared in storage.base
+    raise ImportError("message key layout disagrees with dynaq.storage.base")
 _BID = struct.Struct(">Q")
 
 

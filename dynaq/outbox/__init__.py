@@ -7,7 +7,7 @@ Import :class:`OutboxRelay` from :mod:`dynaq.outbox.relay` (it needs the
 
 from __future__ import annotations
 
-from dynaq.outbox.config import OutboxConfig
+from dynaq.config import OutboxConfig
 from dynaq.outbox.schema import init_db, stash
 
 __all__ = ["OutboxConfig", "init_db", "stash"]

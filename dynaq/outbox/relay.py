@@ -33,11 +33,12 @@ import zlib
 from typing import Any
 from uuid import UUID, uuid4
 
+from dynaq.clock import Clock, SystemClock
+from dynaq.config import OutboxConfig
 from dynaq.core.ids import LANES
 from dynaq.core.membership import MembershipView
 from dynaq.errors import DynaqError
 from dynaq.metrics import Metrics
-from dynaq.outbox.config import OutboxConfig
 from dynaq.outbox.events import (
     Event,
     EventHandler,
@@ -49,7 +50,7 @@ from dynaq.outbox.events import (
 )
 from dynaq.outbox.pipeline import Publisher, Term
 from dynaq.outbox.schema import quote_table
-from dynaq.tasks import cancel_and_wait
+from dynaq.tasks import cancel_and_wait, every
 
 log = logging.getLogger("dynaq.outbox")
 
@@ -96,6 +97,7 @@ class OutboxRelay:
         *,
         max_message_bytes: int | None = None,
         max_batch: int | None = None,
+        clock: Clock | None = None,
     ) -> None:
         quote_table(config.table)  # fail fast on a bad name
         if max_batch is not None and config.max_publish_batch > max_batch:
@@ -105,6 +107,7 @@ class OutboxRelay:
         self._publisher = publisher
         self._view = view
         self._metrics = metrics
+        self._clock: Clock = clock or SystemClock()
         self._max_bytes = max_message_bytes
         self._handlers: list[EventHandler] = [EventReporter(config.table, metrics)]
         self._lock_key = lock_key(config.table)
@@ -278,12 +281,12 @@ class OutboxRelay:
     # meter -----------------------------------------------------------------
 
     async def _meter_loop(self) -> None:
-        interval = self.config.metrics_interval_s
-        last = self.relayed
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        while True:
-            await asyncio.sleep(interval)
-            now = loop.time()
+        last, t0 = self.relayed, self._clock.monotonic()
+
+        async def read() -> None:
+            nonlocal last, t0
+            now = self._clock.monotonic()
             self._emit(MeterRead(self.relayed - last, now - t0))
             last, t0 = self.relayed, now
+
+        await every(self.config.metrics_interval_s, read, clock=self._clock, what="outbox meter")

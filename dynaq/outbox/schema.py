@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
+from dynaq.core.messages import NewMessage
 from dynaq.errors import InvalidInput
-from dynaq.services.messages import NewMessage
 
 ID_ATTRIBUTE = "outbox_id"
 KEY_ATTRIBUTE = "outbox_key"

@@ -6,10 +6,10 @@ import json
 import logging
 
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, ItemRef, parse_item_id
+from dynaq.core.messages import NewMessage
 from dynaq.errors import DynaqError
 from dynaq.services.batches import BatchService, Completion, CompletionListener
 from dynaq.services.catalog import QueueInfo
-from dynaq.services.messages import NewMessage
 from dynaq.services.queues import DeleteListener
 from dynaq.services.topics import TopicService
 

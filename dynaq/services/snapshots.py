@@ -11,20 +11,16 @@ from __future__ import annotations
 
 import array
 import sys
-import zlib
 from dataclasses import dataclass
 from itertools import accumulate
 
-import msgpack
-
 from dynaq.core import keys
-from dynaq.errors import InvalidInput, StorageError
+from dynaq.core.messages import decode_fields
+from dynaq.errors import InvalidInput
 from dynaq.services.catalog import QueueInfo
-from dynaq.services.messages import FLAG_ZLIB
 from dynaq.storage.base import Store
 
 MAX_PAGE = 50_000
-unpackb = msgpack.unpackb
 MAX_PAGE_BYTES = 256 * 1024 * 1024
 """Arrow's binary offsets are int32; pages stay far below that."""
 
@@ -68,17 +64,11 @@ async def read_page(
     size = 0
     message_id = keys.message_id
     for k, v in rows:
-        # The stored layout, read in place: this loop is the whole cost of a page.
+        # This loop is the whole cost of a page: columns, no Message objects.
         mid = message_id(k)
-        try:
-            fields = unpackb(v)
-            flags, body = fields[0], fields[1]
-            if flags & FLAG_ZLIB:
-                body = zlib.decompress(body)
-            enqueued.append(fields[2])
-            attributes.append(fields[3])
-        except (ValueError, TypeError, IndexError, zlib.error, msgpack.UnpackException) as exc:
-            raise StorageError(f"message {mid} is corrupt: {exc}") from exc
+        body, enqueued_ms, attrs, _ = decode_fields(mid, v)
+        enqueued.append(enqueued_ms)
+        attributes.append(attrs)
         ids.append(mid)
         bodies.append(body)
         size += len(body)

@@ -10,25 +10,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dynaq.core.messages import NewMessage
 from dynaq.errors import QueueNotFound
 from dynaq.services.catalog import Catalog, QueueInfo
-from dynaq.services.messages import NewMessage
-from dynaq.services.queues import PreparedWrite, QueueService, run_to_completion
+from dynaq.services.queues.writes import PreparedWrite, Writer, run_to_completion
 from dynaq.storage.base import Put, Store
 
 
 class TopicService:
     """Fanout of published messages to subscribed queues."""
 
-    def __init__(self, store: Store, catalog: Catalog, queues: QueueService) -> None:
+    def __init__(self, store: Store, catalog: Catalog, writer: Writer) -> None:
         self._store = store
         self._catalog = catalog
-        self._queues = queues
+        self._writer = writer
 
     async def publish(self, topic: str, messages: Sequence[NewMessage]) -> dict[str, list[int]]:
         """Publish ``messages`` to every queue subscribed to ``topic``; return ids per queue."""
         info = await self._catalog.topic(topic)
-        self._queues.check_batch(messages)
+        self._writer.check_batch(messages)
         targets: list[QueueInfo] = []
         for name in info.queues:
             try:
@@ -38,14 +38,14 @@ class TopicService:
 
         async def write() -> list[PreparedWrite]:
             writes: list[PreparedWrite] = []
-            async with self._queues.dedup_guard(targets, messages):
+            async with self._writer.dedup_guard(targets, messages):
                 for q in targets:
-                    writes.append(await self._queues.prepare(q, messages))
+                    writes.append(await self._writer.prepare(q, messages))
                 ops: list[Put] = [op for w in writes for op in w.ops]
                 if ops:
                     await self._store.write_batch(ops)
             for w in writes:
-                self._queues.note_written(w)
+                self._writer.note_written(w)
             return writes
 
         writes = await run_to_completion(write(), messages)

@@ -52,6 +52,18 @@ class Delete(NamedTuple):
 Op = Put | Delete
 
 
+# The message key shape: the one layout fact backends may rely on. Messages
+# are ``MESSAGE_PREFIX`` + queue number (4 bytes) + id (8 bytes), all
+# big-endian, and an id's top ``LANE_BITS`` bits (from ``LANE_SHIFT``) are its
+# lane. The domain (``dynaq.core.keys``/``ids``) builds keys from these
+# constants; a backend that partitions by lane (Cassandra) reads them from here,
+# so the shape is declared once.
+MESSAGE_PREFIX = b"m"
+MESSAGE_KEY_LEN = 13
+LANE_BITS = 10
+LANE_SHIFT = 53
+
+
 class Store(abc.ABC):
     """An ordered, durable key-value store with range scans."""
 

@@ -1,108 +1,7 @@
 """The Cassandra store: the storage contract on Apache Cassandra 2.1 - 5.0.
 
-Requires the ``cassandra`` extra (``pip install 'dynaq[cassandra]'``).
-
-**Async.** Every query goes out with ``Session.execute_async``; the driver's
-reactor thread (libev, bundled in the wheel; asyncio's reactor otherwise, never
-the deprecated asyncore) completes the driver's future and the result is handed
-to the event loop with ``call_soon_threadsafe``. Connecting, preparing and
-shutting down block, so they run in a worker thread. Driver exceptions are
-translated where they leave this module: timeouts, unavailable replicas and
-lost connections become :class:`StorageUnavailable` (retriable), anything else
-:class:`StorageError`. Only CQL that Cassandra 2.1 through 5.0 accept is used
-(prepared statements, ``IF NOT EXISTS`` / ``IF version = ?`` LWTs, batches,
-paging) over native protocol v3 by default. ``execute_async`` itself only
-waits when a connection has no free stream id (32,768 requests in flight).
-
-**Durability.** A write returns once ``LOCAL_QUORUM`` replicas accepted it;
-it is on disk then only if the cluster runs ``commitlog_sync: batch`` (or
-``group``, 4.0+). With Cassandra's default ``periodic`` sync (10 s), an
-acknowledged write survives the loss of a minority of replicas, not a power
-cut of all of them within that window: run RF >= 3 in production.
-
-**Tables.** ``messages ((queue, lane), id)`` holds message keys
-(``m`` + queue number + id, see :mod:`dynaq.core.keys`): one partition per
-lane (the top 10 bits of the id) of a queue, rows ordered by id, so a receive
-scan is a clustering-range read of a few partitions, and a scan over several
-lanes reads them in order until ``limit`` rows came back (a few lanes at a
-time, concurrently, more at once while lanes come back empty). A partition
-holds the backlog of one lane (a queue's backlog / 1024, or one message
-group's), which stays bounded as long as consumers keep up; a time bucket in
-the partition key would bound it further but would make every scan enumerate
-buckets, so it is not used. ``directory`` lists every queue number that ever
-had a message and every first byte of other keys (written once per process
-before the first such key; never removed), so a scan that spans queues or
-first bytes reads only those that exist.
-
-Every other key (``c/...`` config, ``d/...`` dedup records, any byte string)
-goes to ``kv ((p), k)`` with ``p`` the key's first byte (``-1`` for the empty
-key) and ``k`` the whole key (blobs compare as unsigned bytes). A scan visits
-the partitions its range covers (at most 257, only those in ``directory``),
-in order, so any byte range scans correctly. The trade-off: one partition
-holds every key that shares a first byte, so all config is one small
-partition, and all dedup
-records of every queue share the ``d`` partition (bounded by the dedup window
-times the rate of deduplicated enqueues, plus its tombstones, see below); a
-longer partition prefix would spread that load but make an arbitrary range
-scan enumerate up to 65,536 partitions.
-
-**Versions** are a bigint column: ``(µs since 1970, strictly increasing in
-this process) << 10 | a random 10-bit salt`` for every write, so versions
-increase and stay unique across processes without coordination.
-:meth:`put_if_absent` and :meth:`put_if_version` are lightweight transactions
-(Paxos); a ``WriteTimeout`` on one means the outcome is unknown and surfaces as
-:class:`StorageUnavailable`.
-
-**LWT and plain writes.** Cassandra does not order a conditional (Paxos)
-write against plain writes of the same row: they carry timestamps from
-different clocks (the coordinator's ballot vs. the client's), so mixing them
-can let a plain write lose to, or shadow, a conditional one. dynaq never mixes
-them on the hot path: message keys are only ever written plainly, and the
-keys that are written conditionally (catalog records, sequences, schema) are
-deleted through :meth:`delete`, which is itself an LWT (``DELETE ... IF
-version = ?``). The one plain write to such a key is the catalog's queue
-delete (a batch removing the config record and adding a purge marker); it
-only races a re-create of the same name issued within the clock skew between
-the dynaq node and the coordinator.
-
-**Rows and deletes.** Plain writes are ``UPDATE``s (no CQL row marker) and
-deletes remove the ``value`` and ``version`` cells (``DELETE value, version``),
-never the row: a row deletion is a range tombstone in Cassandra 2.1, and the
-tests caught 2.1.0 returning such deleted rows again after a flush to reads
-whose bound starts at them (the start of every lane). Cell tombstones have no
-such problem on any version. ``put_if_absent`` is ``INSERT ... IF NOT EXISTS``,
-which leaves a row marker; a row whose ``version`` is null is therefore read as
-absent (and ``put_if_absent`` on it retries as ``UPDATE ... IF version =
-null``, which 2.1 only honours on rows that exist).
-
-**Deletes** report whether the key existed: :meth:`delete` of a non-message
-key reads the version and deletes ``IF version = <it>`` (an LWT, retried if
-the key changed meanwhile); message deletes and :meth:`write_batch` read the
-keys first and then delete, so two concurrent deletes of one message may both
-report it existed (at-least-once semantics tolerate that).
-
-**Batches.** :meth:`write_batch` is one ``UNLOGGED`` batch when every op
-lands in one partition (atomic and isolated there, and exempt from the batch
-size limit), and a ``LOGGED`` batch otherwise (atomic through the batchlog).
-Cassandra 2.2+ rejects multi-partition batches over
-``batch_size_fail_threshold_in_kb`` (50 KB by default): enqueue batches go to
-one lane and are not affected, but a topic fanout of large messages to many
-queues may need that threshold raised. :meth:`delete_range` (not atomic by
-contract) deletes in per-partition batches.
-
-**Tombstones.** A queue deletes everything it stores, and a Cassandra delete
-writes a tombstone that scans must step over until compaction drops it after
-``gc_grace_seconds``. The messages table uses ``gc_grace_seconds`` = 900 by
-default (Cassandra's default is 10 days) and leveled compaction, which
-compacts often. The usual risk of a short grace period is a replica that
-missed a delete and is repaired only after the tombstone is gone: the message
-then reappears. For a queue that is a duplicate delivery, which its
-at-least-once guarantee already allows, and message ids are never reused, so
-nothing else can be shadowed. Receive scans mostly start at a cursor past the
-deleted head of a lane, where the clustering index skips the tombstones
-(each delete leaves two cell tombstones, see above). The
-``kv`` table keeps Cassandra's default grace: a resurrected config record
-would be wrong, not just a duplicate.
+The design (table layout, consistency, how scans walk lanes, why plain and
+conditional writes never mix on a key) is in ``docs/storage-cassandra.md``.
 """
 
 from __future__ import annotations
@@ -116,11 +15,10 @@ from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from dynaq.errors import InvalidInput, StorageError, StorageUnavailable
-from dynaq.storage.base import Delete, Item, Op, Put, Store
+from dynaq.storage.base import LANE_SHIFT, Delete, Item, Op, Put, Store
 from dynaq.storage.cassandra_layout import (
     ID_BITS,
     ID_MASK,
-    LANE_SHIFT,
     after_blob,
     after_id,
     is_message,

@@ -12,11 +12,12 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-M_BYTE = 0x6D  # b"m"
+from dynaq.storage.base import LANE_BITS, LANE_SHIFT, MESSAGE_KEY_LEN, MESSAGE_PREFIX
+
+M_BYTE = MESSAGE_PREFIX[0]
 ID_BITS = 63
 ID_MASK = (1 << ID_BITS) - 1
-LANE_SHIFT = 53
-LANES = 1024
+LANES = 1 << LANE_BITS
 END = 1 << 95  # past the last message position (queue << 63 | id)
 MAX_WINDOW = 64  # partitions read concurrently by one scan
 
@@ -25,7 +26,7 @@ K = TypeVar("K")
 
 
 def is_message(key: bytes) -> bool:
-    return len(key) == 13 and key[0] == M_BYTE and key[5] < 0x80
+    return len(key) == MESSAGE_KEY_LEN and key[0] == M_BYTE and key[5] < 0x80
 
 
 def msg_parts(key: bytes) -> tuple[int, int, int]:
@@ -36,7 +37,7 @@ def msg_parts(key: bytes) -> tuple[int, int, int]:
 
 
 def msg_key(q: int, mid: int) -> bytes:
-    return b"m" + q.to_bytes(4, "big") + mid.to_bytes(8, "big")
+    return MESSAGE_PREFIX + q.to_bytes(4, "big") + mid.to_bytes(8, "big")
 
 
 def msg_pos(bound: bytes) -> int:

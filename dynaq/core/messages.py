@@ -60,13 +60,28 @@ def encode(msg: NewMessage, enqueued_ms: int, compress: bool) -> bytes:
     return bytes(_packer.pack([flags, body, enqueued_ms, msg.attributes, msg.group]))
 
 
-def decode(message_id: int, raw: bytes, receive_count: int = 0) -> Message:
+_unpackb = msgpack.unpackb
+
+
+def decode_fields(
+    message_id: int, raw: bytes
+) -> tuple[bytes, int, dict[str, str] | None, str | None]:
+    """``(body, enqueued_ms, attributes, group)`` of a stored value, body decompressed.
+
+    The one reader of the stored layout: :func:`decode` and the snapshot pages
+    (which build columns, not :class:`Message` objects) both use it.
+    """
     try:
-        fields = msgpack.unpackb(raw)
+        fields = _unpackb(raw)
         flags, body = fields[0], fields[1]
         if flags & FLAG_ZLIB:
             body = zlib.decompress(body)
-        group = fields[4] if len(fields) > 4 else None
-        return Message(message_id, body, fields[2], fields[3], receive_count, group)
+        return body, fields[2], fields[3], fields[4] if len(fields) > 4 else None
     except (ValueError, TypeError, IndexError, zlib.error, msgpack.UnpackException) as exc:
         raise StorageError(f"message {message_id} is corrupt: {exc}") from exc
+
+
+def decode(message_id: int, raw: bytes, receive_count: int = 0) -> Message:
+    """The stored value of message ``message_id`` as a :class:`Message`."""
+    body, enqueued_ms, attributes, group = decode_fields(message_id, raw)
+    return Message(message_id, body, enqueued_ms, attributes, receive_count, group)

@@ -1,4 +1,8 @@
-"""Hints between nodes over HTTP: "these messages were deleted here", "these lanes were written".
+"""Hints between nodes over HTTP: the sending side (the route is :mod:`dynaq.api.internal`).
+
+"These messages were deleted here", "these lanes were written", and on a
+graceful leave the in-flight handover. Messages are typed and encoded by
+:mod:`dynaq.core.hints`.
 
 Hints are best effort and batched: they collect for a few milliseconds and go
 out as one msgpack POST per peer. A lost hint costs latency, never
@@ -10,19 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 import aiohttp
-import msgpack
-from aiohttp import web
 
-from dynaq.api.keys import QUEUES
+from dynaq.core.hints import HINTS_PATH, HandoverEntry, HintsMessage, QueueHints, encode_hints
 from dynaq.core.membership import Member
 from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-HINTS_PATH = "/internal/v1/hints"
 _MSGPACK = "application/msgpack"
 
 
@@ -81,11 +81,13 @@ class HttpPeerHints:
 
     async def _send(self, addr: str, queues: dict[str, tuple[list[int], set[int]]]) -> None:
         assert self._session is not None
-        body = {q: {"deleted": d, "lanes": sorted(lanes)} for q, (d, lanes) in queues.items()}
+        message = HintsMessage(
+            {q: QueueHints(tuple(d), tuple(sorted(lanes))) for q, (d, lanes) in queues.items()}
+        )
         try:
             async with self._session.post(
                 f"http://{addr}{HINTS_PATH}",
-                data=msgpack.packb({"queues": body}),
+                data=encode_hints(message),
                 headers={"Content-Type": _MSGPACK},
             ) as resp:
                 await resp.read()
@@ -95,7 +97,7 @@ class HttpPeerHints:
 
 
 async def hand_over(
-    handover: dict[Member, dict[str, list[list[Any]]]], timeout_s: float = 3.0
+    handover: dict[Member, dict[str, list[HandoverEntry]]], timeout_s: float = 3.0
 ) -> int:
     """Send a leaving node's in-flight messages to their next owners; return how many
     peers took them. Best effort within ``timeout_s``: a peer that misses it serves
@@ -105,12 +107,12 @@ async def hand_over(
     ok = 0
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as s:
 
-        async def send(owner: Member, queues: dict[str, list[list[Any]]]) -> None:
+        async def send(owner: Member, queues: dict[str, list[HandoverEntry]]) -> None:
             nonlocal ok
             try:
                 async with s.post(
                     f"http://{owner.http_addr}{HINTS_PATH}",
-                    data=msgpack.packb({"queues": {}, "handover": queues}),
+                    data=encode_hints(HintsMessage({}, {q: tuple(e) for q, e in queues.items()})),
                     headers={"Content-Type": _MSGPACK},
                 ) as resp:
                     await resp.read()
@@ -122,26 +124,3 @@ async def hand_over(
 
         await asyncio.gather(*(send(o, q) for o, q in handover.items()))
     return ok
-
-
-async def receive_hints(request: web.Request) -> web.Response:
-    """Apply hints sent by a peer (internal route)."""
-    try:
-        data = msgpack.unpackb(await request.read(), strict_map_key=False)
-        queues = data["queues"]
-        parsed = [
-            (str(q), [int(i) for i in h.get("deleted", ())], [int(x) for x in h.get("lanes", ())])
-            for q, h in queues.items()
-        ]
-        handover = [
-            (str(q), [(int(e[0]), float(e[1]), int(e[2]), e[3]) for e in entries])
-            for q, entries in data.get("handover", {}).items()
-        ]
-    except (ValueError, TypeError, KeyError, AttributeError, IndexError, msgpack.UnpackException):
-        return web.json_response({"error": "malformed hints", "code": "invalid_input"}, status=422)
-    service = request.app[QUEUES]
-    for queue, deleted, lanes in parsed:
-        service.apply_hints(queue, deleted, lanes)
-    for queue, entries in handover:
-        service.apply_handover(queue, entries)
-    return web.json_response({"ok": True})

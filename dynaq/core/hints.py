@@ -1,0 +1,141 @@
+"""Node-to-node hint messages and their wire codec (pure: bytes in, typed values out).
+
+A node tells the owner of a slice about writes made elsewhere (messages
+deleted, lanes written) and, when it leaves gracefully, hands over the
+in-flight messages the owner must keep invisible. On the wire one message is
+a msgpack map::
+
+    {"queues":   {queue: {"deleted": [id, ...], "lanes": [lane, ...]}},
+     "handover": {queue: [[id, seconds_left, receive_count, group], ...]}}
+
+:func:`decode_hints` checks every field's type and range and raises
+:class:`~dynaq.errors.InvalidInput` for anything else, so a receiver never
+acts on a half-parsed message.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from dynaq.core.ids import LANES, MAX_ID
+from dynaq.errors import InvalidInput
+
+HINTS_PATH = "/internal/v1/hints"
+"""The node-to-node route hints are POSTed to."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueHints:
+    """Writes one queue saw on the sending node."""
+
+    deleted: tuple[int, ...] = ()
+    lanes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HandoverEntry:
+    """One in-flight message handed to its next owner by a leaving node."""
+
+    message_id: int
+    seconds_left: float
+    receive_count: int
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HintsMessage:
+    """One POST from a peer: hints per queue, and (on a graceful leave) a handover."""
+
+    queues: dict[str, QueueHints] = field(default_factory=dict)
+    handover: dict[str, tuple[HandoverEntry, ...]] = field(default_factory=dict)
+
+
+def encode_hints(message: HintsMessage) -> bytes:
+    """The wire form of ``message``."""
+    return bytes(
+        msgpack.packb(
+            {
+                "queues": {
+                    q: {"deleted": list(h.deleted), "lanes": list(h.lanes)}
+                    for q, h in message.queues.items()
+                },
+                "handover": {
+                    q: [[e.message_id, e.seconds_left, e.receive_count, e.group] for e in entries]
+                    for q, entries in message.handover.items()
+                },
+            }
+        )
+    )
+
+
+def _bad(what: str) -> InvalidInput:
+    return InvalidInput(f"malformed hints: {what}")
+
+
+def _int(value: Any, lo: int, hi: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise _bad(f"{what} must be an integer in {lo}..{hi}")
+    return value
+
+
+def _map(value: Any, what: str) -> dict[Any, Any]:
+    if not isinstance(value, dict):
+        raise _bad(f"{what} must be a map")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list | tuple):
+        raise _bad(f"{what} must be an array")
+    return list(value)
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise _bad("queue names must be non-empty strings")
+    return value
+
+
+def _entry(raw: Any) -> HandoverEntry:
+    e = _list(raw, "a handover entry")
+    if len(e) != 4:
+        raise _bad("a handover entry is [id, seconds_left, receive_count, group]")
+    seconds = e[1]
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or not 0 <= seconds <= 43_200
+    ):
+        raise _bad("seconds_left must be a number in 0..43200")
+    group = e[3]
+    if group is not None and not isinstance(group, str):
+        raise _bad("group must be a string or nil")
+    return HandoverEntry(
+        _int(e[0], 0, MAX_ID, "id"), float(seconds), _int(e[2], 0, 2**31, "receive_count"), group
+    )
+
+
+def decode_hints(raw: bytes) -> HintsMessage:
+    """Parse a hints message; :class:`InvalidInput` for any other shape."""
+    try:
+        data = msgpack.unpackb(raw, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise _bad("not msgpack") from exc
+    data = _map(data, "the message")
+    queues: dict[str, QueueHints] = {}
+    for q, h in _map(data.get("queues", {}), "queues").items():
+        h = _map(h, "a queue's hints")
+        queues[_name(q)] = QueueHints(
+            tuple(_int(i, 0, MAX_ID, "id") for i in _list(h.get("deleted", []), "deleted")),
+            tuple(_int(x, 0, LANES - 1, "lane") for x in _list(h.get("lanes", []), "lanes")),
+        )
+    handover = {
+        _name(q): tuple(_entry(e) for e in _list(entries, "a handover"))
+        for q, entries in _map(data.get("handover", {}), "handover").items()
+    }
+    return HintsMessage(queues, handover)

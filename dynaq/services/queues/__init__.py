@@ -1,0 +1,33 @@
+"""Queues: the :class:`QueueService` facade and the parts it is composed of.
+
+* :mod:`.service` -- the facade the API and the node use.
+* :mod:`.state` -- per-queue serving state and depth.
+* :mod:`.writes` -- limits, the dedup guard, id allocation, the three-phase
+  write a topic's fanout shares (``prepare``/``note_written``).
+* :mod:`.receive` -- long poll, expired in-flight messages, partition scans.
+* :mod:`.upkeep` -- the dedup sweeper and purges of deleted queues.
+* :mod:`.handover` -- hints to slice owners and the graceful-leave handover.
+"""
+
+from dynaq.services.queues.handover import PeerHints
+from dynaq.services.queues.receive import MAX_WAIT_S
+from dynaq.services.queues.service import DeleteListener, QueueService
+from dynaq.services.queues.writes import (
+    MAX_TAG_CHARS,
+    Limits,
+    PreparedWrite,
+    Writer,
+    run_to_completion,
+)
+
+__all__ = [
+    "MAX_TAG_CHARS",
+    "MAX_WAIT_S",
+    "DeleteListener",
+    "Limits",
+    "PeerHints",
+    "PreparedWrite",
+    "QueueService",
+    "Writer",
+    "run_to_completion",
+]

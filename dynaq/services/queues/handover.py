@@ -1,0 +1,126 @@
+"""Cluster coordination of queue state: hints to slice owners, in-flight handover.
+
+Hints are best effort: without them the owner still finds new messages on its
+next rescan and learns of deletes when the visibility timeout expires; hints
+make both immediate, which matters for message groups. The handover runs
+before a graceful leave so the next owners keep in-flight messages invisible
+until their deadlines instead of serving them again while their consumers are
+still working on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from dynaq.clock import Clock
+from dynaq.core.hints import HandoverEntry
+from dynaq.core.ids import lane_of
+from dynaq.core.keyspace import slices
+from dynaq.core.membership import Member, MembershipView
+from dynaq.services.catalog import Catalog, QueueInfo
+from dynaq.services.queues.state import QueueStates
+
+
+class PeerHints(Protocol):
+    """Sends hints to the node that owns a slice (implemented in :mod:`dynaq.cluster.hints`)."""
+
+    def deleted(self, owner: Member, queue: str, ids: list[int]) -> None: ...
+
+    def enqueued(self, owner: Member, queue: str, lanes: list[int]) -> None: ...
+
+
+Handover = dict[Member, dict[str, list[HandoverEntry]]]
+"""In-flight messages per next owner, per queue."""
+
+
+class HintRouter:
+    """Routes this node's writes to the owners of other slices, and applies theirs."""
+
+    def __init__(
+        self, view: MembershipView, catalog: Catalog, states: QueueStates, clock: Clock
+    ) -> None:
+        self._view = view
+        self._catalog = catalog
+        self._states = states
+        self._clock = clock
+        self._peers: PeerHints | None = None
+
+    def set_peers(self, peers: PeerHints) -> None:
+        """Forward hints through ``peers`` from now on (a cluster node)."""
+        self._peers = peers
+
+    def _remote_owners(self, lanes: Iterable[int]) -> dict[Member, list[int]]:
+        mine = self._view.my_slice
+        out: dict[Member, list[int]] = {}
+        for lane in lanes:
+            if lane not in mine:
+                out.setdefault(self._view.owner_of_lane(lane), []).append(lane)
+        return out
+
+    def enqueued(self, info: QueueInfo, lanes: Iterable[int]) -> None:
+        """Messages were written into ``lanes``: wake their owners."""
+        if self._peers is None:
+            return
+        for owner, owned in self._remote_owners(lanes).items():
+            self._peers.enqueued(owner, info.name, owned)
+
+    def deleted(self, info: QueueInfo, removed: Sequence[int]) -> None:
+        """Messages were deleted here: tell their owners, which may have them in flight."""
+        if self._peers is None or not removed:
+            return
+        by_lane: dict[int, list[int]] = {}
+        for i in removed:
+            by_lane.setdefault(lane_of(i), []).append(i)
+        for owner, owned in self._remote_owners(by_lane).items():
+            self._peers.deleted(owner, info.name, [i for ln in owned for i in by_lane[ln]])
+
+    def apply_hints(self, queue: str, deleted: Sequence[int], lanes: Sequence[int]) -> None:
+        """Apply hints from a peer: messages deleted there, lanes written there."""
+        info = self._catalog.cached_queue(queue)
+        if info is None:
+            return
+        st = self._states.get(info.number)
+        if st is None:
+            return
+        if deleted:
+            st.note_deleted(deleted)
+            for i in deleted:
+                st.forget(i)
+        for lane in lanes:
+            st.note_enqueued(lane)
+
+    def handover(self) -> Handover:
+        """This node's in-flight messages, grouped by the member that serves each
+        message's lane once this node has left the ring."""
+        me = self._view.me.name
+        others = {m.name: m for m in self._view.members if m.name != me}
+        if not others:
+            return {}
+        new = slices(list(others))
+        owner_of = {
+            lane: others[name] for name, rng in new.items() for lane in range(rng.lo, rng.hi)
+        }
+        now = self._clock.monotonic()
+        out: Handover = {}
+        for name in self._catalog.queue_names():
+            info = self._catalog.cached_queue(name)
+            st = self._states.get(info.number) if info is not None else None
+            if st is None:
+                continue
+            for mid, f in st.inflight.items():
+                if f.deadline > now:
+                    entry = HandoverEntry(mid, f.deadline - now, f.receive_count, f.group)
+                    out.setdefault(owner_of[f.lane], {}).setdefault(name, []).append(entry)
+        return out
+
+    def apply_handover(self, queue: str, entries: Sequence[HandoverEntry]) -> None:
+        """Take over in-flight messages from a leaving peer (see :meth:`handover`)."""
+        info = self._catalog.cached_queue(queue)
+        if info is None:
+            return
+        st = self._states.state(info)
+        now = self._clock.monotonic()
+        for e in entries:
+            f = st.mark_served(e.message_id, now, e.seconds_left, e.group)
+            f.receive_count = max(f.receive_count, e.receive_count)

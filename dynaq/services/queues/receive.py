@@ -1,0 +1,248 @@
+"""Receiving messages: the long poll, expired in-flight first, then partition scans.
+
+Delivery is at-least-once: a received message that is not deleted within its
+visibility timeout is served again (its receive count goes up). Within one
+lane messages are served oldest first; a message group has at most one
+message in flight and is served in id order. Receives on this node serve only
+this node's slice of the keyspace.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from dynaq.clock import Clock
+from dynaq.core import keys
+from dynaq.core.membership import MembershipView
+from dynaq.core.messages import Message, decode
+from dynaq.core.partitions import Partition, QueueState
+from dynaq.errors import InvalidInput
+from dynaq.metrics import Metrics
+from dynaq.services.catalog import Catalog, QueueInfo
+from dynaq.services.queues.state import QueueStates
+from dynaq.storage.base import Store
+from dynaq.tasks import wait_event
+
+log = logging.getLogger(__name__)
+
+_MAX_SCAN_PAGE = 4096
+_MAINTAIN_EVERY_S = 1.0
+
+MAX_WAIT_S = 20.0
+"""Longest long poll (SQS's limit)."""
+
+MAX_VISIBILITY_S = 43_200
+"""Longest visibility timeout (SQS's limit, 12 h)."""
+
+
+def check_visibility(visibility_timeout_s: float) -> None:
+    if not 0 <= visibility_timeout_s <= MAX_VISIBILITY_S:
+        raise InvalidInput(f"visibility timeout must be in 0..{MAX_VISIBILITY_S} seconds")
+
+
+class Receiver:
+    """Serves visible messages of this node's slice and makes them invisible."""
+
+    def __init__(
+        self,
+        store: Store,
+        catalog: Catalog,
+        view: MembershipView,
+        clock: Clock,
+        metrics: Metrics,
+        states: QueueStates,
+        max_batch: int,
+        idle_rescan_s: float,
+    ) -> None:
+        self._store = store
+        self._catalog = catalog
+        self._view = view
+        self._clock = clock
+        self._metrics = metrics
+        self._states = states
+        self._max_batch = max_batch
+        self._idle_rescan_s = idle_rescan_s
+        self._last_maintained: dict[int, float] = {}
+        self.draining = False
+
+    def forget(self, number: int) -> None:
+        self._last_maintained.pop(number, None)
+
+    def check_batch_size(self, n: int) -> None:
+        if not 1 <= n <= self._max_batch:
+            raise InvalidInput(f"batch size must be an integer in 1..{self._max_batch}")
+
+    async def receive(
+        self,
+        queue: str,
+        max_messages: int,
+        visibility_timeout_s: float | None = None,
+        wait_time_s: float = 0.0,
+    ) -> list[Message]:
+        """Serve up to ``max_messages`` visible messages and make them invisible.
+
+        Expired in-flight messages are served first, then partitions least
+        recently used first. With ``wait_time_s`` > 0 (long polling, at most
+        20 s) an empty receive waits until something may be visible or the
+        time is up. Returns ``[]`` when nothing is visible.
+        """
+        self.check_batch_size(max_messages)
+        if visibility_timeout_s is not None:
+            check_visibility(visibility_timeout_s)
+        if not 0 <= wait_time_s <= MAX_WAIT_S:
+            raise InvalidInput(f"wait time must be in 0..{MAX_WAIT_S:g} seconds")
+        info = await self._catalog.queue(queue)
+        vt = (
+            info.settings.visibility_timeout_s
+            if visibility_timeout_s is None
+            else visibility_timeout_s
+        )
+        give_up = self._clock.monotonic() + wait_time_s
+        while True:
+            st = self._states.state(info)
+            st.signal.clear()
+            out = await self._receive_once(info, st, max_messages, vt)
+            left = give_up - self._clock.monotonic()
+            if out or left <= 0 or self.draining:
+                break
+            pause = min(left, max(0.05, self._idle_rescan_s))
+            nxt = st.next_deadline()
+            if nxt is not None:
+                pause = min(pause, max(0.0, nxt - self._clock.monotonic()) + 0.001)
+            await wait_event(st.signal, self._clock, pause)
+            info = await self._catalog.queue(queue)
+        if out:
+            self._metrics.incr(f"{info.name}.received.count", len(out))
+        self._metrics.gauge(f"{info.name}.fill.count", 100.0 * len(out) / max_messages)
+        return out
+
+    async def _receive_once(
+        self, info: QueueInfo, st: QueueState, max_messages: int, vt: float
+    ) -> list[Message]:
+        now = self._clock.monotonic()
+        self._maintain(info, st, now)
+        out = await self._serve_expired(info, st, max_messages, vt)
+        busy: list[Partition] = []
+        for p in st.serving_order(now, self._idle_rescan_s):
+            if len(out) >= max_messages:
+                break
+            if p.lock.locked():
+                busy.append(p)
+                continue
+            async with p.lock:
+                out.extend(await self._scan_partition(info, st, p, max_messages - len(out), vt))
+        if not out and busy:
+            # Every partition with work is being scanned by another receive:
+            # queue behind the least recently used one rather than answer empty.
+            p = busy[0]
+            async with p.lock:
+                out.extend(await self._scan_partition(info, st, p, max_messages, vt))
+        now = self._clock.monotonic()
+        if st.all_locked(now) and st.split(now, info.settings.max_partitions):
+            log.debug("partition split", extra={"queue": info.name, "partitions": st.count})
+        return out
+
+    def _maintain(self, info: QueueInfo, st: QueueState, now: float) -> None:
+        """Lazy, bounded partition upkeep on the read path: at most once a second
+        per queue, cut to the configured count or merge partitions gone stale."""
+        if now - self._last_maintained.get(info.number, float("-inf")) < _MAINTAIN_EVERY_S:
+            return
+        self._last_maintained[info.number] = now
+        s = info.settings
+        target = min(max(st.count, s.min_partitions), s.max_partitions)
+        if target != st.count:
+            st.relayout(self._view.my_slice, target, now)
+        elif st.merge_stale(now, s.min_partitions, s.max_partition_age_s):
+            log.debug("partition merged", extra={"queue": info.name, "partitions": st.count})
+
+    async def _serve_expired(
+        self, info: QueueInfo, st: QueueState, want: int, vt: float
+    ) -> list[Message]:
+        now = self._clock.monotonic()
+        expired = list(st.expired(now, want))
+        if not expired:
+            return []
+        token = st.begin_read()
+        try:
+            items = await self._store.get_many([keys.message(info.number, m) for m in expired])
+        finally:
+            st.end_read(token)
+        now = self._clock.monotonic()
+        out: list[Message] = []
+        for mid, item in zip(expired, items, strict=True):
+            if item is None or st.deleted_since(mid, token):
+                st.forget(mid)  # deleted through another node
+            elif st.is_invisible(mid, now):
+                continue  # a concurrent receive took it first
+            else:
+                msg = decode(mid, item.value)
+                f = st.mark_served(mid, now, vt, msg.group, msg.attributes)
+                msg.receive_count = f.receive_count
+                out.append(msg)
+        return out
+
+    async def _scan_partition(
+        self, info: QueueInfo, st: QueueState, p: Partition, want: int, vt: float
+    ) -> list[Message]:
+        bottom, top = p.lanes.bottom_id, p.lanes.top_id + 1
+        wakes = p.wakes  # a wake-up during this scan must not be lost to idling
+        start = first_start = p.take_start()
+        end = top
+        from_bottom = start == bottom
+        out: list[Message] = []
+        blocked: set[str] = set()
+        page = 0
+        while True:
+            # First page: exactly what is wanted (most scans skip nothing);
+            # pages after skips grow, so long in-flight runs cost few reads.
+            limit = min(_MAX_SCAN_PAGE, want - len(out) if page == 0 else 2 * want + 64)
+            page += 1
+            token = st.begin_read()
+            try:
+                rows = await self._store.scan(
+                    keys.message(info.number, start), keys.message(info.number, end), limit
+                )
+            finally:
+                st.end_read(token)
+            now = self._clock.monotonic()
+            last = start
+            for k, v in rows:
+                last = keys.message_id(k)
+                p.pass_count += 1
+                if st.deleted_since(last, token):
+                    continue
+                f = st.inflight.get(last)
+                if f is not None and f.deadline > now:
+                    if f.group is not None:
+                        blocked.add(f.group)
+                    continue
+                msg = decode(last, v)
+                g = msg.group
+                if g is not None and (g in blocked or st.group_blocked(g, last)):
+                    blocked.add(g)  # later messages of the group wait their turn
+                    continue
+                msg.receive_count = st.mark_served(last, now, vt, g, msg.attributes).receive_count
+                out.append(msg)
+                if len(out) >= want:
+                    break
+            if len(out) >= want:
+                p.cursor = last + 1 if last + 1 < top else None
+                break
+            if len(rows) == limit:
+                start = last + 1
+                continue
+            # Reached the end of this pass.
+            if end == top:
+                p.last_pass_count, p.pass_count = p.pass_count, 0
+            if from_bottom:
+                p.cursor = None
+                if not out and p.wakes == wakes:
+                    p.idle, p.idle_since = True, now
+                break
+            # Wrap around once: rescan the part before where this pass began.
+            end, start, from_bottom = first_start, bottom, True
+        if out:
+            p.idle = False
+            p.last_used = self._clock.monotonic()
+            p.locked_until = p.last_used + vt
+        return out

@@ -1,0 +1,278 @@
+"""The queue service facade: enqueue, receive, delete, peek, visibility, over the storage contract.
+
+Guarantees:
+
+* An enqueue returns only after its messages are durable in the store.
+* Delivery is at-least-once: a received message that is not deleted within
+  its visibility timeout is served again (its receive count goes up).
+* Within one lane, messages are served oldest first; across lanes and
+  partitions there is no global order (as in Dynamiq and SQS standard queues).
+* Receives on this node serve only this node's slice of the keyspace;
+  enqueues, deletes and peeks work for any id.
+* ``depth`` is exact on a single node (every write goes through it); in a
+  cluster each node counts only what passed through it, so the cluster-wide
+  figure is ``approximate_depth``.
+
+The work is done by parts the facade composes and hands the store, clock and
+ring view: :class:`QueueStates` (serving state, depth), :class:`Writer`,
+:class:`Receiver`, :class:`Upkeep` (dedup sweeper, purges) and
+:class:`HintRouter` (hints and handover).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+
+from dynaq.clock import Clock
+from dynaq.core import keys
+from dynaq.core.hints import HandoverEntry
+from dynaq.core.ids import IdGenerator, lane_of
+from dynaq.core.keyspace import LaneRange
+from dynaq.core.membership import MembershipView
+from dynaq.core.messages import Message, NewMessage, decode
+from dynaq.core.partitions import QueueState
+from dynaq.metrics import Metrics
+from dynaq.services.catalog import Catalog, QueueInfo
+from dynaq.services.queues.handover import Handover, HintRouter, PeerHints
+from dynaq.services.queues.receive import Receiver, check_visibility
+from dynaq.services.queues.state import QueueStates
+from dynaq.services.queues.upkeep import Upkeep
+from dynaq.services.queues.writes import Limits, Writer
+from dynaq.services.snapshots import SnapshotPage, read_page
+from dynaq.storage.base import Delete, Store
+
+QueueRef = str | QueueInfo
+"""A queue by name, or the :class:`QueueInfo` a handler already resolved (no second lookup)."""
+
+DeleteListener = Callable[[QueueInfo, list[tuple[int, dict[str, str]]]], Awaitable[None]]
+"""Called after messages were deleted (acknowledged), with ``(id, attributes)`` of
+each deleted message that had attributes."""
+
+
+class QueueService:
+    """Queues on one node: writes go anywhere, receives serve this node's slice."""
+
+    def __init__(
+        self,
+        store: Store,
+        catalog: Catalog,
+        view: MembershipView,
+        clock: Clock,
+        ids: IdGenerator,
+        metrics: Metrics,
+        limits: Limits,
+        idle_rescan_s: float = 1.0,
+        dedup_window_s: float = 300.0,
+    ) -> None:
+        self._store = store
+        self._catalog = catalog
+        self._clock = clock
+        self._metrics = metrics
+        self.states = QueueStates(view, clock)
+        self.hints = HintRouter(view, catalog, self.states, clock)
+        self.writer = Writer(
+            store, clock, ids, metrics, self.states, self.hints, limits, dedup_window_s
+        )
+        self.receiver = Receiver(
+            store, catalog, view, clock, metrics, self.states, limits.max_batch, idle_rescan_s
+        )
+        self.upkeep = Upkeep(store, clock, dedup_window_s)
+        self._delete_listeners: list[DeleteListener] = []
+        catalog.on_queue_change(self._queue_changed)
+        view.on_change(self.states.relayout)
+        metrics.add_gauge_provider(lambda: self.states.gauges(catalog))
+
+    @property
+    def limits(self) -> Limits:
+        return self.writer.limits
+
+    def set_ids(self, ids: IdGenerator) -> None:
+        """Draw ids from ``ids`` from now on (a cluster node's leased writer slot)."""
+        self.writer.ids = ids
+
+    def set_peer_hints(self, peers: PeerHints) -> None:
+        """Forward enqueue/delete hints to the owners of other slices."""
+        self.hints.set_peers(peers)
+
+    def apply_hints(self, queue: str, deleted: Sequence[int], lanes: Sequence[int]) -> None:
+        """Apply hints from a peer: messages deleted there, lanes written there."""
+        self.hints.apply_hints(queue, deleted, lanes)
+
+    def handover(self) -> Handover:
+        """This node's in-flight messages per next owner (sent before a graceful leave)."""
+        return self.hints.handover()
+
+    def apply_handover(self, queue: str, entries: Sequence[HandoverEntry]) -> None:
+        """Take over in-flight messages from a leaving peer."""
+        self.hints.apply_handover(queue, entries)
+
+    # lifecycle ------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load config, count stored messages, resume interrupted purges."""
+        await self._catalog.reload()
+        for name in self._catalog.queue_names():
+            info = self._catalog.cached_queue(name)
+            if info is not None and not self.states.has_depth(info.number):
+                self.states.set_depth(info.number, await self.upkeep.count(info.number))
+        await self.upkeep.start()
+
+    async def sweep_dedup(self, limit: int = 100_000) -> int:
+        """Delete dedup records whose window has passed; return how many."""
+        return await self.upkeep.sweep_dedup(limit)
+
+    def drain(self) -> None:
+        """The node is shutting down: long polls answer now instead of waiting."""
+        self.receiver.draining = True
+        for st in self.states:
+            st.signal.set()
+
+    async def stop(self) -> None:
+        """Stop background purges (they resume at the next start) and the sweeper."""
+        await self.upkeep.stop()
+
+    async def wait_for_purges(self) -> None:
+        """Wait until every pending purge finished (for tests and shutdown)."""
+        await self.upkeep.wait_for_purges()
+
+    def _queue_changed(self, old: QueueInfo | None, new: QueueInfo | None) -> None:
+        if old is not None and (new is None or new.number != old.number):
+            self.states.forget(old.number)
+            self.receiver.forget(old.number)
+            if new is None:
+                self.upkeep.start_purge(old.number)
+        if new is not None and not self.states.has_depth(new.number):
+            self.states.set_depth(new.number, 0)
+
+    # figures ---------------------------------------------------------------
+
+    def partition_count(self, info: QueueInfo) -> int:
+        """How many partitions this node serves the queue from."""
+        return self.states.state(info).count
+
+    def partition_ranges(self, info: QueueInfo) -> list[LaneRange]:
+        """The lane ranges of the partitions this node serves the queue from."""
+        return self.states.partition_ranges(info)
+
+    def depth(self, info: QueueInfo) -> int:
+        return self.states.depth(info.number)
+
+    def in_flight(self, info: QueueInfo) -> int:
+        st = self.states.get(info.number)
+        return 0 if st is None else len(st.inflight)
+
+    # writes and reads -------------------------------------------------------
+
+    async def _info(self, queue: QueueRef) -> QueueInfo:
+        return queue if isinstance(queue, QueueInfo) else await self._catalog.queue(queue)
+
+    def check_batch(self, messages: Sequence[NewMessage]) -> None:
+        self.writer.check_batch(messages)
+
+    def check_batch_size(self, n: int) -> None:
+        self.receiver.check_batch_size(n)
+
+    async def enqueue(self, queue: QueueRef, messages: Sequence[NewMessage]) -> list[int]:
+        """Store ``messages`` durably in ``queue``; return their ids in order."""
+        if not messages:
+            return []
+        self.writer.check_batch(messages)
+        info = await self._info(queue)
+        return await self.writer.write(info, messages)
+
+    async def receive(
+        self,
+        queue: str,
+        max_messages: int,
+        visibility_timeout_s: float | None = None,
+        wait_time_s: float = 0.0,
+    ) -> list[Message]:
+        """Serve up to ``max_messages`` visible messages (see :meth:`Receiver.receive`)."""
+        return await self.receiver.receive(queue, max_messages, visibility_timeout_s, wait_time_s)
+
+    async def peek(self, queue: QueueRef, ids: Iterable[int]) -> list[Message]:
+        """Return the stored messages among ``ids`` without locking them."""
+        info = await self._info(queue)
+        ids = list(dict.fromkeys(ids))
+        items = await self._store.get_many([keys.message(info.number, i) for i in ids])
+        return [decode(i, it.value) for i, it in zip(ids, items, strict=True) if it is not None]
+
+    async def snapshot(self, info: QueueInfo, from_id: int, to_id: int, limit: int) -> SnapshotPage:
+        """One columnar page of the stored messages in ``[from_id, to_id]``; takes no lock."""
+        return await read_page(self._store, info, from_id, to_id, limit)
+
+    # deletes & visibility -------------------------------------------------------
+
+    def add_delete_listener(self, listener: DeleteListener) -> None:
+        """Be told about every deleted message with attributes, after the delete is durable.
+
+        A message this node has in flight (it served it) carries its attributes
+        in the in-flight table, so the usual receive-then-delete costs no read;
+        other ids (deleted through a node that did not serve them, or never
+        received) are read in one batch before the delete.
+        """
+        self._delete_listeners.append(listener)
+
+    async def delete(self, queue: QueueRef, ids: Iterable[int]) -> list[int]:
+        """Delete messages; return the ids that existed (and were removed)."""
+        info = await self._info(queue)
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return []
+        st = self.states.get(info.number)
+        attrs: dict[int, dict[str, str]] = {}
+        if self._delete_listeners:
+            attrs = await self._attributes(info, st, ids)
+        existed = await self._store.write_batch([Delete(keys.message(info.number, i)) for i in ids])
+        removed = [i for i, e in zip(ids, existed, strict=True) if e]
+        if st is not None:
+            st.note_deleted(ids)
+            for i in ids:
+                st.forget(i)
+        self.hints.deleted(info, removed)
+        if removed:
+            self.states.add_depth(info.number, -len(removed))
+            self._metrics.incr(f"{info.name}.deleted.count", len(removed))
+            if attrs:
+                deleted = [(i, attrs[i]) for i in removed if i in attrs]
+                if deleted:
+                    for listener in self._delete_listeners:
+                        await listener(info, deleted)
+        return removed
+
+    async def _attributes(
+        self, info: QueueInfo, st: QueueState | None, ids: list[int]
+    ) -> dict[int, dict[str, str]]:
+        """Attributes of the messages about to be deleted: from the in-flight table, else read."""
+        out: dict[int, dict[str, str]] = {}
+        unknown: list[int] = []
+        for i in ids:
+            f = st.inflight.get(i) if st is not None else None
+            if f is None:
+                unknown.append(i)
+            elif f.attributes:
+                out[i] = f.attributes
+        if unknown:
+            items = await self._store.get_many([keys.message(info.number, i) for i in unknown])
+            for i, it in zip(unknown, items, strict=True):
+                if it is not None:
+                    m = decode(i, it.value)
+                    if m.attributes:
+                        out[i] = m.attributes
+        return out
+
+    async def change_visibility(
+        self, queue: QueueRef, ids: Iterable[int], visibility_timeout_s: float
+    ) -> list[int]:
+        """Extend (or with 0, release) in-flight messages; return the ids that were in flight here."""
+        check_visibility(visibility_timeout_s)
+        info = await self._info(queue)
+        st = self.states.get(info.number)
+        if st is None:
+            return []
+        now = self._clock.monotonic()
+        changed = [i for i in ids if st.set_visibility(i, now, visibility_timeout_s)]
+        if visibility_timeout_s == 0:
+            for i in changed:
+                st.poke(lane_of(i))
+        return changed

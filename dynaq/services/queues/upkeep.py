@@ -1,0 +1,96 @@
+"""Background upkeep of queues: the dedup-record sweeper and purges of deleted queues.
+
+A deleted queue's messages are removed by a purge task that resumes after a
+restart (its marker stays in the store until the purge finished). Dedup
+records outlive their window only until the next sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import msgpack
+
+from dynaq.clock import Clock
+from dynaq.core import keys
+from dynaq.storage.base import Delete, Store, prefix_end
+from dynaq.tasks import cancel_and_wait, every
+
+log = logging.getLogger(__name__)
+
+
+class Upkeep:
+    """Owns the dedup sweeper and the purge tasks."""
+
+    def __init__(self, store: Store, clock: Clock, dedup_window_s: float) -> None:
+        self._store = store
+        self._clock = clock
+        self._dedup_window_s = dedup_window_s
+        self._sweeper: asyncio.Task[None] | None = None
+        self._purges: dict[int, asyncio.Task[None]] = {}
+
+    async def start(self) -> None:
+        """Resume interrupted purges and start sweeping dedup records."""
+        for key in await self._store.list_keys(keys.PURGE, 10_000):
+            self.start_purge(keys.purge_number(key))
+        interval = max(1.0, min(60.0, self._dedup_window_s / 2))
+        self._sweeper = asyncio.create_task(
+            every(interval, self.sweep_dedup, clock=self._clock, what="dedup sweep"),
+            name="dedup-sweeper",
+        )
+
+    async def stop(self) -> None:
+        """Stop the sweeper and pending purges (purges resume at the next start)."""
+        await cancel_and_wait(self._sweeper)
+        self._sweeper = None
+        for t in list(self._purges.values()):
+            await cancel_and_wait(t)
+
+    async def sweep_dedup(self, limit: int = 100_000) -> int:
+        """Delete dedup records whose window has passed; return how many."""
+        now_ms = self._clock.wall_ms()
+        start, end = keys.DEDUP, prefix_end(keys.DEDUP)
+        removed = seen = 0
+        while seen < limit:
+            rows = await self._store.scan(start, end, 1000)
+            if not rows:
+                break
+            seen += len(rows)
+            stale = [k for k, v in rows if msgpack.unpackb(v)[1] <= now_ms]
+            if stale:
+                await self._store.write_batch([Delete(k) for k in stale])
+                removed += len(stale)
+            start = rows[-1][0] + b"\x00"
+        return removed
+
+    def start_purge(self, number: int) -> None:
+        """Remove every message of a deleted queue, in the background."""
+        if number in self._purges:
+            return
+        task = asyncio.get_running_loop().create_task(self._purge(number), name=f"purge-{number}")
+        self._purges[number] = task
+        task.add_done_callback(lambda _t: self._purges.pop(number, None))
+
+    async def _purge(self, number: int) -> None:
+        start, end = keys.queue_messages(number)
+        removed = await self._store.delete_range(start, end)
+        await self._store.delete_range(*keys.dedup_queue_range(number))
+        await self._store.delete(keys.purge_marker(number))
+        log.info("queue messages purged", extra={"number": number, "removed": removed})
+
+    async def wait_for_purges(self) -> None:
+        """Wait until every pending purge finished (for tests and shutdown)."""
+        while self._purges:
+            await asyncio.gather(*list(self._purges.values()), return_exceptions=True)
+
+    async def count(self, number: int) -> int:
+        """How many messages of queue ``number`` are stored (a key-only scan)."""
+        start, _ = keys.queue_messages(number)
+        n = 0
+        while True:
+            rows = await self._store.list_keys(start[:5], 10_000, start if n else None)
+            n += len(rows)
+            if len(rows) < 10_000:
+                return n
+            start = rows[-1]
