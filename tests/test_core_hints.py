@@ -1,0 +1,53 @@
+"""The node-to-node hint codec, tested with bytes alone."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from dynaq.core.hints import HandoverEntry, HintsMessage, QueueHints, decode_hints, encode_hints
+from dynaq.errors import InvalidInput
+
+
+def test_round_trip() -> None:
+    message = HintsMessage(
+        {"q": QueueHints((1, 2**62), (0, 1023))},
+        {"q": (HandoverEntry(5, 12.5, 3, "g"), HandoverEntry(6, 0.0, 1, None))},
+    )
+    assert decode_hints(encode_hints(message)) == message
+
+
+def test_wire_shape_is_unchanged() -> None:
+    """The shape nodes of the previous release send and expect."""
+    raw = msgpack.packb(
+        {"queues": {"q": {"deleted": [7], "lanes": [3]}}, "handover": {"q": [[9, 1.5, 2, None]]}}
+    )
+    got = decode_hints(raw)
+    assert got.queues["q"] == QueueHints((7,), (3,))
+    assert got.handover["q"] == (HandoverEntry(9, 1.5, 2, None),)
+    assert decode_hints(msgpack.packb({"queues": {}})) == HintsMessage()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\xc1",  # not msgpack
+        msgpack.packb([1, 2]),
+        msgpack.packb({"queues": []}),
+        msgpack.packb({"queues": {"q": {"deleted": ["1"]}}}),
+        msgpack.packb({"queues": {"q": {"deleted": [-1]}}}),
+        msgpack.packb({"queues": {"q": {"deleted": [2**63]}}}),
+        msgpack.packb({"queues": {"q": {"lanes": [1024]}}}),
+        msgpack.packb({"queues": {"q": {"lanes": [True]}}}),
+        msgpack.packb({"queues": {"": {}}}),
+        msgpack.packb({"queues": {1: {}}}),
+        msgpack.packb({"handover": {"q": [[1, 2.0, 3]]}}),
+        msgpack.packb({"handover": {"q": [[1, float("nan"), 3, None]]}}),
+        msgpack.packb({"handover": {"q": [[1, -1.0, 3, None]]}}),
+        msgpack.packb({"handover": {"q": [[1, 1.0, 3, 5]]}}),
+        msgpack.packb({"handover": {"q": 5}}),
+    ],
+)
+def test_malformed_messages_are_invalid_input(payload: bytes) -> None:
+    with pytest.raises(InvalidInput):
+        decode_hints(payload)
