@@ -1,0 +1,259 @@
+"""A history checker for dynaq queues: what producers and consumers saw, and what it proves.
+
+Producers and consumers record every operation through the real API into a
+:class:`History`: each enqueue's invocation and its outcome (acknowledged with
+an id, failed, or unknown because the request died with a node), each
+receive, and each delete. :func:`check` then reads the whole history and
+gives a :class:`Verdict`:
+
+* **lost** -- acknowledged enqueues never delivered. Must be 0.
+* **duplicates** -- deliveries beyond the first, each attributed to a cause
+  the README allows: ``visibility_expiry`` (the earlier delivery's visibility
+  timeout passed before its delete was acknowledged), ``delete_unacknowledged``
+  (the earlier delete failed or its answer was lost), ``node_fault`` (a fault
+  was injected between the two deliveries), or ``unexplained`` (must be 0).
+* **order_violations** -- within a message group, a message delivered before
+  an earlier message of the group (acknowledged before the later one was
+  sent) had even been asked to be deleted. Must be 0.
+* **dedup_violations** -- acknowledged enqueues with the same dedup id that
+  were stored as different messages. Must be 0.
+* **batch_violations** -- tracked batches that completed other than exactly
+  once. Must be 0.
+
+Every message body carries a unique token, so a message is known by what was
+sent, not by the id a node gave it. Times are ``time.monotonic()`` of the
+process that ran the workload.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Outcome = Literal["ok", "failed", "unknown"]
+
+
+@dataclass(slots=True)
+class Enqueue:
+    """One message sent: its token, group, dedup id, and what the node answered."""
+
+    token: str
+    invoked: float
+    group: str | None = None
+    dedup_id: str | None = None
+    completed: float | None = None
+    outcome: Outcome = "unknown"
+    message_id: int | None = None
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One message received by a consumer."""
+
+    token: str
+    message_id: int
+    received: float
+    """When the receive response arrived."""
+    invoked: float
+    """When that receive was sent (the server served it in between)."""
+    visibility_timeout_s: float
+    receive_count: int = 0
+    delete_invoked: float | None = None
+    delete_outcome: Outcome | None = None
+
+
+@dataclass(slots=True)
+class Fault:
+    """A fault injected into the system under test (kill -9, restart, clock step...)."""
+
+    kind: str
+    started: float
+    ended: float | None = None
+    detail: str = ""
+
+
+@dataclass
+class History:
+    """Everything one workload run observed. Not thread-safe; one event loop records."""
+
+    enqueues: list[Enqueue] = field(default_factory=list)
+    deliveries: list[Delivery] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    completions: Counter[str] = field(default_factory=Counter)
+    """Batch id -> completion events seen (for batch-tracking workloads)."""
+    batches: set[str] = field(default_factory=set)
+    """Batches that were closed with every item acknowledged: each must complete once."""
+
+    @staticmethod
+    def now() -> float:
+        return time.monotonic()
+
+    def sent(self, token: str, group: str | None = None, dedup_id: str | None = None) -> Enqueue:
+        e = Enqueue(token, self.now(), group, dedup_id)
+        self.enqueues.append(e)
+        return e
+
+    def fault(self, kind: str, detail: str = "") -> Fault:
+        f = Fault(kind, self.now(), detail=detail)
+        self.faults.append(f)
+        return f
+
+    def dump(self) -> str:
+        """The history as JSON (for a failing run's artifacts)."""
+        return json.dumps(
+            {
+                "enqueues": [asdict(e) for e in self.enqueues],
+                "deliveries": [asdict(d) for d in self.deliveries],
+                "faults": [asdict(f) for f in self.faults],
+                "completions": dict(self.completions),
+                "batches": sorted(self.batches),
+            }
+        )
+
+
+@dataclass
+class Verdict:
+    """What a history proves. :attr:`ok` when every must-be-zero figure is zero."""
+
+    acked: int = 0
+    unacked_sent: int = 0
+    """Enqueues that failed or whose answer was lost (they may or may not exist)."""
+    delivered: int = 0
+    lost: int = 0
+    duplicates: int = 0
+    duplicate_causes: dict[str, int] = field(default_factory=dict)
+    order_violations: int = 0
+    dedup_violations: int = 0
+    batch_violations: int = 0
+    faults: int = 0
+    examples: dict[str, list[Any]] = field(default_factory=dict)
+    """A few offending tokens per kind of violation, for the failure message."""
+
+    @property
+    def ok(self) -> bool:
+        return not (
+            self.lost
+            or self.order_violations
+            or self.dedup_violations
+            or self.batch_violations
+            or self.duplicate_causes.get("unexplained", 0)
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ok"] = self.ok
+        return out
+
+
+def _example(v: Verdict, kind: str, item: Any) -> None:
+    bucket = v.examples.setdefault(kind, [])
+    if len(bucket) < 5:
+        bucket.append(item)
+
+
+def _duplicate_cause(first: Delivery, second: Delivery, faults: list[Fault]) -> str:
+    if first.delete_invoked is None or first.delete_outcome != "ok":
+        # Never deleted, or the delete's answer was lost: redelivery is allowed
+        # once the visibility timeout has passed (or a node holding it died).
+        if any(_between(f, first.received, second.received) for f in faults):
+            return "node_fault"
+        if second.invoked >= first.invoked + first.visibility_timeout_s * 0.9:
+            return "delete_unacknowledged" if first.delete_invoked else "visibility_expiry"
+        return "unexplained"
+    if first.delete_invoked > first.invoked + first.visibility_timeout_s * 0.9:
+        return "visibility_expiry"  # deleted too late: it was visible again
+    if any(_between(f, first.invoked, second.received) for f in faults):
+        return "node_fault"
+    return "unexplained"
+
+
+def _between(f: Fault, lo: float, hi: float) -> bool:
+    end = f.ended if f.ended is not None else f.started
+    return f.started <= hi and end + 2.0 >= lo
+
+
+def check(history: History) -> Verdict:
+    """Read a finished history (consumers drained the queue) and judge it."""
+    v = Verdict(faults=len(history.faults))
+    by_token: dict[str, list[Delivery]] = defaultdict(list)
+    for d in history.deliveries:
+        by_token[d.token].append(d)
+    v.delivered = len(by_token)
+    acked = [e for e in history.enqueues if e.outcome == "ok"]
+    acked_tokens = {e.token for e in acked}
+    v.acked = len(acked_tokens)
+    v.unacked_sent = len({e.token for e in history.enqueues} - acked_tokens)
+
+    # Lost: acknowledged, never delivered. A dedup hit shares its first copy's
+    # message, so a token counts as delivered when its message id was.
+    delivered_ids = {d.message_id for d in history.deliveries}
+    lost = {e.token for e in acked if e.token not in by_token and e.message_id not in delivered_ids}
+    v.lost = len(lost)
+    for token in sorted(lost)[:5]:
+        _example(v, "lost", token)
+
+    # Duplicates, with their causes.
+    causes: Counter[str] = Counter()
+    for token, ds in by_token.items():
+        ds.sort(key=lambda d: d.received)
+        for first, second in itertools.pairwise(ds):
+            cause = _duplicate_cause(first, second, history.faults)
+            causes[cause] += 1
+            if cause == "unexplained":
+                _example(v, "unexplained_duplicate", token)
+    v.duplicates = sum(causes.values())
+    v.duplicate_causes = dict(causes)
+
+    # Dedup: acknowledged copies of one dedup id must share one message id.
+    ids_by_dedup: dict[str, set[int]] = defaultdict(set)
+    for e in acked:
+        if e.dedup_id is not None and e.message_id is not None:
+            ids_by_dedup[e.dedup_id].add(e.message_id)
+    for dedup_id, ids in ids_by_dedup.items():
+        if len(ids) > 1:
+            v.dedup_violations += len(ids) - 1
+            _example(v, "dedup", dedup_id)
+
+    # Group order: if j was acknowledged before k was sent (same group), k may
+    # be delivered only after j's delete was asked for.
+    # A message is its token: a dedup retry is the same message sent again, so
+    # it was sent when its first copy was and acknowledged when any copy was.
+    first_delivery = {t: ds[0] for t, ds in by_token.items()}
+    sent_at: dict[str, float] = {}
+    acked_at: dict[str, float] = {}
+    for e in history.enqueues:
+        sent_at[e.token] = min(sent_at.get(e.token, e.invoked), e.invoked)
+        if e.outcome == "ok" and e.completed is not None:
+            acked_at[e.token] = min(acked_at.get(e.token, e.completed), e.completed)
+    groups: dict[str, set[str]] = defaultdict(set)
+    for e in acked:
+        if e.group is not None:
+            groups[e.group].add(e.token)
+    for tokens in groups.values():
+        members = sorted(tokens, key=lambda t: sent_at[t])
+        for i, k in enumerate(members):
+            dk = first_delivery.get(k)
+            if dk is None:
+                continue
+            for j in members[:i]:
+                if acked_at[j] >= sent_at[k]:
+                    continue  # concurrent sends: no order between them
+                deletes = [d.delete_invoked for d in by_token.get(j, ()) if d.delete_invoked]
+                if not deletes or min(deletes) > dk.received:
+                    v.order_violations += 1
+                    _example(v, "order", [j, k])
+
+    # Batches: each fully acknowledged batch completes exactly once.
+    for batch in history.batches:
+        if history.completions.get(batch, 0) != 1:
+            v.batch_violations += 1
+            _example(v, "batch", [batch, history.completions.get(batch, 0)])
+    for batch, n in history.completions.items():
+        if batch not in history.batches and n > 1:
+            v.batch_violations += 1
+            _example(v, "batch", [batch, n])
+    return v
