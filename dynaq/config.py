@@ -10,6 +10,7 @@ by :func:`load_config`, which only the CLI calls.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 import types
@@ -210,21 +211,101 @@ def config_from_mapping(raw: Mapping[str, Any], env: Mapping[str, str] | None = 
             raise InvalidInput(f"config section [{name}] must be a table")
         sections[name] = dict(value)
     for key, value in (env or {}).items():
-        if not key.startswith(ENV_PREFIX):
+        if not key.startswith(ENV_PREFIX) or _not_a_setting(key):
             continue
         section, _, setting = key[len(ENV_PREFIX) :].lower().partition("_")
-        if section not in hints or not setting:
-            continue
-        section_fields = {f.name: f for f in dataclasses.fields(hints[section])}
-        if setting not in section_fields:
-            continue
-        sections.setdefault(section, {})[setting] = _from_env(
-            key, value, get_type_hints(hints[section])[setting]
-        )
+        fields = get_type_hints(hints[section]) if section in hints else {}
+        if setting not in fields:
+            # A typo must not silently run the node on a default (say, the
+            # embedded store instead of the Cassandra ring it was meant for).
+            raise InvalidInput(
+                f"environment variable {key} names no setting "
+                f"(DYNAQ_<SECTION>_<SETTING>, e.g. DYNAQ_HTTP_PORT)"
+            )
+        sections.setdefault(section, {})[setting] = _from_env(key, value, fields[setting])
     built: dict[str, Any] = {}
     for name, values in sections.items():
         built[name] = _build_section(name, hints[name], values)
-    return Config(**built)
+    config = Config(**built)
+    check_ranges(config)
+    return config
+
+
+# DYNAQ_* variables that belong to other programs: the CLI and client
+# (endpoint, token), the test harness and benchmarks, and HAProxy's config.
+_OTHER_PROGRAMS = ("DYNAQ_ENDPOINT", "DYNAQ_TOKEN", "DYNAQ_CONFIG")
+_OTHER_PREFIXES = ("DYNAQ_TESTING_", "DYNAQ_BENCH_", "DYNAQ_LB_")
+
+
+def _not_a_setting(key: str) -> bool:
+    if key in _OTHER_PROGRAMS or key.startswith(_OTHER_PREFIXES):
+        return True
+    # HAProxy's DYNAQ_NODE_1..N (config/haproxy.cfg): backend addresses.
+    return key.startswith("DYNAQ_NODE_") and key[len("DYNAQ_NODE_") :].isdecimal()
+
+
+_DAY_S = 86_400.0
+_RANGES: dict[str, tuple[float, float]] = {
+    "http.port": (0, 65_535),
+    "http.max_message_bytes": (1, 64 * 1024 * 1024),
+    "http.max_request_bytes": (1024, 1024 * 1024 * 1024),
+    "http.max_batch": (1, 10_000),
+    "http.shutdown_timeout_s": (0, 3_600),
+    "embedded.map_size_mb": (1, 64 * 1024 * 1024),
+    "embedded.max_commit_ops": (1, 10_000_000),
+    "embedded.read_threads": (1, 256),
+    "cassandra.replication_factor": (1, 32),
+    "cassandra.protocol_version": (3, 5),
+    "cassandra.pool_size": (1, 256),
+    "gossip.port": (0, 65_535),
+    "sync.interval_s": (0.05, _DAY_S),
+    "queues.visibility_timeout_s": (0, 43_200),
+    "queues.min_partitions": (1, 1024),
+    "queues.max_partitions": (1, 1024),
+    "queues.max_partition_age_s": (1, 365 * _DAY_S),
+    "queues.idle_rescan_s": (0.01, 3_600),
+    "queues.dedup_window_s": (1, 14 * _DAY_S),
+    "batches.open_max_age_s": (1, 365 * _DAY_S),
+    "batches.closed_max_age_s": (1, 365 * _DAY_S),
+    "batches.reap_interval_s": (0, _DAY_S),
+    "batches.max_items_per_request": (1, 100_000_000),
+    "stats.flush_interval_s": (0.01, 3_600),
+    "outbox.max_in_flight": (1, 1_000_000),
+    "outbox.mark_batch": (1, 100_000),
+    "outbox.mark_backoff_ms": (0, 60_000),
+    "outbox.io_error_backoff_ms": (0, 600_000),
+    "outbox.queue_timeout_s": (0.01, 3_600),
+    "outbox.max_publish_batch": (1, 100_000),
+    "outbox.metrics_interval_s": (0.01, 3_600),
+}
+"""Inclusive ranges of numeric settings; every float must also be finite."""
+
+
+def check_ranges(config: Config) -> None:
+    """Refuse out-of-range, NaN and infinite settings, naming the setting.
+
+    A zero sync interval would spin, a port of 70000 would crash at bind, a
+    NaN timeout would make every comparison false: all are caught here, at
+    start-up, as "bad configuration".
+    """
+    for section in dataclasses.fields(config):
+        values = getattr(config, section.name)
+        for f in dataclasses.fields(values):
+            where = f"{section.name}.{f.name}"
+            value = getattr(values, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if isinstance(value, float) and not math.isfinite(value):
+                raise InvalidInput(f"setting {where} must be a finite number, got {value}")
+            lo, hi = _RANGES.get(where, (0, float("inf")))
+            if not lo <= value <= hi:
+                raise InvalidInput(f"setting {where} must be in {lo:g}..{hi:g}, got {value}")
+    q = config.queues
+    if q.min_partitions > q.max_partitions:
+        raise InvalidInput("setting queues.min_partitions must not exceed queues.max_partitions")
+    _, sep, port = config.stats.address.rpartition(":")
+    if config.stats.type == "statsd" and (not sep or not port.isdecimal() or int(port) > 65_535):
+        raise InvalidInput(f"setting stats.address must be host:port, got {config.stats.address!r}")
 
 
 def _build_section(name: str, cls: type[Any], values: Mapping[str, Any]) -> Any:

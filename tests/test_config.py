@@ -26,7 +26,9 @@ def test_env_overrides_every_type() -> None:
             "DYNAQ_GOSSIP_SEEDS": "127.0.0.1:7001, 127.0.0.1:7002",
             "DYNAQ_GOSSIP_ENABLED": "yes",
             "DYNAQ_STORAGE_BACKEND": "memory",
-            "DYNAQ_UNRELATED": "ignored",
+            "DYNAQ_ENDPOINT": "http://127.0.0.1:8081",  # the CLI's, not the server's
+            "DYNAQ_TESTING_CACHE_DIR": "/tmp",
+            "DYNAQ_NODE_1": "dynaq-1:8081",  # HAProxy's
             "OTHER": "ignored",
         },
     )
@@ -47,6 +49,20 @@ def test_env_overrides_every_type() -> None:
         ({"http": 5}, {}, "[http]"),
         ({}, {"DYNAQ_HTTP_PORT": "eighty"}, "DYNAQ_HTTP_PORT"),
         ({}, {"DYNAQ_GOSSIP_ENABLED": "maybe"}, "DYNAQ_GOSSIP_ENABLED"),
+        ({}, {"DYNAQ_STORAGE_BAKEND": "cassandra"}, "DYNAQ_STORAGE_BAKEND"),
+        ({}, {"DYNAQ_HTTP_PROT": "9"}, "DYNAQ_HTTP_PROT"),
+        ({}, {"DYNAQ_GOSIP_SEEDS": "a:1"}, "DYNAQ_GOSIP_SEEDS"),
+        ({}, {"DYNAQ_UNRELATED": "x"}, "DYNAQ_UNRELATED"),
+        ({}, {"DYNAQ_SYNC_INTERVAL_S": "0"}, "sync.interval_s"),
+        ({}, {"DYNAQ_SYNC_INTERVAL_S": "nan"}, "sync.interval_s"),
+        ({}, {"DYNAQ_STATS_FLUSH_INTERVAL_S": "inf"}, "stats.flush_interval_s"),
+        ({}, {"DYNAQ_HTTP_PORT": "70000"}, "http.port"),
+        ({}, {"DYNAQ_HTTP_PORT": "-5"}, "http.port"),
+        ({}, {"DYNAQ_HTTP_MAX_BATCH": "0"}, "http.max_batch"),
+        ({}, {"DYNAQ_EMBEDDED_READ_THREADS": "0"}, "embedded.read_threads"),
+        ({}, {"DYNAQ_QUEUES_VISIBILITY_TIMEOUT_S": "-10"}, "visibility_timeout_s"),
+        ({"queues": {"min_partitions": 50, "max_partitions": 2}}, {}, "min_partitions"),
+        ({}, {"DYNAQ_STATS_ADDRESS": "localhost"}, "stats.address"),
     ],
 )
 def test_bad_config_names_the_setting(

@@ -35,14 +35,25 @@ def wants_msgpack(request: web.Request) -> bool:
     return request.content_type in MSGPACK_TYPES
 
 
+def sends_msgpack(request: web.Request) -> bool:
+    """Whether the request body is msgpack (by Content-Type; the answer follows Accept)."""
+    return request.content_type in MSGPACK_TYPES
+
+
 async def read_body(request: web.Request) -> Any:
-    """Decode a JSON or msgpack request body; :class:`InvalidInput` when malformed."""
+    """Decode a JSON or msgpack request body; :class:`InvalidInput` when malformed.
+
+    Malformed covers every shape a decoder can choke on: bad bytes, nesting
+    deeper than the interpreter's stack, unhashable msgpack map keys, JSON's
+    ``NaN``/``Infinity`` (not JSON), and strings holding lone surrogates
+    (they cannot be stored as UTF-8).
+    """
     raw = await request.read()
     ctype = request.content_type
     if ctype in MSGPACK_TYPES:
         try:
             return msgpack.unpackb(raw, raw=False, strict_map_key=False)
-        except (ValueError, msgpack.UnpackException) as exc:
+        except (ValueError, TypeError, RecursionError, msgpack.UnpackException) as exc:
             raise InvalidInput(f"malformed msgpack body: {exc}") from None
     if ctype not in (JSON_TYPE, "application/octet-stream", "text/plain", ""):
         raise UnsupportedMediaType(
@@ -51,13 +62,44 @@ async def read_body(request: web.Request) -> Any:
     return parse_json(raw)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_MAX_DEPTH = 64
+
+
+def _check_strings(value: Any, depth: int = 0) -> None:
+    """Refuse strings that hold lone surrogates (``"\\ud800"``), and deep nesting."""
+    if depth > _MAX_DEPTH:
+        raise InvalidInput(f"malformed JSON body: nested deeper than {_MAX_DEPTH} levels")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInput("malformed JSON body: a string holds a lone surrogate") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_strings(k, depth + 1)
+            _check_strings(v, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            _check_strings(v, depth + 1)
+
+
 def parse_json(raw: bytes) -> Any:
+    """Parse a JSON body strictly (see :func:`read_body`)."""
     if not raw.strip():
         raise InvalidInput("request body is empty; expected a JSON object")
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidInput(f"malformed JSON body: {exc}") from None
+    # Surrogates can only come from \u escapes (raw UTF-8 cannot hold them):
+    # walk the value only when one may be there, so the usual body costs nothing.
+    if b"\\u" in raw and (b"\\ud" in raw.lower()):
+        _check_strings(data)
+    return data
 
 
 def respond(

@@ -8,6 +8,7 @@ JSON error body), never anything that becomes a 5xx.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -23,10 +24,16 @@ MAX_ATTRIBUTES = 32
 _ID_SEPARATORS = re.compile(r"[\s,+]+")
 
 
+def is_decimal(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also accepts ``"²"`` and ``"٣"``, which ``int`` refuses
+    or reads as other numbers."""
+    return text.isascii() and text.isdigit()
+
+
 def parse_id(text: str) -> int:
     """Parse a message id from a URL or body; :class:`InvalidInput` if malformed."""
     t = text.strip()
-    if not t.isdigit() or len(t) > 19:
+    if not is_decimal(t) or len(t) > 19:
         raise InvalidInput(
             f"malformed message id {text!r}: expected a decimal integer in [0, 2^63)"
         )
@@ -44,12 +51,19 @@ def id_list(text: str) -> list[int]:
     return [parse_id(p) for p in parts]
 
 
+def batch_size(text: str, max_batch: int) -> int:
+    """A v1 receive's ``batch_size`` path segment: 1..``max_batch`` in ASCII digits."""
+    if not is_decimal(text) or len(text) > 9 or not 1 <= int(text) <= max_batch:
+        raise InvalidInput(f"batch size must be an integer in 1..{max_batch}, got {text!r}")
+    return int(text)
+
+
 def query_int(query: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
     """An optional non-negative decimal query parameter within ``[lo, hi]``."""
     text = query.get(name)
     if text is None:
         return default
-    if not text.isdigit() or len(text) > 19 or not lo <= int(text) <= hi:
+    if not is_decimal(text) or len(text) > 19 or not lo <= int(text) <= hi:
         raise InvalidInput(f"{name} must be an integer in [{lo}, {hi}]")
     return int(text)
 
@@ -154,7 +168,13 @@ def optional_seconds(body: Mapping[str, Any], name: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(f"{name} must be a number")
-    return float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an integer with hundreds of digits
+        raise InvalidInput(f"{name} is out of range") from None
+    if not math.isfinite(seconds):
+        raise InvalidInput(f"{name} must be a finite number")
+    return seconds
 
 
 def required_seconds(body: Mapping[str, Any], name: str) -> float:

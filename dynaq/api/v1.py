@@ -6,7 +6,7 @@ from aiohttp import web
 
 from dynaq.api.codec import body_to_json, json_response, parse_json
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS, VIEW
-from dynaq.api.params import id_list, parse_id
+from dynaq.api.params import batch_size, id_list, parse_id
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE
 from dynaq.core.messages import Message, NewMessage
 from dynaq.errors import InvalidInput, NotFound
@@ -162,12 +162,7 @@ async def enqueue(request: web.Request) -> web.Response:
 async def receive(request: web.Request) -> web.Response:
     text = request.match_info["batch_size"]
     queues = request.app[QUEUES]
-    try:
-        n = int(text)
-    except ValueError:
-        raise InvalidInput(
-            f"batch size must be an integer in 1..{queues.limits.max_batch}, got {text!r}"
-        ) from None
+    n = batch_size(text, queues.limits.max_batch)
     messages = await queues.receive(request.match_info["queue"], n)
     return json_response([_message_json(m) for m in messages])
 

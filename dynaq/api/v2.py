@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dynaq.api.codec import body_to_json, read_body, respond, wants_msgpack
+from dynaq.api.codec import body_to_json, read_body, respond, sends_msgpack, wants_msgpack
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS
 from dynaq.api.params import (
     body_object,
@@ -82,10 +82,11 @@ async def describe_queue(request: web.Request) -> web.Response:
 @routes.post("/v2/queues/{queue}/messages")
 async def enqueue_batch(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
-    binary = wants_msgpack(request)
     q = _queues(request)
-    messages = new_messages(body_object(await read_body(request)), binary, q.limits.max_batch)
+    body = body_object(await read_body(request))
+    messages = new_messages(body, sends_msgpack(request), q.limits.max_batch)
     ids = await q.enqueue(info, messages)
+    binary = wants_msgpack(request)
     return respond(request, {"ids": _ids_out(binary, ids)}, binary=binary)
 
 
@@ -130,10 +131,11 @@ async def change_visibility(request: web.Request) -> web.Response:
 async def publish_batch(request: web.Request) -> web.Response:
     topic = request.match_info["topic"]
     await request.app[CATALOG].topic(topic)
-    binary = wants_msgpack(request)
     q = _queues(request)
-    messages = new_messages(body_object(await read_body(request)), binary, q.limits.max_batch)
+    body = body_object(await read_body(request))
+    messages = new_messages(body, sends_msgpack(request), q.limits.max_batch)
     result = await request.app[TOPICS].publish(topic, messages)
+    binary = wants_msgpack(request)
     return respond(
         request, {"ids": {name: [_id_out(binary, i) for i in ids] for name, ids in result.items()}}
     )

@@ -30,7 +30,7 @@ class ItemRef:
 def parse_batch_id(text: str) -> int:
     """A batch id from a URL or body; :class:`InvalidInput` if malformed."""
     t = text.strip()
-    if not t.isdigit() or len(t) > 19 or int(t) > MAX_BATCH_ID:
+    if not (t.isascii() and t.isdigit()) or len(t) > 19 or int(t) > MAX_BATCH_ID:
         raise InvalidInput(f"malformed batch id {text!r}: expected a decimal integer in [0, 2^63)")
     return int(t)
 
@@ -48,7 +48,7 @@ def parse_item_id(text: object) -> ItemRef:
     except ValueError:
         raise InvalidInput(f"malformed batch item id {text!r}: block id is not a UUID") from None
     idx = parts[2]
-    if not idx.isdigit() or len(idx) > 10:
+    if not (idx.isascii() and idx.isdigit()) or len(idx) > 10:
         raise InvalidInput(f"malformed batch item id {text!r}: index is not a small integer")
     return ItemRef(batch_id, block, int(idx))
 

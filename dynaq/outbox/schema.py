@@ -31,7 +31,7 @@ from dynaq.errors import InvalidInput
 
 ID_ATTRIBUTE = "outbox_id"
 KEY_ATTRIBUTE = "outbox_key"
-MAX_TAG_CHARS = 128
+MAX_TAG_BYTES = 128
 """Longest group / dedup id the queue service accepts."""
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -159,7 +159,7 @@ def record_from_row(row: Any) -> OutboxRecord:
 
 def _tag(prefix: str, text: str) -> str:
     """``text`` if it fits a group/dedup id, else a stable digest of it."""
-    if len(text) <= MAX_TAG_CHARS:
+    if len(text.encode()) <= MAX_TAG_BYTES:
         return text
     return prefix + hashlib.blake2b(text.encode(), digest_size=32).hexdigest()
 

@@ -36,16 +36,19 @@ from dynaq.storage.base import Delete, Put, Store, prefix_end
 
 log = logging.getLogger(__name__)
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,79}$")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,79}")
 """Queue and topic names: 1-80 of letters, digits, ``_``, ``-`` and ``.``; not starting with ``.``/``-``."""
 
 _RETRIES = 20
+_MAX_PARTITIONS = 1024
+_MAX_SETTING = 2**53
+_MAX_PARTITION_AGE_S = 10 * 365 * 86_400.0
 _NEGATIVE_CACHE_S = 1.0
 
 
 def check_name(kind: str, name: str) -> str:
     """Return ``name`` if it is a valid queue/topic name, else raise :class:`InvalidName`."""
-    if not NAME_PATTERN.match(name):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise InvalidName(
             f"invalid {kind} name {name!r}: use 1-80 letters, digits, '_', '-' or '.', "
             "starting with a letter, digit or '_'"
@@ -124,8 +127,8 @@ def parse_settings_patch(current: QueueSettings, patch: Any) -> QueueSettings:
             changes[field_name] = value
             continue
         if isinstance(value, int | float):
-            if value < 0 or value != value or value in (float("inf"), float("-inf")):
-                raise InvalidInput(f"{key} must be a finite, non-negative number")
+            if not 0 <= value < _MAX_SETTING:  # also refuses NaN and infinities
+                raise InvalidInput(f"{key} must be a finite, non-negative number below 2^53")
             changes[field_name] = float(value) if isinstance(accepted, tuple) else value
     updated = replace(current, **changes)
     if updated.min_partitions < 1:
@@ -134,6 +137,10 @@ def parse_settings_patch(current: QueueSettings, patch: Any) -> QueueSettings:
         raise InvalidInput("min_partitions must not be greater than max_partitions")
     if updated.visibility_timeout_s > 12 * 3600:
         raise InvalidInput("visibility_timeout must be at most 43200 seconds (12 hours)")
+    if updated.max_partitions > _MAX_PARTITIONS:
+        raise InvalidInput(f"max_partitions must be at most {_MAX_PARTITIONS} (one per lane)")
+    if updated.max_partition_age_s > _MAX_PARTITION_AGE_S:
+        raise InvalidInput(f"max_partition_age must be at most {_MAX_PARTITION_AGE_S:g} seconds")
     return updated
 
 

@@ -13,7 +13,7 @@ from dynaq.services.queues.handover import PeerHints
 from dynaq.services.queues.receive import MAX_WAIT_S
 from dynaq.services.queues.service import DeleteListener, QueueService
 from dynaq.services.queues.writes import (
-    MAX_TAG_CHARS,
+    MAX_TAG_BYTES,
     Limits,
     PreparedWrite,
     Writer,
@@ -21,7 +21,7 @@ from dynaq.services.queues.writes import (
 )
 
 __all__ = [
-    "MAX_TAG_CHARS",
+    "MAX_TAG_BYTES",
     "MAX_WAIT_S",
     "DeleteListener",
     "Limits",

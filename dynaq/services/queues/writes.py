@@ -33,8 +33,8 @@ from dynaq.storage.base import Put, Store
 
 T = TypeVar("T")
 
-MAX_TAG_CHARS = 128
-"""Longest message group or dedup id."""
+MAX_TAG_BYTES = 128
+"""Longest message group or dedup id, in UTF-8 bytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +82,20 @@ class Writer:
         self._dedup_locks: dict[int, asyncio.Lock] = {}
 
     def check_message(self, msg: NewMessage) -> None:
-        if len(msg.body) > self.limits.max_message_bytes:
+        """Refuse a message over the size limit (body and attributes count, as SQS
+        counts them) or with a group or dedup id outside 1..128 UTF-8 bytes (they
+        become part of store keys, which backends bound)."""
+        size = len(msg.body)
+        if msg.attributes:
+            size += sum(len(k.encode()) + len(v.encode()) for k, v in msg.attributes.items())
+        if size > self.limits.max_message_bytes:
             raise PayloadTooLarge(
-                f"message body is {len(msg.body)} bytes; the limit is "
+                f"message is {size} bytes with its attributes; the limit is "
                 f"{self.limits.max_message_bytes}"
             )
         for name, value in (("group", msg.group), ("dedup_id", msg.dedup_id)):
-            if value is not None and not 1 <= len(value) <= MAX_TAG_CHARS:
-                raise InvalidInput(f"{name} must be 1..{MAX_TAG_CHARS} characters")
+            if value is not None and not 1 <= len(value.encode()) <= MAX_TAG_BYTES:
+                raise InvalidInput(f"{name} must be 1..{MAX_TAG_BYTES} bytes of UTF-8")
         if msg.attributes and BATCH_ITEM_ATTRIBUTE in msg.attributes:
             parse_item_id(msg.attributes[BATCH_ITEM_ATTRIBUTE])  # 422 now, not a lost ack later
 

@@ -1,0 +1,152 @@
+"""Every malformed input is a precise 4xx with the JSON error body: never a 5xx.
+
+One test per class of shape that used to reach a 500: non-ASCII digits,
+lone surrogates, integers too large for a float or for storage, JSON's
+non-standard constants, nesting past the interpreter's stack, unhashable
+msgpack keys, names ending in a newline, tags whose UTF-8 outgrows a store
+key, and attributes that bypassed the size limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import msgpack
+import pytest
+
+
+async def _check_4xx(r: aiohttp.ClientResponse, status: int | None = None) -> dict[str, Any]:
+    assert 400 <= r.status < 500, (r.status, await r.text())
+    if status is not None:
+        assert r.status == status, (r.status, await r.text())
+    assert r.content_type == "application/json"
+    body = await r.json()
+    assert set(body) == {"error", "code"} and body["error"] and body["code"]
+    return dict(body)
+
+
+@pytest.fixture
+async def queue(http: aiohttp.ClientSession) -> str:
+    async with http.put("/v1/queues/q") as r:
+        assert r.status == 201
+    return "q"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["²", "١٢", "1²", "𝟙", "-1", "1e3", "9" * 25, "0x10"],  # noqa: RUF001 - on purpose
+)
+async def test_non_ascii_and_odd_ids(http: aiohttp.ClientSession, queue: str, text: str) -> None:
+    async with http.delete(f"/v1/queues/{queue}/message/{text}") as r:
+        await _check_4xx(r, 422)
+    async with http.get(f"/v1/queues/{queue}/message/{text}") as r:
+        await _check_4xx(r, 422)
+    async with http.get(f"/v2/queues/{queue}/snapshot", params={"limit": text}) as r:
+        await _check_4xx(r, 422)
+    async with http.get(f"/v1/queues/{queue}/messages/{text}") as r:
+        await _check_4xx(r, 422)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"messages":[{"body":"\\ud800"}]}',
+        b'{"messages":[{"body":"x","attributes":{"k":"\\udfff"}}]}',
+        b'{"messages":[{"body":"x","group":"\\ud83d"}]}',
+        b'{"messages":[{"body":"x","dedup_id":"a\\uDC00"}]}',
+        b'{"messages":[{"body":NaN}]}',
+        b'{"messages":[{"body":"x"}],"extra":Infinity}',
+        b"[" * 100_000,
+        b'{"messages":' + b"[" * 5000 + b"]" * 5000 + b"}",
+    ],
+)
+async def test_malformed_json_enqueue(http: aiohttp.ClientSession, queue: str, raw: bytes) -> None:
+    headers = {"Content-Type": "application/json"}
+    async with http.post(f"/v2/queues/{queue}/messages", data=raw, headers=headers) as r:
+        await _check_4xx(r)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"max_messages": 1, "visibility_timeout_s": 10**400},
+        {"max_messages": 1, "wait_time_s": -(10**400)},
+        {"max_messages": 10**300},
+        {"max_messages": 1, "visibility_timeout_s": "1"},
+    ],
+)
+async def test_huge_numbers_on_receive(
+    http: aiohttp.ClientSession, queue: str, body: dict[str, Any]
+) -> None:
+    async with http.post(f"/v2/queues/{queue}/messages/receive", json=body) as r:
+        await _check_4xx(r, 422)
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"max_partitions": 2**64},
+        {"max_partitions": 10**300},
+        {"min_partitions": 2**70},
+        {"max_partition_age": 10**300},
+        {"visibility_timeout": 10**400},
+    ],
+)
+async def test_huge_settings(
+    http: aiohttp.ClientSession, queue: str, patch: dict[str, Any]
+) -> None:
+    async with http.patch(f"/v1/queues/{queue}", json=patch) as r:
+        await _check_4xx(r, 422)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\x81\x91\x01\x01",  # a map whose key is an array
+        b"\x81\x81\x01\x01\x01",  # a map whose key is a map
+        b"\x91" * 100_000,  # nesting
+        b"\xc1",
+    ],
+)
+async def test_malformed_msgpack(http: aiohttp.ClientSession, queue: str, raw: bytes) -> None:
+    headers = {"Content-Type": "application/msgpack"}
+    async with http.post(f"/v2/queues/{queue}/messages", data=raw, headers=headers) as r:
+        await _check_4xx(r)
+
+
+async def test_msgpack_request_with_json_answer(http: aiohttp.ClientSession, queue: str) -> None:
+    """The body is parsed by its Content-Type; the answer follows Accept."""
+    data = msgpack.packb({"messages": [{"body": b"\x00\xff"}]})
+    headers = {"Content-Type": "application/msgpack", "Accept": "application/json"}
+    async with http.post(f"/v2/queues/{queue}/messages", data=data, headers=headers) as r:
+        assert r.status == 200 and r.content_type == "application/json"
+        (mid,) = (await r.json())["ids"]
+        assert isinstance(mid, str)
+
+
+@pytest.mark.parametrize("name", ["a%0A", "a%0D", "%0A", "a%00", "a%20b"])
+async def test_names_with_control_characters(http: aiohttp.ClientSession, name: str) -> None:
+    async with http.put(f"/v1/queues/{name}") as r:
+        await _check_4xx(r, 422)
+    async with http.put(f"/v1/topics/{name}") as r:
+        await _check_4xx(r, 422)
+
+
+@pytest.mark.parametrize("tag", ["group", "dedup_id"])
+async def test_tags_are_bounded_in_bytes(http: aiohttp.ClientSession, queue: str, tag: str) -> None:
+    body = {"messages": [{"body": "x", tag: "😀" * 128}]}
+    async with http.post(f"/v2/queues/{queue}/messages", json=body) as r:
+        await _check_4xx(r, 422)
+    body = {"messages": [{"body": "x", tag: "😀" * 32}]}  # 128 bytes: the limit
+    async with http.post(f"/v2/queues/{queue}/messages", json=body) as r:
+        assert r.status == 200
+
+
+async def test_attributes_count_towards_the_size_limit(
+    http: aiohttp.ClientSession, queue: str
+) -> None:
+    big = "v" * (200 * 1024)
+    body = {"messages": [{"body": "x" * (100 * 1024), "attributes": {"a": big}}]}
+    async with http.post(f"/v2/queues/{queue}/messages", json=body) as r:
+        await _check_4xx(r, 413)
