@@ -35,6 +35,7 @@ from dynaq.metrics import Metrics, NullMetrics, StatsdMetrics
 from dynaq.services.batch_hooks import batch_acks, completion_publisher
 from dynaq.services.batches import BatchService
 from dynaq.services.catalog import Catalog
+from dynaq.services.id_floor import IdFloor
 from dynaq.services.queues import Limits, QueueService
 from dynaq.services.topics import TopicService
 from dynaq.storage.base import Store
@@ -227,6 +228,7 @@ class Node:
                 max_batch=h.max_batch,
                 clock=self.clock,
             )
+        self.id_floor: IdFloor | None = None
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.port: int = h.port
@@ -235,9 +237,13 @@ class Node:
         """Open the store, load state, take a writer slot, serve HTTP, join the ring."""
         await self.store.open()
         await migrate(self.store)
-        if self.writer_slots is not None:
-            slot = await self.writer_slots.acquire()
-            self.queues.set_ids(IdGenerator(self.clock, writer=slot))
+        slot = 0 if self.writer_slots is None else await self.writer_slots.acquire()
+        ids = IdGenerator(self.clock, writer=slot)
+        # Before the first id: continue after the slot's persisted high-water
+        # mark, so a clock stepped back never redraws (and overwrites) an id.
+        self.id_floor = IdFloor(self.store, self.clock, ids)
+        await self.id_floor.start()
+        self.queues.set_ids(ids)
         await self.queues.start()
         await self.batches.start()
         await self.metrics.start()
@@ -304,6 +310,8 @@ class Node:
             await self.writer_slots.stop()
         await self.batches.stop()
         await self.queues.stop()
+        if self.id_floor is not None:
+            await self.id_floor.stop()
         await self.metrics.stop()
         await self.store.close()
         self.state = "stopped"

@@ -26,6 +26,7 @@ import random
 import zlib
 
 from dynaq.clock import Clock
+from dynaq.errors import StorageUnavailable
 from dynaq.storage.base import LANE_BITS as LANE_BITS
 from dynaq.storage.base import LANE_SHIFT as LANE_SHIFT
 
@@ -38,6 +39,12 @@ MAX_ID = (1 << 63) - 1
 EPOCH_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z
 _CLOCK_MASK = (1 << (LANE_SHIFT - CLOCK_SHIFT)) - 1
 _ID_STEP = 1 << CLOCK_SHIFT
+
+
+class IdClockStalled(StorageUnavailable):
+    """Ids would outrun the persisted high-water mark (its refresh is failing): 503, retriable."""
+
+    code = "id_clock_stalled"
 
 
 def lane_of(message_id: int) -> int:
@@ -87,6 +94,8 @@ class IdGenerator:
         self._stride = stride
         self._rng = rng or random.Random()
         self._last: dict[int, int] = {}
+        self._floor = 0
+        self._ceiling: int | None = None
         self._lane = self._rng.randrange(LANES)
         self._left_in_lane = stride
 
@@ -102,13 +111,38 @@ class IdGenerator:
         self._left_in_lane -= count
         return self._lane
 
+    def set_bounds(self, floor_ms: int, ceiling_ms: int | None) -> None:
+        """Issue no id below ``floor_ms`` or above ``ceiling_ms`` (wall ms).
+
+        The floor is the high-water mark persisted by this writer slot's last
+        holder, so a node restarted with its clock stepped back never draws an
+        id it drew before (message writes overwrite). The ceiling is what has
+        been persisted since: ids stop, rather than outrun what a restart
+        would know.
+        """
+        self._floor = max(self._floor, self._units(floor_ms))
+        self._ceiling = None if ceiling_ms is None else self._units(ceiling_ms) | 0xFF
+
+    def high_water_ms(self) -> int:
+        """The wall ms of the newest id issued (the clock's own reading if none is newer)."""
+        newest = max(self._last.values(), default=0)
+        return max(self._clock.wall_ms(), EPOCH_MS + (max(newest, self._floor) >> SEQ_BITS))
+
+    @staticmethod
+    def _units(wall_ms: int) -> int:
+        return (max(0, wall_ms - EPOCH_MS) << SEQ_BITS) & _CLOCK_MASK
+
     def allocate(self, lane: int, count: int) -> range:
         """Reserve ``count`` consecutive ids in ``lane``, ascending."""
         now = ((self._clock.wall_ms() - EPOCH_MS) << SEQ_BITS) & _CLOCK_MASK
-        first = max(self._last.get(lane, -1) + 1, now)
+        first = max(self._last.get(lane, -1) + 1, now, self._floor)
         last = first + count - 1
         if last > _CLOCK_MASK:
             raise OverflowError("id clock exhausted for this lane")
+        if self._ceiling is not None and last > self._ceiling:
+            raise IdClockStalled(
+                "the id clock is ahead of its persisted high-water mark; retry shortly"
+            )
         self._last[lane] = last
         base = (lane << LANE_SHIFT) | (first << CLOCK_SHIFT) | self._writer
         return range(base, base + count * _ID_STEP, _ID_STEP)

@@ -23,6 +23,7 @@ DEDUP = b"d/"
 BATCH_HEADER = b"b/h/"
 BATCH_BLOCK = b"b/g/"
 BATCH_REAPER_LEASE = b"b/lease"
+ID_HIGH_WATER = b"w/hwm/"
 SCHEMA = b"c/schema"
 """The store's schema version (written by ``dynaq migrate``)."""
 
@@ -31,6 +32,11 @@ _MSG = struct.Struct(">cIQ")
 if _MSG.size != MESSAGE_KEY_LEN:  # pragma: no cover - the shape is declared in storage.base
     raise ImportError("message key layout disagrees with dynaq.storage.base")
 _BID = struct.Struct(">Q")
+
+
+def id_high_water(writer_slot: int) -> bytes:
+    """A writer slot's persisted id high-water mark (wall ms, decimal)."""
+    return ID_HIGH_WATER + str(writer_slot).encode()
 
 
 def queue_config(name: str) -> bytes:
