@@ -11,13 +11,14 @@
 """
 
 from dynaq.cluster.base import Membership, StaticMembership
-from dynaq.cluster.slots import SlotLost, WriterSlots
+from dynaq.cluster.slots import WriterSlots
 from dynaq.cluster.wiring import (
     advertised_http,
     build_membership,
     build_writer_slots,
     gossip_enabled,
 )
+from dynaq.errors import SlotLost  # re-exported: callers of WriterSlots catch it
 
 __all__ = [
     "Membership",

@@ -16,7 +16,7 @@ Slots are therefore leased through the shared store:
   must stop taking enqueues (it shuts down: fail-stop beats duplicate ids).
 
 **Limit: 32 concurrent writers per store.** A 33rd node cannot start
-(:class:`ClusterFull`) until a departed node's lease lapses. Nodes keep their
+(:class:`~dynaq.errors.ClusterFull`) until a departed node's lease lapses. Nodes keep their
 slot across restarts and graceful stops, so a fixed set of names never runs
 out. A single node with gossip off uses slot 0 without asking the store.
 """
@@ -30,27 +30,13 @@ from collections.abc import Callable
 
 from dynaq.clock import Clock
 from dynaq.core.ids import MAX_WRITERS
-from dynaq.errors import DynaqError, StorageError
+from dynaq.errors import ClusterFull, SlotLost, StorageError
 from dynaq.storage.base import Item, Store
 from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
 SLOT_PREFIX = b"w/slot/"
-
-
-class ClusterFull(DynaqError):
-    """Every writer slot is held by a live (or recently live) node."""
-
-    status = 503
-    code = "cluster_full"
-
-
-class SlotLost(DynaqError):
-    """Another node took this node's writer slot: it must stop drawing ids."""
-
-    status = 503
-    code = "writer_slot_lost"
 
 
 def slot_key(slot: int) -> bytes:
@@ -129,7 +115,7 @@ class WriterSlots:
         )
 
     async def refresh(self) -> None:
-        """Renew the lease once; raises :class:`SlotLost` if another node holds the slot."""
+        """Renew the lease once; raises :class:`~dynaq.errors.SlotLost` if another node holds the slot."""
         assert self.slot is not None and self._version is not None
         version = await self._store.put_if_version(
             slot_key(self.slot), self._value(), self._version

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
-from dynaq.errors import InvalidInput, PayloadTooLarge, TopicNotFound
+from dynaq.errors import BadRecord, InvalidInput, PayloadTooLarge, TopicNotFound
 from dynaq.metrics import Metrics
 from dynaq.outbox.config import OutboxConfig
 from dynaq.outbox.events import Event, LeaderRefreshed
-from dynaq.outbox.schema import BadRecord, OutboxRecord, Queries, record_from_row, to_message
+from dynaq.outbox.schema import OutboxRecord, Queries, record_from_row, to_message
 from dynaq.services.messages import NewMessage
 
 log = logging.getLogger("dynaq.outbox")

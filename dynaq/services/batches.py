@@ -46,7 +46,14 @@ from dynaq.clock import Clock
 from dynaq.core import keys
 from dynaq.core.batch_items import ItemRef
 from dynaq.core.membership import MembershipView
-from dynaq.errors import Conflict, DynaqError, InvalidInput, NotFound, StorageError
+from dynaq.errors import (
+    BatchClosed,
+    BatchNotFound,
+    DynaqError,
+    InvalidInput,
+    StorageError,
+    WrongBatchMode,
+)
 from dynaq.metrics import Metrics
 from dynaq.storage.base import Item, Store
 from dynaq.tasks import cancel_and_wait
@@ -63,24 +70,6 @@ acks of one block rarely conflict, large enough that 1M items take 245 records."
 JSON_SAFE_IDS = 2**53 - 1
 _CAS_TRIES = 64
 _REAPER = "batches-reaper"
-
-
-class BatchNotFound(NotFound):
-    """The batch (or the block an item id names) does not exist."""
-
-    code = "batch_not_found"
-
-
-class BatchClosed(Conflict):
-    """Items cannot be added to a closed batch."""
-
-    code = "batch_closed"
-
-
-class WrongBatchMode(InvalidInput):
-    """An exact batch used through the estimated routes, or the reverse."""
-
-    code = "wrong_batch_mode"
 
 
 @dataclass(frozen=True)
