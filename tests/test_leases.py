@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import msgpack
+
 from dynaq.clock import ManualClock
 from dynaq.core.leases import CasLease, LeaseRecord, LeaseState, decode_record, encode_record
 from dynaq.storage.memory import MemoryStore
@@ -111,3 +113,31 @@ async def test_the_stored_record_is_the_writer_slot_json() -> None:
     assert item is not None
     assert json.loads(item.value) == {"name": "a", "heartbeat_ms": clock.wall_ms()}
     assert decode_record(encode_record(LeaseRecord("n", 5))) == LeaseRecord("n", 5)
+
+
+async def test_the_batch_reaper_is_fenced_by_its_lease() -> None:
+    """Two batch services that both think they reap: one lease, lapsing after 3 intervals."""
+    from dynaq.core.keys import BATCH_REAPER_LEASE
+    from dynaq.core.membership import Member, MembershipView
+    from dynaq.metrics import NullMetrics
+    from dynaq.services.batches import BatchService
+
+    store, clock = MemoryStore(), ManualClock()
+    # The reaper's earlier msgpack record sits under the old key; it is not read any more.
+    await store.put_if_absent(b"b/lease", msgpack.packb(["other", clock.wall_ms() + 10**9]))
+    a, b = (
+        BatchService(
+            store, clock, MembershipView(Member(n, "x:1")), NullMetrics(), reap_interval_s=10
+        )
+        for n in ("a", "b")
+    )
+    assert await a._take_lease() is True
+    assert await b._take_lease() is False
+    clock.advance(30)  # three intervals: still a's, to the millisecond
+    assert await b._take_lease() is False
+    assert await a._take_lease() is True  # a's next round renews it
+    clock.advance(30.001)
+    assert await b._take_lease() is True
+    assert await a._take_lease() is False
+    item = await store.get(BATCH_REAPER_LEASE)
+    assert item is not None and json.loads(item.value)["name"] == "b"

@@ -45,6 +45,7 @@ import msgpack
 from dynaq.clock import Clock
 from dynaq.core import keys
 from dynaq.core.batch_items import ItemRef
+from dynaq.core.leases import CasLease
 from dynaq.core.membership import MembershipView
 from dynaq.errors import (
     BatchClosed,
@@ -207,6 +208,7 @@ class BatchService:
         self._reaper: asyncio.Task[None] | None = None
         self._reap_cursor = 0
         self._reaper_lane = zlib.crc32(_REAPER.encode()) % 1024
+        self._lease: CasLease | None = None
 
     def on_completion(self, listener: CompletionListener) -> None:
         """Call ``listener`` for every batch this node completes."""
@@ -596,17 +598,12 @@ class BatchService:
     async def _take_lease(self) -> bool:
         """Fence the reaper in the store: two nodes that disagree about the ring
         cannot both hold a lease that has not expired."""
-        now = self._clock.wall_ms()
-        lease_ms = int(self.reap_interval_s * 3 * 1000)
-        record = bytes(msgpack.packb([self._view.me.name, now + lease_ms]))
-        item = await self._store.get(keys.BATCH_REAPER_LEASE)
-        if item is None:
-            return await self._store.put_if_absent(keys.BATCH_REAPER_LEASE, record) is not None
-        holder, expires_ms = msgpack.unpackb(item.value)
-        if holder != self._view.me.name and expires_ms > now:
-            return False
-        v = await self._store.put_if_version(keys.BATCH_REAPER_LEASE, record, item.version)
-        return v is not None
+        name = self._view.me.name  # read each round: the lease follows this node's ring name
+        if self._lease is None or self._lease.holder != name:
+            self._lease = CasLease(
+                self._store, keys.BATCH_REAPER_LEASE, name, self._clock, self.reap_interval_s * 3
+            )
+        return await self._lease.acquire()
 
     async def reap_once(self) -> tuple[int, int]:
         """One bounded reaper round: at most ``reap_batch`` headers from a cursor.
