@@ -15,7 +15,7 @@ from aiohttp import web
 from dynaq.api.codec import json_response, read_body
 from dynaq.core.batch_items import parse_batch_id, parse_item_id
 from dynaq.errors import InvalidInput
-from dynaq.services.batches import ESTIMATED, EXACT, BatchService, Completion
+from dynaq.services.batches import ESTIMATED, EXACT, BatchHeader, BatchService, Completion
 
 BATCHES = web.AppKey("batches", BatchService)
 
@@ -63,6 +63,22 @@ def _bounded_list(body: Mapping[str, Any], name: str, of: str) -> list[Any]:
 
 def _path_id(request: web.Request) -> int:
     return parse_batch_id(request.match_info["batch_id"])
+
+
+def _header_json(batch_id: int, header: BatchHeader) -> dict[str, Any]:
+    """A batch as the describe and incr routes answer it (Carlyle's field names)."""
+    return {
+        "batchId": batch_id,
+        "userKey": header.user_key,
+        "mode": header.mode,
+        "isClosed": header.closed,
+        "isComplete": header.complete,
+        "items": header.items,
+        "pending": header.pending,
+        "createdAt": header.created_ms,
+        "updatedAt": header.updated_ms,
+        "completedAt": header.completed_ms or None,
+    }
 
 
 def _completions(done: list[Completion]) -> dict[str, Any]:
@@ -113,7 +129,7 @@ def _shared_routes(base: str, mode: str) -> None:
     async def describe(request: web.Request) -> web.Response:
         batch_id = _path_id(request)
         header = await _service(request).get(batch_id, mode)
-        return json_response(header.to_json(batch_id))
+        return json_response(_header_json(batch_id, header))
 
     async def delete(request: web.Request) -> web.Response:
         items = await _service(request).delete(_path_id(request), mode)
@@ -180,7 +196,7 @@ async def estimated_incr(request: web.Request) -> web.Response:
         raise InvalidInput(f"by={text!r} must be a positive integer")
     batch_id = _path_id(request)
     header = await _service(request).incr(batch_id, int(text))
-    return json_response(header.to_json(batch_id))
+    return json_response(_header_json(batch_id, header))
 
 
 @routes.post(ESTIMATED_BASE + "/decr")
