@@ -54,7 +54,8 @@ class EstimatedBatches:
         return out
 
     def _check_step(self, by: int) -> None:
-        if isinstance(by, bool) or not isinstance(by, int) or by <= 0:
+        # The API has checked that ``by`` is an int; its range is the service's own.
+        if by <= 0:
             raise InvalidInput("by must be a positive integer")
         if by > self._max_items:
             raise InvalidInput(f"by must be at most {self._max_items}")

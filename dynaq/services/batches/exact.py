@@ -51,7 +51,8 @@ class ExactBatches:
 
     async def add_items(self, batch_id: int, count: int) -> list[tuple[uuid.UUID, int]]:
         """Add ``count`` items to an open exact batch; return its blocks ``(id, upto)``."""
-        if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+        # The API has checked that ``count`` is an int; its range is the service's own.
+        if count <= 0:
             raise InvalidInput("items must be a positive integer")
         if count > self._max_items:
             raise InvalidInput(f"at most {self._max_items} items per request, got {count}")

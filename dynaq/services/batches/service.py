@@ -74,7 +74,8 @@ class BatchService:
 
     async def open(self, mode: str, user_key: str | None) -> int:
         """Create a batch; return its id."""
-        if user_key is not None and (not isinstance(user_key, str) or len(user_key) > 1024):
+        # The API has checked the type; the length limit is the service's own.
+        if user_key is not None and len(user_key) > 1024:
             raise InvalidInput("userKey must be a string of at most 1024 characters")
         now = self._clock.wall_ms()
         batch_id = await self._headers.create(
