@@ -9,14 +9,20 @@ codes.
 
     DynaqError
     ├── InvalidInput            422  malformed ids, wrong JSON types, bad batch sizes
-    │   └── InvalidName         422  queue/topic names outside the allowed pattern
+    │   ├── InvalidName         422  queue/topic names outside the allowed pattern
+    │   ├── WrongBatchMode      422  an exact batch on the estimated routes, or the reverse
+    │   └── BadRecord           422  an outbox row that can never be published (it is parked)
     ├── NotFound                404
     │   ├── QueueNotFound
-    │   └── TopicNotFound
+    │   ├── TopicNotFound
+    │   └── BatchNotFound            also a missing block of an exact batch
     ├── AlreadyExists           422  (Dynamiq answers 422, not 409)
     ├── PayloadTooLarge         413
     ├── UnsupportedMediaType    415
     ├── Conflict                409  a concurrent update won; retry
+    │   └── BatchClosed         409  items added to a closed batch (inherits ``retriable``)
+    ├── ClusterFull             503  every writer slot is held by a live node
+    ├── SlotLost                503  another node took this node's writer slot: stop
     └── StorageError            503  the store failed; ``retriable`` says whether to retry
         └── StorageUnavailable  503
 """
@@ -49,6 +55,20 @@ class InvalidName(InvalidInput):
     code = "invalid_name"
 
 
+class WrongBatchMode(InvalidInput):
+    """An exact batch used through the estimated routes, or the reverse."""
+
+    code = "wrong_batch_mode"
+
+
+class BadRecord(InvalidInput):
+    """An outbox row that can never be published as it is (it gets parked).
+
+    Keeps :class:`InvalidInput`'s code: the relay parks such rows and never
+    answers HTTP with it, so it never needed a code of its own.
+    """
+
+
 class NotFound(DynaqError):
     """The named resource does not exist."""
 
@@ -66,6 +86,12 @@ class TopicNotFound(NotFound):
     """The named topic does not exist."""
 
     code = "topic_not_found"
+
+
+class BatchNotFound(NotFound):
+    """The batch (or the block an item id names) does not exist."""
+
+    code = "batch_not_found"
 
 
 class AlreadyExists(DynaqError):
@@ -97,6 +123,26 @@ class Conflict(DynaqError):
     retriable = True
 
 
+class BatchClosed(Conflict):
+    """Items cannot be added to a closed batch."""
+
+    code = "batch_closed"
+
+
+class ClusterFull(DynaqError):
+    """Every writer slot is held by a live (or recently live) node."""
+
+    status = 503
+    code = "cluster_full"
+
+
+class SlotLost(DynaqError):
+    """Another node took this node's writer slot: it must stop drawing ids."""
+
+    status = 503
+    code = "writer_slot_lost"
+
+
 class StorageError(DynaqError):
     """The storage backend failed. Backends translate their driver's errors to this."""
 
@@ -113,6 +159,10 @@ class StorageUnavailable(StorageError):
 
 __all__ = [
     "AlreadyExists",
+    "BadRecord",
+    "BatchClosed",
+    "BatchNotFound",
+    "ClusterFull",
     "Conflict",
     "DynaqError",
     "InvalidInput",
@@ -120,8 +170,10 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "QueueNotFound",
+    "SlotLost",
     "StorageError",
     "StorageUnavailable",
     "TopicNotFound",
     "UnsupportedMediaType",
+    "WrongBatchMode",
 ]

@@ -32,8 +32,8 @@ from dynaq.core.ids import IdGenerator
 from dynaq.core.membership import Member, MembershipView
 from dynaq.errors import InvalidInput
 from dynaq.metrics import Metrics, NullMetrics, StatsdMetrics
-from dynaq.services.batch_hooks import batch_acks, completion_publisher
 from dynaq.services.batches import BatchService
+from dynaq.services.batches.hooks import batch_acks, completion_publisher
 from dynaq.services.catalog import Catalog
 from dynaq.services.id_floor import IdFloor
 from dynaq.services.queues import Limits, QueueService

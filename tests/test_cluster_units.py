@@ -10,12 +10,12 @@ import pytest
 
 from dynaq.clock import ManualClock
 from dynaq.cluster import StaticMembership, WriterSlots
-from dynaq.cluster.slots import ClusterFull, SlotLost, slot_key
+from dynaq.cluster.slots import slot_key
 from dynaq.cluster.swim import SwimMembership, SwimSettings, derive_key, kinship_config
 from dynaq.config import config_from_mapping
 from dynaq.core.ids import MAX_WRITERS
 from dynaq.core.membership import Member, MembershipView
-from dynaq.errors import InvalidInput
+from dynaq.errors import ClusterFull, InvalidInput, SlotLost
 from dynaq.node import advertised_http, build_membership
 from dynaq.storage.memory import MemoryStore
 from tests.harness import free_port

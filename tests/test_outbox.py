@@ -325,7 +325,8 @@ def test_bench_outbox_quick_reports_records_per_s(postgres: object) -> None:  # 
 
 
 def test_row_to_message_mapping_and_bad_rows() -> None:
-    from dynaq.outbox.schema import BadRecord, OutboxRecord, to_message
+    from dynaq.errors import BadRecord
+    from dynaq.outbox.schema import OutboxRecord, to_message
 
     lid = uuid.uuid4()
     rec = OutboxRecord(7, "t", "k" * 200, b"v", '{"a": "x", "n": 1, "o": {"b": true}}', lid)

@@ -13,9 +13,10 @@ from typing import Any
 from aiohttp import web
 
 from dynaq.api.codec import json_response, read_body
+from dynaq.api.params import is_decimal
 from dynaq.core.batch_items import parse_batch_id, parse_item_id
 from dynaq.errors import InvalidInput
-from dynaq.services.batches import ESTIMATED, EXACT, BatchService, Completion
+from dynaq.services.batches import ESTIMATED, EXACT, BatchHeader, BatchService, Completion
 
 BATCHES = web.AppKey("batches", BatchService)
 
@@ -65,6 +66,22 @@ def _path_id(request: web.Request) -> int:
     return parse_batch_id(request.match_info["batch_id"])
 
 
+def _header_json(batch_id: int, header: BatchHeader) -> dict[str, Any]:
+    """A batch as the describe and incr routes answer it (Carlyle's field names)."""
+    return {
+        "batchId": batch_id,
+        "userKey": header.user_key,
+        "mode": header.mode,
+        "isClosed": header.closed,
+        "isComplete": header.complete,
+        "items": header.items,
+        "pending": header.pending,
+        "createdAt": header.created_ms,
+        "updatedAt": header.updated_ms,
+        "completedAt": header.completed_ms or None,
+    }
+
+
 def _completions(done: list[Completion]) -> dict[str, Any]:
     return {
         "batchCompletions": [
@@ -79,7 +96,7 @@ def _since_ms(request: web.Request) -> int:
     text = request.query.get("since")
     if text is None:
         raise InvalidInput("since is required: epoch milliseconds or an ISO-8601 time")
-    if text.isdigit():
+    if is_decimal(text) and len(text) <= 15:
         return int(text)
     try:
         t = dt.datetime.fromisoformat(text)
@@ -113,7 +130,7 @@ def _shared_routes(base: str, mode: str) -> None:
     async def describe(request: web.Request) -> web.Response:
         batch_id = _path_id(request)
         header = await _service(request).get(batch_id, mode)
-        return json_response(header.to_json(batch_id))
+        return json_response(_header_json(batch_id, header))
 
     async def delete(request: web.Request) -> web.Response:
         items = await _service(request).delete(_path_id(request), mode)
@@ -176,11 +193,11 @@ async def estimated_close(request: web.Request) -> web.Response:
 @routes.post(f"{ESTIMATED_BASE}/{_ID}/incr")
 async def estimated_incr(request: web.Request) -> web.Response:
     text = request.query.get("by", "1")
-    if not text.isdigit() or len(text) > 12:
+    if not is_decimal(text) or len(text) > 12:
         raise InvalidInput(f"by={text!r} must be a positive integer")
     batch_id = _path_id(request)
     header = await _service(request).incr(batch_id, int(text))
-    return json_response(header.to_json(batch_id))
+    return json_response(_header_json(batch_id, header))
 
 
 @routes.post(ESTIMATED_BASE + "/decr")

@@ -12,7 +12,8 @@
 """
 
 from dynaq.cluster.base import Membership, StaticMembership
-from dynaq.cluster.slots import SlotLost, WriterSlots
+from dynaq.cluster.slots import WriterSlots
+from dynaq.errors import SlotLost  # re-exported: callers of WriterSlots catch it
 
 __all__ = [
     "Membership",

@@ -4,9 +4,10 @@ Ids carry the writer slot (see :mod:`dynaq.core.ids`), so two nodes holding
 the same slot could draw the same id and one enqueue would overwrite another.
 Slots are therefore leased through the shared store:
 
-* ``w/slot/<n>`` (n = 0..31) holds ``{"name", "heartbeat_ms"}``. Every write
-  is a conditional put (``put_if_absent`` / ``put_if_version``), so two nodes
-  can never both win a slot.
+* ``w/slot/<n>`` (n = 0..31) holds a :class:`~dynaq.core.leases.CasLease`
+  record, ``{"name", "heartbeat_ms"}``. Every write is a conditional put
+  (``put_if_absent`` / ``put_if_version``), so two nodes can never both win a
+  slot.
 * A node takes, in order: the slot already recorded under its own name (a
   restart keeps its slot), a free slot, or the slot of a node that is neither
   live in the ring nor heard from for ``lease_s`` (its lease lapsed).
@@ -16,22 +17,23 @@ Slots are therefore leased through the shared store:
   must stop taking enqueues (it shuts down: fail-stop beats duplicate ids).
 
 **Limit: 32 concurrent writers per store.** A 33rd node cannot start
-(:class:`ClusterFull`) until a departed node's lease lapses. Nodes keep their
-slot across restarts and graceful stops, so a fixed set of names never runs
-out. A single node with gossip off uses slot 0 without asking the store.
+(:class:`~dynaq.errors.ClusterFull`) until a departed node's lease lapses.
+Nodes keep their slot across restarts and graceful stops, so a fixed set of
+names never runs out. A single node with gossip off uses slot 0 without
+asking the store.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 
 from dynaq.clock import Clock
 from dynaq.core.ids import MAX_WRITERS
-from dynaq.errors import DynaqError, StorageError
-from dynaq.storage.base import Item, Store
+from dynaq.core.leases import CasLease, LeaseState
+from dynaq.errors import ClusterFull, SlotLost, StorageError
+from dynaq.storage.base import Store
 from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -39,32 +41,8 @@ log = logging.getLogger(__name__)
 SLOT_PREFIX = b"w/slot/"
 
 
-class ClusterFull(DynaqError):
-    """Every writer slot is held by a live (or recently live) node."""
-
-    status = 503
-    code = "cluster_full"
-
-
-class SlotLost(DynaqError):
-    """Another node took this node's writer slot: it must stop drawing ids."""
-
-    status = 503
-    code = "writer_slot_lost"
-
-
 def slot_key(slot: int) -> bytes:
     return SLOT_PREFIX + b"%02d" % slot
-
-
-def _decode(item: Item | None) -> tuple[str, int] | None:
-    if item is None:
-        return None
-    try:
-        data = json.loads(item.value)
-        return str(data["name"]), int(data["heartbeat_ms"])
-    except (ValueError, KeyError, TypeError):
-        return None  # unreadable: treated as a lapsed lease
 
 
 class WriterSlots:
@@ -86,61 +64,55 @@ class WriterSlots:
         self._store = store
         self._name = name
         self._clock = clock
-        self._lease_ms = int(lease_s * 1000)
+        self._lease_s = lease_s
         self._refresh_s = refresh_s
         self._live = live
         self._on_lost = on_lost
-        self._version: int | None = None
+        self._lease: CasLease | None = None
         self._task: asyncio.Task[None] | None = None
         self.slot: int | None = None
 
-    def _value(self) -> bytes:
-        return json.dumps({"name": self._name, "heartbeat_ms": self._clock.wall_ms()}).encode()
-
     async def acquire(self) -> int:
         """Take a slot (see the module docstring for the order) and start refreshing it."""
-        keys = [slot_key(n) for n in range(MAX_WRITERS)]
-        items = await self._store.get_many(keys)
-        holders = [_decode(item) for item in items]
+        leases = [
+            CasLease(self._store, slot_key(n), self._name, self._clock, self._lease_s)
+            for n in range(MAX_WRITERS)
+        ]
+        # One read of every slot, then conditional puts on the versions it saw.
+        items = await self._store.get_many([lease.key for lease in leases])
         live = self._live()
         now = self._clock.wall_ms()
-        mine = [n for n, h in enumerate(holders) if h is not None and h[0] == self._name]
-        free = [n for n, item in enumerate(items) if item is None]
-        lapsed = [
-            n
-            for n, h in enumerate(holders)
-            if items[n] is not None
-            and (h is None or (h[0] not in live and now - h[1] > self._lease_ms))
+        states = [
+            lease.state(item, live=live, now_ms=now)
+            for lease, item in zip(leases, items, strict=True)
         ]
-        for n in mine + free + lapsed:
-            item = items[n]
-            if item is None:
-                version = await self._store.put_if_absent(keys[n], self._value())
-            else:
-                version = await self._store.put_if_version(keys[n], self._value(), item.version)
-            if version is not None:
-                self.slot, self._version = n, version
+        order = [
+            n
+            for wanted in (LeaseState.MINE, LeaseState.FREE, LeaseState.LAPSED)
+            for n, state in enumerate(states)
+            if state is wanted
+        ]
+        for n in order:
+            if await leases[n].take(items[n], live=live):
+                self.slot, self._lease = n, leases[n]
                 log.info("writer slot taken", extra={"slot": n, "node": self._name})
                 self._task = asyncio.create_task(self._refresh_loop(), name="writer-slot")
                 return n
         raise ClusterFull(
             f"all {MAX_WRITERS} writer slots are held; a departed node's slot frees "
-            f"{self._lease_ms // 1000} s after it was last seen"
+            f"{int(self._lease_s * 1000) // 1000} s after it was last seen"
         )
 
     async def refresh(self) -> None:
-        """Renew the lease once; raises :class:`SlotLost` if another node holds the slot."""
-        assert self.slot is not None and self._version is not None
-        version = await self._store.put_if_version(
-            slot_key(self.slot), self._value(), self._version
-        )
-        if version is None:
+        """Renew the lease once; raises :class:`~dynaq.errors.SlotLost` if another
+        node holds the slot."""
+        assert self._lease is not None
+        if not await self._lease.refresh():
             raise SlotLost(f"writer slot {self.slot} was taken over by another node")
-        self._version = version
 
     async def _refresh_loop(self) -> None:
         while True:
-            await asyncio.sleep(self._refresh_s)
+            await self._clock.sleep(self._refresh_s)
             try:
                 await self.refresh()
             except SlotLost:

@@ -22,7 +22,10 @@ MESSAGE = MESSAGE_PREFIX
 DEDUP = b"d/"
 BATCH_HEADER = b"b/h/"
 BATCH_BLOCK = b"b/g/"
-BATCH_REAPER_LEASE = b"b/lease"
+BATCH_REAPER_LEASE = b"b/reaper"
+"""The batch reaper's lease (a :class:`~dynaq.core.leases.CasLease` record, JSON).
+Its earlier msgpack record lives on under ``b/lease``, which older nodes still
+read and could not decode as JSON; under its own key the two never meet."""
 ID_HIGH_WATER = b"w/hwm/"
 SCHEMA = b"c/schema"
 """The store's schema version (written by ``dynaq migrate``)."""

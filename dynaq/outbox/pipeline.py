@@ -34,10 +34,10 @@ from uuid import UUID, uuid4
 
 from dynaq.config import OutboxConfig
 from dynaq.core.messages import NewMessage
-from dynaq.errors import InvalidInput, PayloadTooLarge, TopicNotFound
+from dynaq.errors import BadRecord, InvalidInput, PayloadTooLarge, TopicNotFound
 from dynaq.metrics import Metrics
 from dynaq.outbox.events import Event, LeaderRefreshed
-from dynaq.outbox.schema import BadRecord, OutboxRecord, Queries, record_from_row, to_message
+from dynaq.outbox.schema import OutboxRecord, Queries, record_from_row, to_message
 
 log = logging.getLogger("dynaq.outbox")
 

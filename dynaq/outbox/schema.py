@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from dynaq.core.messages import NewMessage
-from dynaq.errors import InvalidInput
+from dynaq.errors import BadRecord, InvalidInput
 
 ID_ATTRIBUTE = "outbox_id"
 KEY_ATTRIBUTE = "outbox_key"
@@ -164,15 +164,11 @@ def _tag(prefix: str, text: str) -> str:
     return prefix + hashlib.blake2b(text.encode(), digest_size=32).hexdigest()
 
 
-class BadRecord(InvalidInput):
-    """An outbox row that can never be published as it is (it gets parked)."""
-
-
 def to_message(rec: OutboxRecord, table: str, max_message_bytes: int | None) -> NewMessage:
     """The message a row publishes: key → group, table:id → dedup id, headers → attributes.
 
     The attributes also carry ``outbox_id`` and ``outbox_key`` so consumers can
-    deduplicate beyond the queue's dedup window. Raises :class:`BadRecord`
+    deduplicate beyond the queue's dedup window. Raises :class:`~dynaq.errors.BadRecord`
     for rows that can never be published (bad headers, oversize body).
     """
     body = rec.value or b""

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
+from typing import Protocol
 
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, ItemRef, parse_item_id
 from dynaq.core.messages import NewMessage
 from dynaq.errors import DynaqError
-from dynaq.services.batches import BatchService, Completion, CompletionListener
+from dynaq.services.batches.records import Completion, CompletionListener
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.queues import DeleteListener
 from dynaq.services.topics import TopicService
@@ -16,7 +18,13 @@ from dynaq.services.topics import TopicService
 log = logging.getLogger(__name__)
 
 
-def batch_acks(batches: BatchService) -> DeleteListener:
+class ItemAcks(Protocol):
+    """What acking on delete needs of the batch service (keeps this module off the facade)."""
+
+    async def ack(self, refs: Sequence[ItemRef]) -> list[Completion]: ...
+
+
+def batch_acks(batches: ItemAcks) -> DeleteListener:
     """A queue delete listener: every deleted message with a batch item id acks that item.
 
     Runs after the delete is durable. A failed ack (the batch was deleted or

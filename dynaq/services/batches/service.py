@@ -1,0 +1,164 @@
+"""The batch service: one facade over headers, the two modes and the reaper."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping, Sequence
+
+from dynaq.clock import Clock
+from dynaq.core.batch_items import ItemRef
+from dynaq.core.membership import MembershipView
+from dynaq.errors import InvalidInput, WrongBatchMode
+from dynaq.metrics import Metrics
+from dynaq.services.batches.estimated import EstimatedBatches
+from dynaq.services.batches.exact import ExactBatches
+from dynaq.services.batches.headers import Headers
+from dynaq.services.batches.reaper import Reaper
+from dynaq.services.batches.records import BatchHeader, Completion, CompletionListener
+from dynaq.storage.base import Store
+
+
+class BatchService:
+    """Exact and estimated batch tracking on the storage contract.
+
+    ``max_items`` caps the items one request may add (and the estimated
+    counter's steps). Completion listeners (the completion-topic publisher)
+    are called once per completed batch, on the node whose call completed it.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        view: MembershipView,
+        metrics: Metrics,
+        *,
+        max_items: int = 1_000_000,
+        open_max_age_s: float = 7200.0,
+        closed_max_age_s: float = 604_800.0,
+        reap_interval_s: float = 60.0,
+        reap_batch: int = 1000,
+    ) -> None:
+        self._clock = clock
+        self._metrics = metrics
+        self._headers = Headers(store, clock, metrics)
+        self._exact = ExactBatches(store, self._headers, metrics, max_items)
+        self._estimated = EstimatedBatches(self._headers, max_items)
+        self._reaper = Reaper(
+            store,
+            clock,
+            view,
+            metrics,
+            self._headers,
+            open_max_age_s=open_max_age_s,
+            closed_max_age_s=closed_max_age_s,
+            reap_interval_s=reap_interval_s,
+            reap_batch=reap_batch,
+        )
+
+    def on_completion(self, listener: CompletionListener) -> None:
+        """Call ``listener`` for every batch this node completes."""
+        self._headers.listeners.append(listener)
+
+    # lifecycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        self._reaper.start()
+
+    async def stop(self) -> None:
+        await self._reaper.stop()
+        await self._exact.acks.drain()
+
+    # both modes ----------------------------------------------------------
+
+    async def open(self, mode: str, user_key: str | None) -> int:
+        """Create a batch; return its id."""
+        # The API has checked the type; the length limit is the service's own.
+        if user_key is not None and len(user_key) > 1024:
+            raise InvalidInput("userKey must be a string of at most 1024 characters")
+        now = self._clock.wall_ms()
+        batch_id = await self._headers.create(
+            BatchHeader(mode, user_key, created_ms=now, updated_ms=now)
+        )
+        self._metrics.incr(f"batches.{mode}.opened.count")
+        return batch_id
+
+    async def get(self, batch_id: int, mode: str | None = None) -> BatchHeader:
+        """The batch's header; :class:`~dynaq.errors.WrongBatchMode` if not of ``mode``."""
+        return await self._headers.get(batch_id, mode)
+
+    async def close(self, batch_id: int, mode: str) -> bool:
+        """Close the batch; return whether it is complete (now or already)."""
+
+        def change(h: BatchHeader) -> Completion | None:
+            if h.mode != mode:
+                raise WrongBatchMode(f"batch {batch_id} is an {h.mode} batch")
+            h.closed = True
+            return self._headers.complete_if_done(batch_id, h)
+
+        header, _ = await self._headers.update(batch_id, change)
+        return header.complete
+
+    async def delete(self, batch_id: int, mode: str | None = None) -> int:
+        """Delete a batch and its blocks; return how many items it held."""
+        header = await self._headers.get(batch_id, mode)
+        await self._headers.remove(batch_id)
+        return header.items
+
+    # exact ---------------------------------------------------------------
+
+    async def add_items(self, batch_id: int, count: int) -> list[tuple[uuid.UUID, int]]:
+        """Add ``count`` items to an open exact batch; return its blocks ``(id, upto)``."""
+        return await self._exact.add_items(batch_id, count)
+
+    async def ack(self, refs: Sequence[ItemRef]) -> list[Completion]:
+        """Ack items (idempotent); return the batches this call completed."""
+        return await self._exact.acks.ack(refs)
+
+    # estimated -----------------------------------------------------------
+
+    async def incr(self, batch_id: int, by: int) -> BatchHeader:
+        """Add ``by`` expected items to an open estimated batch."""
+        return await self._estimated.incr(batch_id, by)
+
+    async def decr(self, acks: Sequence[tuple[int, int]]) -> list[Completion]:
+        """Subtract every ``(batch_id, by)``; return the batches this call completed."""
+        return await self._estimated.decr(acks)
+
+    # cleanup -------------------------------------------------------------
+
+    async def remove_older(self, closed: bool, since_ms: int) -> tuple[int, int]:
+        """Delete open (or closed) batches last active before ``since_ms``;
+        return ``(batches removed, items they held)``."""
+        return await self._reaper.remove_older(closed, since_ms)
+
+    def is_reaper(self) -> bool:
+        """Whether the ring makes this node the one reaper."""
+        return self._reaper.is_reaper()
+
+    async def reap_once(self) -> tuple[int, int]:
+        """One bounded reaper round (see :mod:`~dynaq.services.batches.reaper`)."""
+        return await self._reaper.reap_once()
+
+    # Views of the parts' state, for tests that check per-batch state goes
+    # when a batch goes idle and that the reaper is fenced; not for callers.
+
+    @property
+    def _locks(self) -> Mapping[int, asyncio.Lock]:
+        return self._headers.locks
+
+    @property
+    def _lock_users(self) -> Mapping[int, int]:
+        return self._headers.lock_users
+
+    @property
+    def _combiners(self) -> Mapping[int, object]:
+        return self._exact.acks.active
+
+    @property
+    def _reaper_lane(self) -> int:
+        return self._reaper.lane
+
+    async def _take_lease(self) -> bool:
+        return await self._reaper.take_lease()
