@@ -173,7 +173,9 @@ class Node:
         self.writer_slots = build_writer_slots(
             config, self.store, self.clock, self.membership, self.stop_requested.set
         )
-        self.catalog = Catalog(self.store, self.clock, config.queues)
+        self.catalog = Catalog(
+            self.store, self.clock, config.queues, cache_ttl_s=config.sync.interval_s
+        )
         self.queues = QueueService(
             self.store,
             self.catalog,

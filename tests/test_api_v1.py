@@ -287,7 +287,9 @@ async def test_compressed_queue_roundtrip(http: aiohttp.ClientSession, node: Nod
     assert bodies == {plain: "before" * 100, packed: "after" * 100}
 
 
-async def test_delete_queue_removes_its_messages(http: aiohttp.ClientSession, node: Node) -> None:
+async def test_delete_queue_removes_its_messages(
+    http: aiohttp.ClientSession, node: Node, clock: ManualClock
+) -> None:
     await create_queue(http)
     for i in range(50):
         await enqueue(http, f"{i}".encode())
@@ -295,6 +297,12 @@ async def test_delete_queue_removes_its_messages(http: aiohttp.ClientSession, no
         assert r.status == 200
     await node.queues.wait_for_purges()
     assert await node.store.list_keys(b"m", 100) == []
+    # Until every node's cache has dropped the old queue, the name stays taken
+    # (as SQS asks for 60 s): no node can write into the old queue's number.
+    async with http.put("/v1/queues/q1") as r:
+        assert r.status == 409
+        assert "created again in" in (await r.json())["error"]
+    clock.advance(node.catalog.recreate_after_s)
     await create_queue(http)  # same name, fresh queue: no old messages
     async with http.get("/v1/queues/q1/messages/100") as r:
         assert await _json(r) == []

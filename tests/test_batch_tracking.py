@@ -187,8 +187,19 @@ async def test_estimated_mode_counts_and_double_counts(http: aiohttp.ClientSessi
 
 
 async def test_reaper_removes_idle_open_and_old_closed_batches(
-    node: Node, http: aiohttp.ClientSession, clock: ManualClock
+    tmp_path: Path, clock: ManualClock
 ) -> None:
+    # The background reaper is off here: rounds are run by hand, one per clock step.
+    node = Node(node_config(tmp_path, batches={"reap_interval_s": 0}), clock=clock)
+    await node.start()
+    try:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{node.port}") as http:
+            await _reaper_rounds(node, http, clock)
+    finally:
+        await node.stop()
+
+
+async def _reaper_rounds(node: Node, http: aiohttp.ClientSession, clock: ManualClock) -> None:
     empty_open = await _open(http)  # no items: Carlyle's reaper never removed these
     with_items = await _open(http)
     await _add(http, with_items, 10)

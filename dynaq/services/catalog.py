@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
-
-import msgpack
 
 from dynaq.clock import Clock
 from dynaq.config import QueueDefaults
@@ -27,165 +24,85 @@ from dynaq.core import keys
 from dynaq.errors import (
     AlreadyExists,
     Conflict,
-    InvalidInput,
-    InvalidName,
     QueueNotFound,
     TopicNotFound,
 )
-from dynaq.storage.base import Delete, Put, Store, prefix_end
+from dynaq.services.queue_records import (
+    QueueInfo,
+    QueueSettings,
+    Tombstone,
+    TopicInfo,
+    check_name,
+    decode_queue_record,
+    decode_topic,
+    encode_queue,
+    encode_tombstone,
+    encode_topic,
+    parse_settings_patch,
+)
+from dynaq.storage.base import Store, prefix_end
+
+_RETRIES = 20
+_NEGATIVE_CACHE_S = 1.0
+
+__all__ = ["Catalog", "QueueInfo", "QueueSettings", "Tombstone", "TopicInfo", "check_name"]
 
 log = logging.getLogger(__name__)
 
-NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,79}")
-"""Queue and topic names: 1-80 of letters, digits, ``_``, ``-`` and ``.``; not starting with ``.``/``-``."""
-
-_RETRIES = 20
-_MAX_PARTITIONS = 1024
-_MAX_SETTING = 2**53
-_MAX_PARTITION_AGE_S = 10 * 365 * 86_400.0
-_NEGATIVE_CACHE_S = 1.0
-
-
-def check_name(kind: str, name: str) -> str:
-    """Return ``name`` if it is a valid queue/topic name, else raise :class:`InvalidName`."""
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-        raise InvalidName(
-            f"invalid {kind} name {name!r}: use 1-80 letters, digits, '_', '-' or '.', "
-            "starting with a letter, digit or '_'"
-        )
-    return name
-
-
-@dataclass(frozen=True, slots=True)
-class QueueSettings:
-    """A queue's tunables (Dynamiq's, with units in the names)."""
-
-    visibility_timeout_s: float
-    min_partitions: int
-    max_partitions: int
-    max_partition_age_s: float
-    compressed_messages: bool
-
-    @classmethod
-    def defaults(cls, d: QueueDefaults) -> QueueSettings:
-        return cls(
-            d.visibility_timeout_s,
-            d.min_partitions,
-            d.max_partitions,
-            d.max_partition_age_s,
-            d.compressed_messages,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class QueueInfo:
-    """A queue: its name, its number in message keys, and its settings."""
-
-    name: str
-    number: int
-    settings: QueueSettings
-    created_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    """A topic and the queues subscribed to it, in subscription order."""
-
-    name: str
-    queues: tuple[str, ...]
-
-
-# PATCH keys (Dynamiq's wire names) → setting name and accepted JSON type.
-_PATCHABLE: dict[str, tuple[str, type | tuple[type, ...]]] = {
-    "visibility_timeout": ("visibility_timeout_s", (int, float)),
-    "min_partitions": ("min_partitions", int),
-    "max_partitions": ("max_partitions", int),
-    "max_partition_age": ("max_partition_age_s", (int, float)),
-    "compressed_messages": ("compressed_messages", bool),
-}
-
-
-def parse_settings_patch(current: QueueSettings, patch: Any) -> QueueSettings:
-    """Apply a PATCH body to ``current``; raise :class:`InvalidInput` on any bad key or value."""
-    if not isinstance(patch, Mapping):
-        raise InvalidInput("queue settings must be a JSON object")
-    changes: dict[str, Any] = {}
-    for key, value in patch.items():
-        if key not in _PATCHABLE:
-            raise InvalidInput(
-                f"unknown queue setting {key!r}; allowed: {', '.join(sorted(_PATCHABLE))}"
-            )
-        field_name, accepted = _PATCHABLE[key]
-        if isinstance(value, bool) and accepted is not bool:
-            raise InvalidInput(f"{key} must be a number, not a boolean")
-        if not isinstance(value, accepted):
-            expected = (
-                "a boolean" if accepted is bool else "an integer" if accepted is int else "a number"
-            )
-            raise InvalidInput(f"{key} must be {expected}")
-        if isinstance(value, bool):
-            changes[field_name] = value
-            continue
-        if isinstance(value, int | float):
-            if not 0 <= value < _MAX_SETTING:  # also refuses NaN and infinities
-                raise InvalidInput(f"{key} must be a finite, non-negative number below 2^53")
-            changes[field_name] = float(value) if isinstance(accepted, tuple) else value
-    updated = replace(current, **changes)
-    if updated.min_partitions < 1:
-        raise InvalidInput("min_partitions must be at least 1")
-    if updated.max_partitions < updated.min_partitions:
-        raise InvalidInput("min_partitions must not be greater than max_partitions")
-    if updated.visibility_timeout_s > 12 * 3600:
-        raise InvalidInput("visibility_timeout must be at most 43200 seconds (12 hours)")
-    if updated.max_partitions > _MAX_PARTITIONS:
-        raise InvalidInput(f"max_partitions must be at most {_MAX_PARTITIONS} (one per lane)")
-    if updated.max_partition_age_s > _MAX_PARTITION_AGE_S:
-        raise InvalidInput(f"max_partition_age must be at most {_MAX_PARTITION_AGE_S:g} seconds")
-    return updated
-
-
-def _encode_queue(info: QueueInfo) -> bytes:
-    data = {"number": info.number, "created_ms": info.created_ms, **asdict(info.settings)}
-    return bytes(msgpack.packb(data))
-
-
-def _decode_queue(name: str, raw: bytes, defaults: QueueDefaults) -> QueueInfo:
-    data = msgpack.unpackb(raw)
-    base = asdict(QueueSettings.defaults(defaults))
-    settings = QueueSettings(**{k: data.get(k, v) for k, v in base.items()})
-    return QueueInfo(name, int(data["number"]), settings, int(data.get("created_ms", 0)))
-
-
-def _encode_topic(info: TopicInfo) -> bytes:
-    return bytes(msgpack.packb({"queues": list(info.queues)}))
-
-
-def _decode_topic(name: str, raw: bytes) -> TopicInfo:
-    return TopicInfo(name, tuple(msgpack.unpackb(raw).get("queues", [])))
-
 
 class Catalog:
-    """Queue and topic config: the store is the truth, this is a synced cache."""
+    """Queue and topic config, cached on this node.
 
-    def __init__(self, store: Store, clock: Clock, defaults: QueueDefaults) -> None:
+    A cached queue is trusted for ``cache_ttl_s`` (the sync interval); after
+    that its next use reads through to the store, so a node whose sync loop
+    is failing still never serves a queue deleted elsewhere for long. A
+    deleted queue's name can be created again only after
+    ``recreate_after_s``: by then every node has dropped the old queue from
+    its cache, so no node can still be writing into the old queue's number.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        defaults: QueueDefaults,
+        *,
+        cache_ttl_s: float = 30.0,
+        recreate_after_s: float | None = None,
+    ) -> None:
         self._store = store
         self._clock = clock
         self._defaults = defaults
+        self._ttl_s = cache_ttl_s
+        self.recreate_after_s = (
+            2 * cache_ttl_s + 1 if recreate_after_s is None else recreate_after_s
+        )
         self._queues: dict[str, QueueInfo] = {}
+        self._loaded: dict[str, float] = {}
         self._topics: dict[str, TopicInfo] = {}
         self._missing: dict[bytes, float] = {}
         self._queue_listeners: list[Callable[[QueueInfo | None, QueueInfo | None], None]] = []
+        self._delete_listeners: list[Callable[[Tombstone], None]] = []
+        self.tombstones: dict[str, Tombstone] = {}
+        """Deleted queues whose messages may not be purged yet (from the last reload)."""
 
     def on_queue_change(self, fn: Callable[[QueueInfo | None, QueueInfo | None], None]) -> None:
-        """Call ``fn(old, new)`` whenever a queue appears, changes or disappears."""
+        """Call ``fn(old, new)`` whenever a queue appears, changes or disappears here."""
         self._queue_listeners.append(fn)
+
+    def on_queue_deleted(self, fn: Callable[[Tombstone], None]) -> None:
+        """Call ``fn`` when this node deleted a queue (its messages must be purged)."""
+        self._delete_listeners.append(fn)
 
     def _set_queue(self, name: str, new: QueueInfo | None) -> None:
         old = self._queues.get(name)
+        if new is not None:
+            self._loaded[name] = self._clock.monotonic()
         if old == new:
             return
         if new is None:
             self._queues.pop(name, None)
+            self._loaded.pop(name, None)
         else:
             self._queues[name] = new
             self._missing.pop(keys.queue_config(name), None)
@@ -195,18 +112,28 @@ class Catalog:
     # sync --------------------------------------------------------------
 
     async def reload(self) -> None:
-        """Read every queue and topic from the store and apply differences."""
-        queues = {
-            name: _decode_queue(name, raw, self._defaults)
-            for name, raw in await self._scan_prefix(keys.CONFIG_QUEUE)
-        }
+        """Read every queue and topic from the store and apply differences.
+
+        A queue cached after this scan began (created here, or read through)
+        is not dropped for missing from the scan: the scan is older than it.
+        """
+        started = self._clock.monotonic()
+        queues: dict[str, QueueInfo] = {}
+        tombstones: dict[str, Tombstone] = {}
+        for name, raw in await self._scan_prefix(keys.CONFIG_QUEUE):
+            record = decode_queue_record(name, raw, self._defaults)
+            if isinstance(record, Tombstone):
+                tombstones[name] = record
+            else:
+                queues[name] = record
+        self.tombstones = {n: t for n, t in tombstones.items() if not t.purged}
         for name in list(self._queues):
-            if name not in queues:
+            if name not in queues and self._loaded.get(name, started) <= started:
                 self._set_queue(name, None)
         for name, info in queues.items():
             self._set_queue(name, info)
         self._topics = {
-            name: _decode_topic(name, raw)
+            name: decode_topic(name, raw)
             for name, raw in await self._scan_prefix(keys.CONFIG_TOPIC)
         }
 
@@ -229,23 +156,24 @@ class Catalog:
         return self._queues.get(name)
 
     async def queue(self, name: str) -> QueueInfo:
-        """The queue's config; reads through to the store on a cache miss."""
+        """The queue's config; reads through to the store on a cache miss or an expired entry."""
         info = self._queues.get(name)
-        if info is not None:
+        now = self._clock.monotonic()
+        if info is not None and now - self._loaded.get(name, now) < self._ttl_s:
             return info
         key = keys.queue_config(name)
-        now = self._clock.monotonic()
-        if self._missing.get(key, -1.0) > now:
+        if info is None and self._missing.get(key, -1.0) > now:
             raise QueueNotFound("Queue did not exist.")
         item = await self._store.get(key)
-        if item is None:
+        record = None if item is None else decode_queue_record(name, item.value, self._defaults)
+        if not isinstance(record, QueueInfo):
+            self._set_queue(name, None)
             self._missing[key] = now + _NEGATIVE_CACHE_S
             if len(self._missing) > 10_000:
                 self._missing.clear()
             raise QueueNotFound("Queue did not exist.")
-        info = _decode_queue(name, item.value, self._defaults)
-        self._set_queue(name, info)
-        return info
+        self._set_queue(name, record)
+        return record
 
     async def _next_queue_number(self) -> int:
         for _ in range(_RETRIES):
@@ -262,16 +190,40 @@ class Catalog:
         raise Conflict("could not allocate a queue number under contention; retry")
 
     async def create_queue(self, name: str) -> QueueInfo:
-        """Create a queue with default settings; :class:`AlreadyExists` if it exists."""
+        """Create a queue with default settings; :class:`AlreadyExists` if it exists.
+
+        Over a tombstone younger than ``recreate_after_s`` this is a 409 that
+        says when to retry (SQS asks for 60 s between a delete and a re-create).
+        """
         check_name("queue", name)
-        if name in self._queues or await self._store.get(keys.queue_config(name)) is not None:
+        key = keys.queue_config(name)
+        if name in self._queues:
             raise AlreadyExists("Queue already exists.")
+        item = await self._store.get(key)
+        record = None if item is None else decode_queue_record(name, item.value, self._defaults)
+        if isinstance(record, QueueInfo):
+            raise AlreadyExists("Queue already exists.")
+        if isinstance(record, Tombstone):
+            wait_ms = record.deleted_ms + int(self.recreate_after_s * 1000) - self._clock.wall_ms()
+            if wait_ms > 0:
+                raise Conflict(
+                    f"queue {name!r} was deleted moments ago; it can be created again "
+                    f"in {wait_ms / 1000:.0f} s"
+                )
         number = await self._next_queue_number()
         info = QueueInfo(
             name, number, QueueSettings.defaults(self._defaults), self._clock.wall_ms()
         )
-        if await self._store.put_if_absent(keys.queue_config(name), _encode_queue(info)) is None:
+        if item is None:
+            written = await self._store.put_if_absent(key, encode_queue(info))
+        else:
+            written = await self._store.put_if_version(key, encode_queue(info), item.version)
+        if written is None:
             raise AlreadyExists("Queue already exists.")
+        if isinstance(record, Tombstone) and not record.purged:
+            # The old number's purge must still run: hand it to the purgers.
+            for fn in self._delete_listeners:
+                fn(record)
         self._set_queue(name, info)
         log.info("queue created", extra={"queue": name, "number": number})
         return info
@@ -281,36 +233,55 @@ class Catalog:
         key = keys.queue_config(name)
         for _ in range(_RETRIES):
             item = await self._store.get(key)
-            if item is None:
+            record = None if item is None else decode_queue_record(name, item.value, self._defaults)
+            if item is None or not isinstance(record, QueueInfo):
                 self._set_queue(name, None)
                 raise QueueNotFound("Queue did not exist.")
-            current = _decode_queue(name, item.value, self._defaults)
-            updated = replace(current, settings=parse_settings_patch(current.settings, patch))
-            if await self._store.put_if_version(key, _encode_queue(updated), item.version):
+            updated = replace(record, settings=parse_settings_patch(record.settings, patch))
+            if await self._store.put_if_version(key, encode_queue(updated), item.version):
                 self._set_queue(name, updated)
                 return updated
         raise Conflict("queue settings changed concurrently; retry")
 
     async def delete_queue(self, name: str) -> QueueInfo:
-        """Remove the queue and its subscriptions; mark its messages for purging.
-
-        The config removal and the purge marker are one atomic batch, so a
-        crash never leaves messages that nothing will remove.
+        """Replace the queue's record by a tombstone (a conditional write on the version
+        read, so a queue re-created meanwhile is never the one deleted), unsubscribe it,
+        and hand its number to the purgers (they resume from tombstones after a crash).
         """
         key = keys.queue_config(name)
-        item = await self._store.get(key)
-        if item is None:
-            self._set_queue(name, None)
-            raise QueueNotFound("Queue did not exist.")
-        info = _decode_queue(name, item.value, self._defaults)
-        await self._store.write_batch([Delete(key), Put(keys.purge_marker(info.number), b"")])
+        for _ in range(_RETRIES):
+            item = await self._store.get(key)
+            record = None if item is None else decode_queue_record(name, item.value, self._defaults)
+            if item is None or not isinstance(record, QueueInfo):
+                self._set_queue(name, None)
+                raise QueueNotFound("Queue did not exist.")
+            tomb = Tombstone(name, record.number, self._clock.wall_ms(), purged=False)
+            if await self._store.put_if_version(key, encode_tombstone(tomb), item.version):
+                break
+        else:
+            raise Conflict("queue changed concurrently; retry")
         self._set_queue(name, None)
+        self.tombstones[name] = tomb
+        for fn in self._delete_listeners:
+            fn(tomb)
         for topic in list(self._topics.values()):
             if name in topic.queues:
                 with contextlib.suppress(TopicNotFound):
                     await self.unsubscribe(topic.name, name)
-        log.info("queue deleted", extra={"queue": name, "number": info.number})
-        return info
+        log.info("queue deleted", extra={"queue": name, "number": record.number})
+        return record
+
+    async def mark_purged(self, tomb: Tombstone) -> None:
+        """Record that ``tomb``'s messages are gone (if the record is still that tombstone)."""
+        key = keys.queue_config(tomb.name)
+        item = await self._store.get(key)
+        if item is None:
+            return
+        record = decode_queue_record(tomb.name, item.value, self._defaults)
+        if isinstance(record, Tombstone) and record.number == tomb.number and not record.purged:
+            done = Tombstone(tomb.name, tomb.number, record.deleted_ms, purged=True)
+            await self._store.put_if_version(key, encode_tombstone(done), item.version)
+        self.tombstones.pop(tomb.name, None)
 
     # topics --------------------------------------------------------------
 
@@ -324,14 +295,14 @@ class Catalog:
         item = await self._store.get(keys.topic_config(name))
         if item is None:
             raise TopicNotFound("Topic did not exist.")
-        info = _decode_topic(name, item.value)
+        info = decode_topic(name, item.value)
         self._topics[name] = info
         return info
 
     async def create_topic(self, name: str) -> TopicInfo:
         check_name("topic", name)
         info = TopicInfo(name, ())
-        if await self._store.put_if_absent(keys.topic_config(name), _encode_topic(info)) is None:
+        if await self._store.put_if_absent(keys.topic_config(name), encode_topic(info)) is None:
             raise AlreadyExists("Topic already exists.")
         self._topics[name] = info
         return info
@@ -351,8 +322,8 @@ class Catalog:
             if item is None:
                 self._topics.pop(name, None)
                 raise TopicNotFound(missing)
-            updated = change(_decode_topic(name, item.value))
-            if await self._store.put_if_version(key, _encode_topic(updated), item.version):
+            updated = change(decode_topic(name, item.value))
+            if await self._store.put_if_version(key, encode_topic(updated), item.version):
                 self._topics[name] = updated
                 return updated
         raise Conflict("topic changed concurrently; retry")

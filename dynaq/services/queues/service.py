@@ -76,9 +76,10 @@ class QueueService:
         self.receiver = Receiver(
             store, catalog, view, clock, metrics, self.states, limits.max_batch, idle_rescan_s
         )
-        self.upkeep = Upkeep(store, clock, dedup_window_s)
+        self.upkeep = Upkeep(store, clock, catalog, dedup_window_s)
         self._delete_listeners: list[DeleteListener] = []
         catalog.on_queue_change(self._queue_changed)
+        catalog.on_queue_deleted(lambda tomb: self.upkeep.start_purge(tomb.number, tomb))
         view.on_change(self.states.relayout)
         metrics.add_gauge_provider(lambda: self.states.gauges(catalog))
 
@@ -137,10 +138,10 @@ class QueueService:
 
     def _queue_changed(self, old: QueueInfo | None, new: QueueInfo | None) -> None:
         if old is not None and (new is None or new.number != old.number):
+            # Purges follow tombstones (on_queue_deleted, resumed by upkeep), never
+            # a queue's absence from one node's view: a stale reload is no delete.
             self.states.forget(old.number)
             self.receiver.forget(old.number)
-            if new is None:
-                self.upkeep.start_purge(old.number)
         if new is not None and not self.states.has_depth(new.number):
             self.states.set_depth(new.number, 0)
 

@@ -1,8 +1,10 @@
 """Background upkeep of queues: the dedup-record sweeper and purges of deleted queues.
 
-A deleted queue's messages are removed by a purge task that resumes after a
-restart (its marker stays in the store until the purge finished). Dedup
-records outlive their window only until the next sweep.
+A deleted queue's messages are removed by a purge task. Its tombstone (see
+:mod:`dynaq.services.queue_records`) stays unpurged until the purge finished,
+so any node resumes it: at start, and at every sweep round from the last
+config reload (the deleting node may have died). Purges are idempotent.
+Dedup records outlive their window only until the next sweep.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import msgpack
 
 from dynaq.clock import Clock
 from dynaq.core import keys
+from dynaq.errors import DynaqError
+from dynaq.services.catalog import Catalog
+from dynaq.services.queue_records import Tombstone
 from dynaq.storage.base import Delete, Store, prefix_end
 from dynaq.tasks import cancel_and_wait, every
 
@@ -23,8 +28,9 @@ log = logging.getLogger(__name__)
 class Upkeep:
     """Owns the dedup sweeper and the purge tasks."""
 
-    def __init__(self, store: Store, clock: Clock, dedup_window_s: float) -> None:
+    def __init__(self, store: Store, clock: Clock, catalog: Catalog, dedup_window_s: float) -> None:
         self._store = store
+        self._catalog = catalog
         self._clock = clock
         self._dedup_window_s = dedup_window_s
         self._sweeper: asyncio.Task[None] | None = None
@@ -33,12 +39,22 @@ class Upkeep:
     async def start(self) -> None:
         """Resume interrupted purges and start sweeping dedup records."""
         for key in await self._store.list_keys(keys.PURGE, 10_000):
-            self.start_purge(keys.purge_number(key))
+            self.start_purge(keys.purge_number(key))  # markers of earlier releases
+        self.resume_purges()
         interval = max(1.0, min(60.0, self._dedup_window_s / 2))
         self._sweeper = asyncio.create_task(
-            every(interval, self.sweep_dedup, clock=self._clock, what="dedup sweep"),
+            every(interval, self._round, clock=self._clock, what="dedup sweep"),
             name="dedup-sweeper",
         )
+
+    async def _round(self) -> None:
+        self.resume_purges()
+        await self.sweep_dedup()
+
+    def resume_purges(self) -> None:
+        """Purge every deleted queue the last config reload found unpurged."""
+        for tomb in list(self._catalog.tombstones.values()):
+            self.start_purge(tomb.number, tomb)
 
     async def stop(self) -> None:
         """Stop the sweeper and pending purges (purges resume at the next start)."""
@@ -64,19 +80,28 @@ class Upkeep:
             start = rows[-1][0] + b"\x00"
         return removed
 
-    def start_purge(self, number: int) -> None:
+    def start_purge(self, number: int, tomb: Tombstone | None = None) -> None:
         """Remove every message of a deleted queue, in the background."""
         if number in self._purges:
             return
-        task = asyncio.get_running_loop().create_task(self._purge(number), name=f"purge-{number}")
+        task = asyncio.get_running_loop().create_task(
+            self._purge(number, tomb), name=f"purge-{number}"
+        )
         self._purges[number] = task
         task.add_done_callback(lambda _t: self._purges.pop(number, None))
 
-    async def _purge(self, number: int) -> None:
+    async def _purge(self, number: int, tomb: Tombstone | None) -> None:
         start, end = keys.queue_messages(number)
-        removed = await self._store.delete_range(start, end)
-        await self._store.delete_range(*keys.dedup_queue_range(number))
-        await self._store.delete(keys.purge_marker(number))
+        try:
+            removed = await self._store.delete_range(start, end)
+            await self._store.delete_range(*keys.dedup_queue_range(number))
+            if tomb is None:
+                await self._store.delete(keys.purge_marker(number))
+            else:
+                await self._catalog.mark_purged(tomb)
+        except DynaqError:  # the next round resumes it
+            log.warning("queue purge failed; it will resume", exc_info=True)
+            return
         log.info("queue messages purged", extra={"number": number, "removed": removed})
 
     async def wait_for_purges(self) -> None:

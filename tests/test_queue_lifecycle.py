@@ -1,0 +1,85 @@
+"""Queue deletion is a tombstone: no stale view purges a live queue, purges resume anywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dynaq.clock import ManualClock
+from dynaq.core.messages import NewMessage
+from dynaq.errors import Conflict
+from dynaq.node import Node
+from dynaq.storage.memory import MemoryStore
+from tests.conftest import node_config
+
+
+async def _node(tmp_path: Path, name: str, store: MemoryStore, clock: ManualClock) -> Node:
+    n = Node(node_config(tmp_path / name, node={"name": name}), clock=clock, store=store)
+    await n.start()
+    return n
+
+
+async def test_a_queue_vanishing_from_one_nodes_view_is_not_purged(tmp_path: Path) -> None:
+    store, clock = MemoryStore(), ManualClock()
+    a = await _node(tmp_path, "a", store, clock)
+    b = await _node(tmp_path, "b", store, clock)
+    try:
+        await a.catalog.create_queue("q")
+        await a.queues.enqueue("q", [NewMessage(b"%d" % i) for i in range(10)])
+        await b.catalog.queue("q")  # b reads it through
+        b.catalog._set_queue("q", None)  # what a reload that raced the create did
+        await b.queues.wait_for_purges()
+        assert len(await a.queues.receive("q", 100)) == 10
+    finally:
+        await b.stop()
+        await a.stop()
+
+
+async def test_purge_of_a_deleted_queue_resumes_on_another_node(tmp_path: Path) -> None:
+    store, clock = MemoryStore(), ManualClock()
+    a = await _node(tmp_path, "a", store, clock)
+    await a.catalog.create_queue("q")
+    await a.queues.enqueue("q", [NewMessage(b"x") for _ in range(10)])
+    a.queues.upkeep.start_purge = lambda number, tomb=None: None  # type: ignore[method-assign]
+    await a.catalog.delete_queue("q")  # ... and a never purges (it died)
+    assert len(await store.list_keys(b"m", 100)) == 10
+    b = await _node(tmp_path, "b", store, clock)  # start: reload finds the tombstone
+    try:
+        await b.queues.wait_for_purges()
+        assert await store.list_keys(b"m", 100) == []
+        assert not b.catalog.tombstones
+    finally:
+        await b.stop()
+        await a.stop()
+
+
+async def test_recreate_waits_until_no_node_can_hold_the_old_queue(tmp_path: Path) -> None:
+    store, clock = MemoryStore(), ManualClock()
+    a = await _node(tmp_path, "a", store, clock)
+    try:
+        old = await a.catalog.create_queue("q")
+        await a.catalog.delete_queue("q")
+        with pytest.raises(Conflict):
+            await a.catalog.create_queue("q")
+        clock.advance(a.catalog.recreate_after_s)
+        new = await a.catalog.create_queue("q")
+        assert new.number != old.number
+    finally:
+        await a.stop()
+
+
+async def test_a_stale_cache_entry_is_read_through_after_its_ttl(tmp_path: Path) -> None:
+    store, clock = MemoryStore(), ManualClock()
+    a = await _node(tmp_path, "a", store, clock)
+    b = await _node(tmp_path, "b", store, clock)
+    try:
+        await a.catalog.create_queue("q")
+        await b.catalog.queue("q")
+        await a.catalog.delete_queue("q")
+        clock.advance(b.config.sync.interval_s + 0.1)
+        with pytest.raises(Exception, match="did not exist"):
+            await b.catalog.queue("q")
+    finally:
+        await b.stop()
+        await a.stop()
