@@ -153,14 +153,18 @@ class SwimMembership(Membership):
             async for event in stream:
                 if isinstance(event, kinship.UserMessage):
                     continue
-                if isinstance(event, kinship.NameConflict):
-                    log.error(
-                        "another node claims this name",
-                        extra={"name": event.member.name, "other": event.other_addr},
-                    )
-                # Every event (EventsLost included) resyncs from the full live set,
-                # so the view can never drift from kinship's.
-                self._apply(cluster.members())
+                try:
+                    if isinstance(event, kinship.NameConflict):
+                        log.error(
+                            "another node claims this name",
+                            extra={"member": event.member.name, "other": event.other_addr},
+                        )
+                    # Every event (EventsLost included) resyncs from the full live set,
+                    # so the view can never drift from kinship's.
+                    self._apply(cluster.members())
+                except Exception:
+                    # One bad event must not freeze the ring view for good.
+                    log.exception("gossip event not applied", extra={"event": repr(event)})
         except kinship.KinshipClosed:
             log.exception("gossip stopped on an internal error")
 
