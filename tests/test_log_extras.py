@@ -16,9 +16,14 @@ def test_no_log_extra_overwrites_a_record_attribute() -> None:
     bad: list[str] = []
     for path in Path(dynaq.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.keyword) and node.arg == "extra":
-                if isinstance(node.value, ast.Dict):
-                    for key in node.value.keys:
-                        if isinstance(key, ast.Constant) and key.value in _RESERVED:
-                            bad.append(f"{path}:{node.value.lineno}: {key.value!r}")
+            if (
+                isinstance(node, ast.keyword)
+                and node.arg == "extra"
+                and isinstance(node.value, ast.Dict)
+            ):
+                bad += [
+                    f"{path}:{node.value.lineno}: {key.value!r}"
+                    for key in node.value.keys
+                    if isinstance(key, ast.Constant) and key.value in _RESERVED
+                ]
     assert not bad, bad
