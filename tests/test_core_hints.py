@@ -12,7 +12,7 @@ from dynaq.errors import InvalidInput
 def test_round_trip() -> None:
     message = HintsMessage(
         {"q": QueueHints((1, 2**62), (0, 1023))},
-        {"q": (HandoverEntry(5, 12.5, 3, "g"), HandoverEntry(6, 0.0, 1, None))},
+        {"q": (HandoverEntry(5, 12.5, 3, "g", {"k": "v"}), HandoverEntry(6, 0.0, 1, None))},
     )
     assert decode_hints(encode_hints(message)) == message
 
@@ -45,6 +45,8 @@ def test_wire_shape_is_unchanged() -> None:
         msgpack.packb({"handover": {"q": [[1, float("nan"), 3, None]]}}),
         msgpack.packb({"handover": {"q": [[1, -1.0, 3, None]]}}),
         msgpack.packb({"handover": {"q": [[1, 1.0, 3, 5]]}}),
+        msgpack.packb({"handover": {"q": [[1, 1.0, 3, None, {"k": 1}]]}}),
+        msgpack.packb({"handover": {"q": [[1, 1.0, 3, None, None, 6]]}}),
         msgpack.packb({"handover": {"q": 5}}),
     ],
 )

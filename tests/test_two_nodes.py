@@ -120,12 +120,16 @@ async def test_graceful_leave_hands_in_flight_messages_over(pair: tuple[Node, No
     ids = []
     for _ in range(20):
         a.queues.writer.ids._left_in_lane = 0
-        ids += await a.queues.enqueue("q", [NewMessage(b"x")] * 5)
+        ids += await a.queues.enqueue("q", [NewMessage(b"x", {"k": "v"})] * 5)
     taken_by_b: list[int] = []
     while batch := await b.queues.receive("q", 100, visibility_timeout_s=1.5):
         taken_by_b += [m.id for m in batch]
     assert taken_by_b
     assert await hand_over(b.queues.handover()) == 1  # what Node.stop does before leaving
+    info = await a.catalog.queue("q")
+    handed = a.queues.states.state(info).inflight
+    # Attributes travel too: a delete on a acks batch items without reading them.
+    assert all(handed[i].attributes == {"k": "v"} for i in taken_by_b)
     a.view.replace([a.view.me])  # b has left
     got_a = await _drain(a, "q")
     assert not set(got_a) & set(taken_by_b)  # still invisible

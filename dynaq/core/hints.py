@@ -6,7 +6,9 @@ in-flight messages the owner must keep invisible. On the wire one message is
 a msgpack map::
 
     {"queues":   {queue: {"deleted": [id, ...], "lanes": [lane, ...]}},
-     "handover": {queue: [[id, seconds_left, receive_count, group], ...]}}
+     "handover": {queue: [[id, seconds_left, receive_count, group, attributes], ...]}}
+
+(``attributes`` was added later: an entry of four elements has none.)
 
 :func:`decode_hints` checks every field's type and range and raises
 :class:`~dynaq.errors.InvalidInput` for anything else, so a receiver never
@@ -44,6 +46,8 @@ class HandoverEntry:
     seconds_left: float
     receive_count: int
     group: str | None = None
+    attributes: dict[str, str] | None = None
+    """Kept so a delete on the new owner acks the message's batch item without a read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +68,10 @@ def encode_hints(message: HintsMessage) -> bytes:
                     for q, h in message.queues.items()
                 },
                 "handover": {
-                    q: [[e.message_id, e.seconds_left, e.receive_count, e.group] for e in entries]
+                    q: [
+                        [e.message_id, e.seconds_left, e.receive_count, e.group, e.attributes]
+                        for e in entries
+                    ]
                     for q, entries in message.handover.items()
                 },
             }
@@ -102,8 +109,8 @@ def _name(value: Any) -> str:
 
 def _entry(raw: Any) -> HandoverEntry:
     e = _list(raw, "a handover entry")
-    if len(e) != 4:
-        raise _bad("a handover entry is [id, seconds_left, receive_count, group]")
+    if len(e) not in (4, 5):
+        raise _bad("a handover entry is [id, seconds_left, receive_count, group, attributes]")
     seconds = e[1]
     if (
         isinstance(seconds, bool)
@@ -115,8 +122,18 @@ def _entry(raw: Any) -> HandoverEntry:
     group = e[3]
     if group is not None and not isinstance(group, str):
         raise _bad("group must be a string or nil")
+    attributes = e[4] if len(e) == 5 else None
+    if attributes is not None and not (
+        isinstance(attributes, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in attributes.items())
+    ):
+        raise _bad("attributes must be a map of strings or nil")
     return HandoverEntry(
-        _int(e[0], 0, MAX_ID, "id"), float(seconds), _int(e[2], 0, 2**31, "receive_count"), group
+        _int(e[0], 0, MAX_ID, "id"),
+        float(seconds),
+        _int(e[2], 0, 2**31, "receive_count"),
+        group,
+        attributes,
     )
 
 

@@ -110,7 +110,9 @@ class HintRouter:
                 continue
             for mid, f in st.inflight.items():
                 if f.deadline > now:
-                    entry = HandoverEntry(mid, f.deadline - now, f.receive_count, f.group)
+                    entry = HandoverEntry(
+                        mid, f.deadline - now, f.receive_count, f.group, f.attributes
+                    )
                     out.setdefault(owner_of[f.lane], {}).setdefault(name, []).append(entry)
         return out
 
@@ -122,5 +124,5 @@ class HintRouter:
         st = self._states.state(info)
         now = self._clock.monotonic()
         for e in entries:
-            f = st.mark_served(e.message_id, now, e.seconds_left, e.group)
+            f = st.mark_served(e.message_id, now, e.seconds_left, e.group, e.attributes)
             f.receive_count = max(f.receive_count, e.receive_count)
