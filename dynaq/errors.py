@@ -23,8 +23,10 @@ codes.
     │   └── BatchClosed         409  items added to a closed batch (inherits ``retriable``)
     ├── ClusterFull             503  every writer slot is held by a live node
     ├── SlotLost                503  another node took this node's writer slot: stop
+    ├── NotServing              503  this node is starting or draining: retry (elsewhere)
     └── StorageError            503  the store failed; ``retriable`` says whether to retry
         └── StorageUnavailable  503
+            └── IdClockStalled  503  ids would outrun their persisted high-water mark
 """
 
 from __future__ import annotations
@@ -143,6 +145,15 @@ class SlotLost(DynaqError):
     code = "writer_slot_lost"
 
 
+class NotServing(DynaqError):
+    """The node is not in the ring yet (starting) or has left it (draining): receiving
+    here could serve what another node serves. Retry, through another node if any."""
+
+    status = 503
+    code = "node_not_serving"
+    retriable = True
+
+
 class StorageError(DynaqError):
     """The storage backend failed. Backends translate their driver's errors to this."""
 
@@ -157,6 +168,12 @@ class StorageUnavailable(StorageError):
     retriable = True
 
 
+class IdClockStalled(StorageUnavailable):
+    """Ids would outrun the persisted high-water mark (its refresh is failing)."""
+
+    code = "id_clock_stalled"
+
+
 __all__ = [
     "AlreadyExists",
     "BadRecord",
@@ -165,9 +182,11 @@ __all__ = [
     "ClusterFull",
     "Conflict",
     "DynaqError",
+    "IdClockStalled",
     "InvalidInput",
     "InvalidName",
     "NotFound",
+    "NotServing",
     "PayloadTooLarge",
     "QueueNotFound",
     "SlotLost",

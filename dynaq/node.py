@@ -269,6 +269,7 @@ class Node:
         # After the HTTP site is up (the address goes out as gossip metadata),
         # before "serving" (so /health stays 503 until this node knows the ring).
         await self.membership.start()
+        self.queues.receiver.in_ring = True
         if self.outbox is not None:
             # After the ring join: leadership follows the ring's view of the table.
             await self.outbox.start()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from dynaq.clock import ManualClock
-from dynaq.core.ids import IdClockStalled, IdGenerator, lane_of
+from dynaq.core.ids import IdGenerator, lane_of
 from dynaq.core.messages import NewMessage
+from dynaq.errors import IdClockStalled
 from dynaq.node import Node
 from dynaq.services.id_floor import IdFloor
 from dynaq.storage.memory import MemoryStore

@@ -8,7 +8,7 @@ import pytest
 
 from dynaq.clock import ManualClock
 from dynaq.core.messages import NewMessage
-from dynaq.errors import Conflict
+from dynaq.errors import Conflict, NotServing
 from dynaq.node import Node
 from dynaq.storage.memory import MemoryStore
 from tests.conftest import node_config
@@ -82,4 +82,23 @@ async def test_a_stale_cache_entry_is_read_through_after_its_ttl(tmp_path: Path)
             await b.catalog.queue("q")
     finally:
         await b.stop()
+        await a.stop()
+
+
+async def test_no_receives_outside_the_ring(tmp_path: Path) -> None:
+    """Before joining the ring a node's view of its slice is wrong, and after handing its
+    in-flight messages over on a drain it must not serve more: either would duplicate."""
+    store, clock = MemoryStore(), ManualClock()
+    a = await _node(tmp_path, "a", store, clock)
+    try:
+        await a.catalog.create_queue("q")
+        await a.queues.enqueue("q", [NewMessage(b"x")])
+        a.queues.receiver.in_ring = False  # as between HTTP up and the ring join
+        with pytest.raises(NotServing) as exc:
+            await a.queues.receive("q", 1)
+        assert exc.value.status == 503 and exc.value.retriable
+        a.queues.receiver.in_ring = True
+        a.queues.drain()
+        assert await a.queues.receive("q", 1, wait_time_s=5) == []
+    finally:
         await a.stop()

@@ -26,7 +26,7 @@ import random
 import zlib
 
 from dynaq.clock import Clock
-from dynaq.errors import StorageUnavailable
+from dynaq.errors import IdClockStalled
 from dynaq.storage.base import LANE_BITS as LANE_BITS
 from dynaq.storage.base import LANE_SHIFT as LANE_SHIFT
 
@@ -39,12 +39,6 @@ MAX_ID = (1 << 63) - 1
 EPOCH_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z
 _CLOCK_MASK = (1 << (LANE_SHIFT - CLOCK_SHIFT)) - 1
 _ID_STEP = 1 << CLOCK_SHIFT
-
-
-class IdClockStalled(StorageUnavailable):
-    """Ids would outrun the persisted high-water mark (its refresh is failing): 503, retriable."""
-
-    code = "id_clock_stalled"
 
 
 def lane_of(message_id: int) -> int:

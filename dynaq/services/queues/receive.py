@@ -16,7 +16,7 @@ from dynaq.core import keys
 from dynaq.core.membership import MembershipView
 from dynaq.core.messages import Message, decode
 from dynaq.core.partitions import Partition, QueueState
-from dynaq.errors import InvalidInput
+from dynaq.errors import InvalidInput, NotServing
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queues.state import QueueStates
@@ -63,6 +63,8 @@ class Receiver:
         self._max_batch = max_batch
         self._idle_rescan_s = idle_rescan_s
         self._last_maintained: dict[int, float] = {}
+        self.in_ring = False
+        """Set once the node has joined the ring; until then its view of its slice is wrong."""
         self.draining = False
 
     def forget(self, number: int) -> None:
@@ -87,6 +89,8 @@ class Receiver:
         time is up. Returns ``[]`` when nothing is visible.
         """
         self.check_batch_size(max_messages)
+        if not self.in_ring:
+            raise NotServing("this node is joining the ring; retry through another node")
         if visibility_timeout_s is not None:
             check_visibility(visibility_timeout_s)
         if not 0 <= wait_time_s <= MAX_WAIT_S:
@@ -98,12 +102,13 @@ class Receiver:
             else visibility_timeout_s
         )
         give_up = self._clock.monotonic() + wait_time_s
-        while True:
+        out: list[Message] = []
+        while not self.draining:  # a draining node handed its in-flight messages over
             st = self._states.state(info)
             st.signal.clear()
             out = await self._receive_once(info, st, max_messages, vt)
             left = give_up - self._clock.monotonic()
-            if out or left <= 0 or self.draining:
+            if out or left <= 0:
                 break
             pause = min(left, max(0.05, self._idle_rescan_s))
             nxt = st.next_deadline()
