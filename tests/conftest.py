@@ -12,7 +12,7 @@ import pytest
 from dynaq.clock import ManualClock
 from dynaq.config import config_from_mapping
 from dynaq.node import Node
-from tests.harness import NodeProcess, node_process
+from dynaq.testing.process import NodeProcess, node_process
 
 pytest_plugins = ["tests.fixtures_cassandra", "tests.fixtures_postgres", "tests.spark_fixtures"]
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests import cassandra_server
-from tests.cassandra_server import CassandraServer
+from dynaq.testing.servers import cassandra as cassandra_server
+from dynaq.testing.servers.cassandra import CassandraServer
 
 if TYPE_CHECKING:
     from dynaq.storage.cassandra import CassandraStore

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from tests import pg_server
-from tests.pg_server import PgServer
+from dynaq.testing.servers import postgres as pg_server
+from dynaq.testing.servers.postgres import PgServer
 
 _databases = itertools.count(1)
 _server: PgServer | None = None

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import ROOT
+from dynaq.testing.process import ROOT
 
 
 def spark_unavailable() -> str | None:

@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.cassandra_server import CassandraServer
-from tests.cluster_harness import LocalCluster, http_get
+from dynaq.testing.cluster import LocalCluster, http_get
+from dynaq.testing.servers.cassandra import CassandraServer
 from tests.fixtures_cassandra import new_keyspace
 
 SYNC_S = 1.0

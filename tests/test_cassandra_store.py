@@ -17,9 +17,9 @@ from dynaq.core.ids import LANE_SHIFT, MAX_ID, lane_start
 from dynaq.errors import InvalidInput, StorageUnavailable
 from dynaq.storage.base import Delete, Op, Put, Store
 from dynaq.storage.memory import MemoryStore
-from tests.cassandra_server import CassandraServer
+from dynaq.testing.process import free_port
+from dynaq.testing.servers.cassandra import CassandraServer
 from tests.fixtures_cassandra import new_keyspace
-from tests.harness import free_port
 
 if os.environ.get("CI") != "true":  # in CI a missing driver must fail, not skip
     pytest.importorskip("cassandra")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster_harness import ClusterNode, LocalCluster
+from dynaq.testing.cluster import ClusterNode, LocalCluster
 
 TOP = (1 << 63) - 1
 

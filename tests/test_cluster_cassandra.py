@@ -17,14 +17,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.cassandra_server import CassandraServer
-from tests.cluster_harness import (
+from dynaq.testing.cluster import (
     HaproxyProcess,
     LocalCluster,
     http_get,
-    require_haproxy,
     start_haproxy,
 )
+from dynaq.testing.servers.cassandra import CassandraServer
+from tests.fixtures.nodes import require_haproxy
 from tests.fixtures_cassandra import new_keyspace
 
 LANE_SHIFT = 53

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster_harness import (
+from dynaq.testing.cluster import (
     HaproxyProcess,
     LocalCluster,
     http_get,
-    require_haproxy,
     start_haproxy,
 )
+from tests.fixtures.nodes import require_haproxy
 
 
 @pytest.fixture

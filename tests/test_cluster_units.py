@@ -17,7 +17,7 @@ from dynaq.core.ids import MAX_WRITERS
 from dynaq.core.membership import Member, MembershipView
 from dynaq.errors import InvalidInput
 from dynaq.storage.memory import MemoryStore
-from tests.harness import free_port
+from dynaq.testing.process import free_port
 
 
 def test_key_is_derived_from_the_secret() -> None:

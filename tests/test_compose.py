@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from dynaq.config import Config, load_config
-from tests.harness import ROOT
+from dynaq.testing.process import ROOT
 
 COMPOSE = ROOT / "docker-compose.yml"
 NODES = ("dynaq-1", "dynaq-2", "dynaq-3")

@@ -10,9 +10,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests import statsd_server
-from tests.harness import node_process
-from tests.statsd_server import StatsdServer
+from dynaq.testing.process import node_process
+from dynaq.testing.servers import statsd as statsd_server
+from dynaq.testing.servers.statsd import StatsdServer
 
 
 @pytest.fixture(scope="module")

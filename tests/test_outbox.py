@@ -304,7 +304,7 @@ def test_bench_outbox_quick_reports_records_per_s(postgres: object) -> None:  # 
     import subprocess
     import sys
 
-    from tests.harness import ROOT
+    from dynaq.testing.process import ROOT
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("DYNAQ_")}
     done = subprocess.run(

@@ -34,8 +34,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from dynaq.testing.process import ROOT, free_port
 from tests.fixtures_postgres import pg_dsn, postgres  # noqa: F401 - fixtures
-from tests.harness import ROOT, free_port
 
 KEYS = 20
 PER_KEY = 60

@@ -13,7 +13,7 @@ import msgpack
 import pytest
 
 from dynaq import __version__
-from tests.harness import NodeProcess, node_process
+from dynaq.testing.process import NodeProcess, node_process
 
 MP = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
 

