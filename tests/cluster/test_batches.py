@@ -16,7 +16,7 @@ import pytest
 
 from dynaq.testing.cluster import LocalCluster, http_get
 from dynaq.testing.servers.cassandra import CassandraServer
-from tests.fixtures_cassandra import new_keyspace
+from tests.fixtures.cassandra import new_keyspace
 
 SYNC_S = 1.0
 EXACT = "/api/v1/batch/exact"

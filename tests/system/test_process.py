@@ -184,6 +184,6 @@ def test_cli_rejects_bad_config(tmp_path: Path) -> None:
 def test_example_config_loads() -> None:
     from dynaq.config import load_config
 
-    cfg = load_config(Path(__file__).parent.parent / "config" / "dynaq.toml", env={})
+    cfg = load_config(Path(__file__).resolve().parents[2] / "config" / "dynaq.toml", env={})
     assert cfg.http.port == 8081 and cfg.storage.backend == "embedded"
     time.sleep(0)

@@ -19,7 +19,7 @@ from dynaq.storage.base import Delete, Op, Put, Store
 from dynaq.storage.memory import MemoryStore
 from dynaq.testing.process import free_port
 from dynaq.testing.servers.cassandra import CassandraServer
-from tests.fixtures_cassandra import new_keyspace
+from tests.fixtures.cassandra import new_keyspace
 
 if os.environ.get("CI") != "true":  # in CI a missing driver must fail, not skip
     pytest.importorskip("cassandra")
@@ -299,7 +299,7 @@ async def test_node_serves_a_queue_on_cassandra(cassandra: CassandraServer, tmp_
 
     from dynaq.clock import ManualClock
     from dynaq.node import Node
-    from tests.conftest import node_config
+    from tests.fixtures.nodes import node_config
 
     store = CassandraStore([cassandra.host], keyspace=new_keyspace())
     node = Node(node_config(tmp_path), clock=ManualClock(), store=store)

@@ -22,9 +22,9 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     if request.param == "memory":
         s = MemoryStore()
     elif request.param == "cassandra":
-        # Only Cassandra runs need the session's server (tests.fixtures_cassandra).
+        # Only Cassandra runs need the session's server (tests.fixtures.cassandra).
         from dynaq.storage.cassandra import CassandraStore
-        from tests.fixtures_cassandra import new_keyspace
+        from tests.fixtures.cassandra import new_keyspace
 
         server = request.getfixturevalue("cassandra")
         s = CassandraStore([server.host], keyspace=new_keyspace())

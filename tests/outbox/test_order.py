@@ -17,8 +17,7 @@ from dynaq.node import Node
 from dynaq.outbox.events import LeaderAcquired, LeaderFenced, LeaderRefreshed
 from dynaq.outbox.relay import OutboxRelay
 from dynaq.outbox.schema import init_db
-from tests.fixtures_postgres import pg_dsn, postgres  # noqa: F401 - fixtures
-from tests.test_outbox_helpers import (
+from tests.outbox.helpers import (
     EventLog,
     FlakyPublisher,
     RecordingMetrics,
@@ -34,7 +33,7 @@ KEYS = 50
 
 
 @pytest.fixture
-async def db(pg_dsn: str) -> AsyncIterator[asyncpg.Pool]:  # noqa: F811
+async def db(pg_dsn: str) -> AsyncIterator[asyncpg.Pool]:
     pool = await asyncpg.create_pool(pg_dsn, min_size=4, max_size=16)
     async with pool.acquire() as conn:
         await init_db(conn)
@@ -60,7 +59,7 @@ def _assert_exactly_once_in_order(seen: dict[str, list[int]], per_key: int) -> N
 async def test_50_keys_x_200_rows_in_order_exactly_once(
     node: Node,
     db: asyncpg.Pool,
-    pg_dsn: str,  # noqa: F811
+    pg_dsn: str,
 ) -> None:
     per_key = 200
     await _topic(node)
@@ -87,7 +86,7 @@ async def test_50_keys_x_200_rows_in_order_exactly_once(
 async def test_publish_failures_and_fenced_leader_lose_nothing(
     node: Node,
     db: asyncpg.Pool,
-    pg_dsn: str,  # noqa: F811
+    pg_dsn: str,
 ) -> None:
     """5 % of publishes refused, 3 % written but unacknowledged, and the leader fenced mid-stream.
 

@@ -19,7 +19,7 @@ from dynaq.core.ids import IdGenerator, group_lane
 from dynaq.node import Node
 from dynaq.services.messages import NewMessage
 from dynaq.storage.memory import MemoryStore
-from tests.conftest import node_config
+from tests.fixtures.nodes import node_config
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """A real cluster: 3 node processes on one Cassandra keyspace, HAProxy in front.
 
-Needs the session's Cassandra (``tests/fixtures_cassandra.py``) and Debian's
+Needs the session's Cassandra (``tests/fixtures/cassandra.py``) and Debian's
 haproxy. ``-s`` prints the measured figures (duplicates, failure detection,
 time until a dead node's slice is served again, config sync delay).
 """
@@ -24,8 +24,8 @@ from dynaq.testing.cluster import (
     start_haproxy,
 )
 from dynaq.testing.servers.cassandra import CassandraServer
+from tests.fixtures.cassandra import new_keyspace
 from tests.fixtures.nodes import require_haproxy
-from tests.fixtures_cassandra import new_keyspace
 
 LANE_SHIFT = 53
 SYNC_S = 1.0

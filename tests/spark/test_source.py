@@ -237,7 +237,7 @@ def test_three_node_ring_reads_every_nodes_partitions(
     """A 3-node ring on Cassandra: the reader asks the ring, then every node for its
     partitions; Spark partitions map one-to-one and every message is read once."""
     from dynaq.testing.cluster import LocalCluster, http_get
-    from tests.fixtures_cassandra import new_keyspace
+    from tests.fixtures.cassandra import new_keyspace
 
     cluster = LocalCluster(
         tmp_path, 3, backend="cassandra", cassandra_hosts=[cassandra.host], keyspace=new_keyspace()

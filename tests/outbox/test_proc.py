@@ -12,7 +12,7 @@ Two tests:
 
 Either way: nothing lost, nothing reversed, nothing delivered twice, and the
 takeover time is measured. The processes are this module run as a script
-(``python -m tests.test_outbox_proc``): a :class:`Node` (which joins the ring
+(``python -m tests.outbox.test_proc``): a :class:`Node` (which joins the ring
 as ``dynaq server`` does) plus an :class:`OutboxRelay` composed as the node
 composes it, with an event handler that prints each leadership event with its
 time so the test can measure takeovers.
@@ -35,7 +35,6 @@ import aiohttp
 import pytest
 
 from dynaq.testing.process import ROOT, free_port
-from tests.fixtures_postgres import pg_dsn, postgres  # noqa: F401 - fixtures
 
 KEYS = 20
 PER_KEY = 60
@@ -123,7 +122,7 @@ class RelayNode:
         self.cmd = [
             sys.executable,
             "-m",
-            "tests.test_outbox_proc",
+            "tests.outbox.test_proc",
             "--name",
             name,
             "--writer",
@@ -260,11 +259,11 @@ async def _consume_from(
 
 
 @pytest.mark.slow
-async def test_leader_kill_9_mid_stream(tmp_path: Path, pg_dsn: str) -> None:  # noqa: F811
+async def test_leader_kill_9_mid_stream(tmp_path: Path, pg_dsn: str) -> None:
     import asyncpg
 
     from dynaq.outbox.schema import init_db
-    from tests.test_outbox_helpers import write_keyed_rows
+    from tests.outbox.helpers import write_keyed_rows
 
     pool = await asyncpg.create_pool(pg_dsn, min_size=2, max_size=10)
     async with pool.acquire() as conn:
@@ -333,7 +332,7 @@ async def _wait_until(pred: Any, timeout_s: float, what: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(_cluster_ready() is not None, reason=str(_cluster_ready()))
-async def test_three_node_ring_leader_kill_9(tmp_path: Path, pg_dsn: str) -> None:  # noqa: F811
+async def test_three_node_ring_leader_kill_9(tmp_path: Path, pg_dsn: str) -> None:
     """3 nodes in one SWIM ring over one shared store; kill -9 the table's owner mid-stream.
 
     The ring's owner of the table leads; the others wait. After the kill the
@@ -345,7 +344,7 @@ async def test_three_node_ring_leader_kill_9(tmp_path: Path, pg_dsn: str) -> Non
     import asyncpg
 
     from dynaq.outbox.schema import init_db
-    from tests.test_outbox_helpers import write_keyed_rows
+    from tests.outbox.helpers import write_keyed_rows
 
     pool = await asyncpg.create_pool(pg_dsn, min_size=2, max_size=10)
     async with pool.acquire() as conn:

@@ -16,14 +16,13 @@ from dynaq.outbox import cli
 from dynaq.outbox.events import LeaderAcquired, LeaderFenced, LeaderRevoked
 from dynaq.outbox.relay import OutboxRelay, table_lane
 from dynaq.outbox.schema import Queries, init_db, stash
-from tests.fixtures_postgres import pg_dsn, postgres  # noqa: F401 - fixtures
-from tests.test_outbox_helpers import EventLog, RecordingMetrics, consume, fast_config
+from tests.outbox.helpers import EventLog, RecordingMetrics, consume, fast_config
 
 asyncpg = pytest.importorskip("asyncpg")
 
 
 @pytest.fixture
-async def db(pg_dsn: str) -> AsyncIterator[asyncpg.Pool]:  # noqa: F811
+async def db(pg_dsn: str) -> AsyncIterator[asyncpg.Pool]:
     pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=8)
     async with pool.acquire() as conn:
         await init_db(conn)
@@ -51,7 +50,7 @@ async def _count(pool: asyncpg.Pool, where: str = "TRUE") -> int:
     return int(await pool.fetchval(f"SELECT count(*) FROM outbox WHERE {where}"))
 
 
-def test_cli_init_db_creates_table_and_index(pg_dsn: str) -> None:  # noqa: F811
+def test_cli_init_db_creates_table_and_index(pg_dsn: str) -> None:
     parser = argparse.ArgumentParser(prog="dynaq")
     cli.add_parser(parser.add_subparsers(dest="command"))
 
@@ -106,7 +105,7 @@ async def test_stash_is_transactional(db: asyncpg.Pool) -> None:
 async def test_rows_published_with_key_group_dedup_and_attributes(
     node: Node,
     db: asyncpg.Pool,
-    pg_dsn: str,  # noqa: F811
+    pg_dsn: str,
 ) -> None:
     await _topic(node)
     async with db.acquire() as conn:
@@ -135,7 +134,7 @@ async def test_rows_published_with_key_group_dedup_and_attributes(
 async def test_bad_rows_are_parked_and_do_not_block(
     node: Node,
     db: asyncpg.Pool,
-    pg_dsn: str,  # noqa: F811
+    pg_dsn: str,
 ) -> None:
     await _topic(node)
     limit = node.queues.limits.max_message_bytes
@@ -178,7 +177,7 @@ async def test_bad_rows_are_parked_and_do_not_block(
 async def test_gaps_from_long_and_rolled_back_transactions(
     node: Node,
     db: asyncpg.Pool,
-    pg_dsn: str,  # noqa: F811
+    pg_dsn: str,
 ) -> None:
     """An open transaction holding a low id does not stall later rows; a rollback leaves no trace."""
     await _topic(node)
@@ -210,7 +209,7 @@ async def test_gaps_from_long_and_rolled_back_transactions(
 async def test_two_nodes_that_both_think_they_lead_never_both_relay(
     node: Node,
     db: asyncpg.Pool,
-    pg_dsn: str,  # noqa: F811
+    pg_dsn: str,
 ) -> None:
     """Disagreeing rings: the advisory lock lets one relay; fencing its session hands over."""
     await _topic(node)
@@ -263,7 +262,7 @@ async def test_two_nodes_that_both_think_they_lead_never_both_relay(
 async def test_ring_change_revokes_and_hands_over(
     node: Node,
     db: asyncpg.Pool,
-    pg_dsn: str,  # noqa: F811
+    pg_dsn: str,
 ) -> None:
     await _topic(node)
     cfg = fast_config(pg_dsn)
@@ -297,7 +296,7 @@ async def test_ring_change_revokes_and_hands_over(
     assert winner.relayed == 10 and loser.relayed == 0
 
 
-def test_bench_outbox_quick_reports_records_per_s(postgres: object) -> None:  # noqa: F811
+def test_bench_outbox_quick_reports_records_per_s(postgres: object) -> None:
     """``python -m bench outbox`` ends with a JSON line holding ``records_per_s``."""
     import json
     import os

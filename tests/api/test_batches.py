@@ -12,7 +12,7 @@ import aiohttp
 
 from dynaq.clock import ManualClock
 from dynaq.node import Node
-from tests.conftest import node_config
+from tests.fixtures.nodes import node_config
 
 EXACT = "/api/v1/batch/exact"
 EST = "/api/v1/batch/estimated"
@@ -296,7 +296,7 @@ async def test_exact_acks_race_across_services_on_cassandra(cassandra: Any) -> N
     from dynaq.services.batches import EXACT as MODE
     from dynaq.services.batches import BatchService
     from dynaq.storage.cassandra import CassandraStore
-    from tests.fixtures_cassandra import new_keyspace
+    from tests.fixtures.cassandra import new_keyspace
 
     first = CassandraStore([cassandra.host], keyspace=new_keyspace())
     await first.open()
