@@ -7,6 +7,7 @@ Test modules import helpers from ``tests.fixtures.*`` when they need them
 from __future__ import annotations
 
 pytest_plugins = [
+    "tests.fixtures.blocking",
     "tests.fixtures.nodes",
     "tests.fixtures.cassandra",
     "tests.fixtures.postgres",

@@ -311,7 +311,7 @@ async def run_cassandra(
     Raises :class:`ServerUnavailable` when Java, Cassandra or
     ``cassandra-driver`` is missing (``scripts/deps/cassandra.sh``).
     """
-    why = cassandra.available()
+    why = await asyncio.to_thread(cassandra.available)  # looks at the file system
     if why is not None:
         raise ServerUnavailable(f"Cassandra unavailable: {why}")
     async with _directory(directory, "dynaq-cassandra-") as tmp:
@@ -335,7 +335,7 @@ async def run_postgres(
     :class:`ServerUnavailable` when PostgreSQL is missing
     (``scripts/deps/postgresql.sh``).
     """
-    why = postgres.available()
+    why = await asyncio.to_thread(postgres.available)  # looks at the file system
     if why is not None:
         raise ServerUnavailable(f"PostgreSQL unavailable: {why}")
     server = await _start_in_thread(
@@ -358,7 +358,7 @@ async def run_statsd(directory: Path | str | None = None) -> AsyncIterator[stats
     Raises :class:`ServerUnavailable` when ``node`` or the daemon is missing
     (``scripts/deps/statsd.sh``).
     """
-    why = statsd.available()
+    why = await asyncio.to_thread(statsd.available)  # looks at the file system
     if why is not None:
         raise ServerUnavailable(f"statsd unavailable: {why}")
     async with _directory(directory, "dynaq-statsd-") as tmp:

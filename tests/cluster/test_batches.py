@@ -47,7 +47,9 @@ async def _call(s: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> A
 async def _visible_everywhere(cluster: LocalCluster, path: str) -> None:
     deadline = time.monotonic() + SYNC_S * 10
     while time.monotonic() < deadline:  # config reaches every node within the sync interval
-        if all(http_get(f"{u}{path}")[0] == 200 for u in cluster.urls):
+        if await asyncio.to_thread(
+            lambda: all(http_get(f"{u}{path}")[0] == 200 for u in cluster.urls)
+        ):
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"{path} did not reach every node")

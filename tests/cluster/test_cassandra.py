@@ -64,7 +64,9 @@ async def _create_everywhere(
     assert status == 201
     deadline = time.monotonic() + SYNC_S * 5
     while time.monotonic() < deadline:  # every node loads it within the sync interval
-        if all(http_get(f"{u}/v1/queues/{queue}")[0] == 200 for u in cluster.urls):
+        if await asyncio.to_thread(
+            lambda: all(http_get(f"{u}/v1/queues/{queue}")[0] == 200 for u in cluster.urls)
+        ):
             return
         await asyncio.sleep(0.1)
     raise AssertionError("queue config did not reach every node")
@@ -103,7 +105,7 @@ async def test_kill_a_node_mid_consumption_loses_nothing(
     total = 10_000
     victim = cluster.node("dynaq-2")
     survivor = cluster.node("dynaq-1")
-    lo, hi = victim.partition_range()
+    lo, hi = await asyncio.to_thread(victim.partition_range)
     victim_lanes = range(lo >> LANE_SHIFT, (hi >> LANE_SHIFT) + 1)
     async with aiohttp.ClientSession() as s:
         await _create_everywhere(s, cluster, lb, "q")
@@ -132,7 +134,7 @@ async def test_kill_a_node_mid_consumption_loses_nothing(
             while len(deleted) < total and time.monotonic() < deadline:
                 if "killed" not in marks and len(deleted) >= total * 3 // 10:
                     marks["killed"] = time.monotonic()
-                    victim.kill()
+                    await asyncio.to_thread(victim.kill)
                 try:
                     status, batch = await _json(s, "GET", f"{lb.url}/v1/queues/q/messages/100")
                     if status != 200:
@@ -156,7 +158,7 @@ async def test_kill_a_node_mid_consumption_loses_nothing(
 
         async def watch() -> None:
             while "detected" not in marks and time.monotonic() < deadline:
-                if "killed" in marks and "dynaq-2" not in survivor.servers():
+                if "killed" in marks and "dynaq-2" not in await asyncio.to_thread(survivor.servers):
                     marks["detected"] = time.monotonic()
                 await asyncio.sleep(0.05)
 
@@ -177,10 +179,10 @@ async def test_kill_a_node_mid_consumption_loses_nothing(
             assert status == 200 and left["messages"] == [], left
         # the victim restarts: it rejoins, takes its slice back and keeps its writer slot
         t0 = time.monotonic()
-        cluster.start_node(victim)
-        cluster.wait_converged(["dynaq-1", "dynaq-2", "dynaq-3"], 30)
+        await asyncio.to_thread(cluster.start_node, victim)
+        await asyncio.to_thread(cluster.wait_converged, ["dynaq-1", "dynaq-2", "dynaq-3"], 30)
         rejoin_s = time.monotonic() - t0
-        assert victim.partition_range() == (lo, hi)
+        assert await asyncio.to_thread(victim.partition_range) == (lo, hi)
         status, out = await _json(
             s, "POST", f"{victim.url}/v2/queues/q/messages", json={"messages": [{"body": "x"}]}
         )

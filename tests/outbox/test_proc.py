@@ -149,7 +149,8 @@ class RelayNode:
         deadline = time.monotonic() + 30
         async with aiohttp.ClientSession() as s:
             while time.monotonic() < deadline:
-                assert self.proc.poll() is None, self.log()
+                if self.proc.poll() is not None:
+                    raise AssertionError(await asyncio.to_thread(self.log))
                 try:
                     async with s.get(self.url + "/health") as r:
                         if r.status == 200:
@@ -157,7 +158,7 @@ class RelayNode:
                 except aiohttp.ClientError:
                     pass
                 await asyncio.sleep(0.05)
-        raise AssertionError(f"{self.name} did not start:\n{self.log()}")
+        raise AssertionError(f"{self.name} did not start:\n{await asyncio.to_thread(self.log)}")
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DYNAQ_")}
@@ -278,8 +279,8 @@ async def test_leader_kill_9_mid_stream(tmp_path: Path, pg_dsn: str) -> None:
             await _put(s, "/v1/topics/events")
             await _put(s, "/v1/topics/events/queues/q")
         deadline = time.monotonic() + 20
-        while not leader.events("LeaderAcquired"):
-            assert time.monotonic() < deadline, leader.log()
+        while not await asyncio.to_thread(leader.events, "LeaderAcquired"):
+            assert time.monotonic() < deadline, await asyncio.to_thread(leader.log)
             await asyncio.sleep(0.05)
         await standby.start()  # reads the catalog the leader wrote
         total = KEYS * PER_KEY
@@ -290,16 +291,17 @@ async def test_leader_kill_9_mid_stream(tmp_path: Path, pg_dsn: str) -> None:
             assert time.monotonic() < deadline + 60, "no progress before the kill"
             await asyncio.sleep(0.02)
         killed_at = time.time()
-        leader.kill()
+        await asyncio.to_thread(leader.kill)
         await writers
         seen = await consumers
-        acquired = [t for t in standby.events("LeaderAcquired") if t > killed_at]
+        events = await asyncio.to_thread(standby.events, "LeaderAcquired")
+        acquired = [t for t in events if t > killed_at]
         left = await pool.fetchval("SELECT count(*) FROM outbox")
     finally:
-        standby.terminate()
-        leader.kill()
+        await asyncio.to_thread(standby.terminate)
+        await asyncio.to_thread(leader.kill)
         await pool.close()
-    assert acquired, standby.log()
+    assert acquired, await asyncio.to_thread(standby.log)
     took = acquired[0] - killed_at
     print(f"takeover after kill -9: {took:.3f} s")
     assert took < 3.0
@@ -389,24 +391,26 @@ async def test_three_node_ring_leader_kill_9(tmp_path: Path, pg_dsn: str) -> Non
             lost = n.events("LeaderRevoked") + n.events("LeaderFenced")
             return bool(acquired) and (not lost or max(acquired) > max(lost))
 
-        (leader,) = [n for n in nodes if leading(n)]
+        (leader,) = await asyncio.to_thread(lambda: [n for n in nodes if leading(n)])
         killed_at = time.time()
-        leader.kill()
+        await asyncio.to_thread(leader.kill)
         survivors = [n for n in nodes if n is not leader]
         await writers
         end = time.monotonic() + 60
         while await pool.fetchval("SELECT count(*) FROM outbox") > 0:
             assert time.monotonic() < end, "the survivors did not relay the rest"
             await asyncio.sleep(0.05)
-        acquired = [t for n in survivors for t in n.events("LeaderAcquired") if t > killed_at]
+        acquired = await asyncio.to_thread(
+            lambda: [t for n in survivors for t in n.events("LeaderAcquired") if t > killed_at]
+        )
         left = sorted(n.name for n in survivors)
         await _wait_until(lambda: all(n.servers() == left for n in survivors), 30, "the ring")
         seen = await _consume_from([n.url for n in survivors], total, 60, [0])
     finally:
         for n in nodes:
-            n.terminate()
+            await asyncio.to_thread(n.terminate)
         await pool.close()
-    assert acquired, "\n".join(n.log() for n in survivors)
+    assert acquired, await asyncio.to_thread(lambda: "\n".join(n.log() for n in survivors))
     took = min(acquired) - killed_at
     print(f"3-node takeover after kill -9 (ring detection + lock): {took:.3f} s")
     assert took < 15.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -27,11 +27,12 @@ def statsd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StatsdServer]:
     server.stop()
 
 
-async def _until(check: object, timeout_s: float = 10.0) -> None:
+async def _until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Retry the blocking ``check`` (in a worker thread) until it holds."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         try:
-            assert check()  # type: ignore[operator]
+            assert await asyncio.to_thread(check)
             return
         except AssertionError:
             if asyncio.get_running_loop().time() > deadline:
@@ -48,7 +49,8 @@ async def test_queue_metrics_reach_statsd(statsd: StatsdServer, tmp_path: Path) 
             "DYNAQ_STATS_PREFIX": "dynaq.",
             "DYNAQ_STATS_FLUSH_INTERVAL_S": "0.2",
         },
-    ).start()
+    )
+    await asyncio.to_thread(p.start)
     try:
         async with aiohttp.ClientSession(p.url) as s:
             async with s.put("/v1/queues/metq") as r:
@@ -82,7 +84,7 @@ async def test_queue_metrics_reach_statsd(statsd: StatsdServer, tmp_path: Path) 
 
         await _until(gauges_ok)
     finally:
-        p.kill()
+        await asyncio.to_thread(p.kill)
 
 
 def test_stats_none_sends_nothing(statsd: StatsdServer, tmp_path: Path) -> None:

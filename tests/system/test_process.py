@@ -54,18 +54,18 @@ async def _drain(url: str, queue: str) -> set[int]:
 
 @pytest.mark.slow
 async def test_acknowledged_enqueues_survive_kill_9(node_proc: NodeProcess) -> None:
-    node_proc.start()
+    await asyncio.to_thread(node_proc.start)
     ids = await _enqueue_batches(node_proc.url, "durable", batches=200, size=50)
     assert len(set(ids)) == 10_000
-    node_proc.kill()  # SIGKILL right after the last acknowledgement
-    node_proc.start()
+    await asyncio.to_thread(node_proc.kill)  # SIGKILL right after the last acknowledgement
+    await asyncio.to_thread(node_proc.start)
     assert await _drain(node_proc.url, "durable") == set(ids)
 
 
 async def test_kill_9_during_concurrent_load_loses_no_acknowledged_message(
     node_proc: NodeProcess,
 ) -> None:
-    node_proc.start()
+    await asyncio.to_thread(node_proc.start)
     acked: list[int] = []
     stop = asyncio.Event()
 
@@ -88,27 +88,27 @@ async def test_kill_9_during_concurrent_load_loses_no_acknowledged_message(
             assert r.status == 201
         tasks = [asyncio.create_task(writer(s, w)) for w in range(8)]
         await asyncio.sleep(0.5)
-        node_proc.kill()
+        await asyncio.to_thread(node_proc.kill)
         stop.set()
         await asyncio.gather(*tasks)
     assert len(acked) > 0
-    node_proc.start()
+    await asyncio.to_thread(node_proc.start)
     stored = await _drain(node_proc.url, "crash")
     assert set(acked) <= stored
 
 
 async def test_sigterm_drains_and_exits_cleanly(node_proc: NodeProcess) -> None:
-    node_proc.start()
+    await asyncio.to_thread(node_proc.start)
     async with aiohttp.ClientSession(node_proc.url) as s, s.put("/v1/queues/q") as r:
         assert r.status == 201
-    assert node_proc.terminate() == 0
-    log = node_proc.log()
+    assert await asyncio.to_thread(node_proc.terminate) == 0
+    log = await asyncio.to_thread(node_proc.log)
     assert '"msg": "node draining"' in log and '"msg": "node stopped"' in log
     assert "Traceback" not in log
 
 
 async def test_sigterm_answers_long_polls_and_requests_in_flight(node_proc: NodeProcess) -> None:
-    node_proc.start()
+    await asyncio.to_thread(node_proc.start)
     async with aiohttp.ClientSession(node_proc.url) as s:
         async with s.put("/v1/queues/lp") as r:
             assert r.status == 201
@@ -126,7 +126,7 @@ async def test_sigterm_answers_long_polls_and_requests_in_flight(node_proc: Node
         results = await asyncio.gather(*polls)
         assert all(r == (200, {"messages": []}) for r in results)
         assert time.monotonic() - t0 < 5  # not the 20 s of the poll
-    assert node_proc.terminate() == 0
+    assert await asyncio.to_thread(node_proc.terminate) == 0
 
 
 def test_env_overrides_and_health(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,7 +22,8 @@ def _example() -> str:
 
 async def test_readme_example_runs() -> None:
     namespace: dict[str, Any] = {}
-    exec(compile(_example(), str(README), "exec"), namespace)
+    source = await asyncio.to_thread(_example)
+    exec(compile(source, str(README), "exec"), namespace)
     tests: list[Callable[[], Awaitable[None]]] = [
         fn for name, fn in namespace.items() if name.startswith("test_")
     ]

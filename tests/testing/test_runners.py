@@ -76,7 +76,7 @@ async def test_node_answers_on_its_port_and_comes_back_after_a_kill(tmp_path: Pa
         await node.start()
         assert node.alive()
     assert not node.alive()
-    assert (tmp_path / "dynaq-1-data").is_dir()  # a given directory is kept
+    assert await asyncio.to_thread((tmp_path / "dynaq-1-data").is_dir)  # a given dir is kept
 
 
 async def test_node_that_cannot_start_reports_its_log() -> None:
