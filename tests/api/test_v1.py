@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import urllib.parse
 
 import aiohttp
 import pytest
@@ -80,7 +81,7 @@ async def test_queue_lifecycle(http: aiohttp.ClientSession) -> None:
 
 @pytest.mark.parametrize("name", ["bad name", ".hidden", "x" * 81, "a/b", "-dash"])
 async def test_invalid_queue_names(http: aiohttp.ClientSession, name: str) -> None:
-    async with http.put(f"/v1/queues/{aiohttp.helpers.quote(name, safe='')}") as r:
+    async with http.put(f"/v1/queues/{urllib.parse.quote(name, safe='')}") as r:
         assert r.status in (404, 422)  # "a/b" does not even match a route
         body = await _json(r)
         assert "error" in body  # type: ignore[operator]

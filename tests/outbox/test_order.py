@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -29,11 +30,14 @@ from tests.outbox.helpers import (
 
 asyncpg = pytest.importorskip("asyncpg")
 
+if TYPE_CHECKING:
+    from asyncpg import Pool
+
 KEYS = 50
 
 
 @pytest.fixture
-async def db(pg_dsn: str) -> AsyncIterator[asyncpg.Pool]:
+async def db(pg_dsn: str) -> AsyncIterator[Pool]:
     pool = await asyncpg.create_pool(pg_dsn, min_size=4, max_size=16)
     async with pool.acquire() as conn:
         await init_db(conn)
@@ -58,7 +62,7 @@ def _assert_exactly_once_in_order(seen: dict[str, list[int]], per_key: int) -> N
 @pytest.mark.slow
 async def test_50_keys_x_200_rows_in_order_exactly_once(
     node: Node,
-    db: asyncpg.Pool,
+    db: Pool,
     pg_dsn: str,
 ) -> None:
     per_key = 200
@@ -85,7 +89,7 @@ async def test_50_keys_x_200_rows_in_order_exactly_once(
 @pytest.mark.slow
 async def test_publish_failures_and_fenced_leader_lose_nothing(
     node: Node,
-    db: asyncpg.Pool,
+    db: Pool,
     pg_dsn: str,
 ) -> None:
     """5 % of publishes refused, 3 % written but unacknowledged, and the leader fenced mid-stream.

@@ -7,6 +7,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,9 +21,12 @@ from tests.outbox.helpers import EventLog, RecordingMetrics, consume, fast_confi
 
 asyncpg = pytest.importorskip("asyncpg")
 
+if TYPE_CHECKING:
+    from asyncpg import Pool
+
 
 @pytest.fixture
-async def db(pg_dsn: str) -> AsyncIterator[asyncpg.Pool]:
+async def db(pg_dsn: str) -> AsyncIterator[Pool]:
     pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=8)
     async with pool.acquire() as conn:
         await init_db(conn)
@@ -46,7 +50,7 @@ async def _wait(pred: object, timeout_s: float = 20.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def _count(pool: asyncpg.Pool, where: str = "TRUE") -> int:
+async def _count(pool: Pool, where: str = "TRUE") -> int:
     return int(await pool.fetchval(f"SELECT count(*) FROM outbox WHERE {where}"))
 
 
@@ -88,7 +92,7 @@ def test_cli_init_db_creates_table_and_index(pg_dsn: str) -> None:
     asyncio.run(check())
 
 
-async def test_stash_is_transactional(db: asyncpg.Pool) -> None:
+async def test_stash_is_transactional(db: Pool) -> None:
     async with db.acquire() as conn:
         with pytest.raises(RuntimeError):
             async with conn.transaction():
@@ -104,7 +108,7 @@ async def test_stash_is_transactional(db: asyncpg.Pool) -> None:
 
 async def test_rows_published_with_key_group_dedup_and_attributes(
     node: Node,
-    db: asyncpg.Pool,
+    db: Pool,
     pg_dsn: str,
 ) -> None:
     await _topic(node)
@@ -133,7 +137,7 @@ async def test_rows_published_with_key_group_dedup_and_attributes(
 
 async def test_bad_rows_are_parked_and_do_not_block(
     node: Node,
-    db: asyncpg.Pool,
+    db: Pool,
     pg_dsn: str,
 ) -> None:
     await _topic(node)
@@ -176,7 +180,7 @@ async def test_bad_rows_are_parked_and_do_not_block(
 
 async def test_gaps_from_long_and_rolled_back_transactions(
     node: Node,
-    db: asyncpg.Pool,
+    db: Pool,
     pg_dsn: str,
 ) -> None:
     """An open transaction holding a low id does not stall later rows; a rollback leaves no trace."""
@@ -208,7 +212,7 @@ async def test_gaps_from_long_and_rolled_back_transactions(
 
 async def test_two_nodes_that_both_think_they_lead_never_both_relay(
     node: Node,
-    db: asyncpg.Pool,
+    db: Pool,
     pg_dsn: str,
 ) -> None:
     """Disagreeing rings: the advisory lock lets one relay; fencing its session hands over."""
@@ -261,7 +265,7 @@ async def test_two_nodes_that_both_think_they_lead_never_both_relay(
 
 async def test_ring_change_revokes_and_hands_over(
     node: Node,
-    db: asyncpg.Pool,
+    db: Pool,
     pg_dsn: str,
 ) -> None:
     await _topic(node)

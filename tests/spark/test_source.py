@@ -205,7 +205,8 @@ def test_write_10000_rows_to_a_topic_lands_in_every_subscribed_queue(
 
 def test_format_dynaq_is_found_without_register(spark: Any) -> None:
     """``pyspark_dynaq.DefaultSource`` is discovered by Spark's lookup of pyspark_* modules."""
-    from pyspark.sql.worker.lookup_data_sources import iter_modules
+    # What pyspark.sql.worker.lookup_data_sources scans sys.path with.
+    from pkgutil import iter_modules
 
     assert "pyspark_dynaq" in {m.name for m in iter_modules()}
     # No register() call anywhere in this module: the reads above went through discovery.
