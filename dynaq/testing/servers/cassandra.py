@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dynaq.testing.process import cache_dir, free_port, stop_process
+from dynaq.testing.process import CACHE_DIR_ENV, cache_dir, free_port, stop_process
 
 VERSION = "2.1.0"
 MAIN_CLASS = "org.apache.cassandra.service.CassandraDaemon"
@@ -163,7 +163,10 @@ def available() -> str | None:
         return "java is not installed (apt-get install openjdk-17-jre-headless)"
     home = cassandra_home()
     if not (home / "lib" / f"apache-cassandra-{VERSION}.jar").exists():
-        return f"Cassandra is not installed ({home}); run scripts/deps/cassandra.sh"
+        return (
+            f"Cassandra is not installed ({home}); run scripts/deps/cassandra.sh"
+            f" or set {CACHE_DIR_ENV}"
+        )
     try:
         import cassandra  # noqa: F401
     except ImportError:

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dynaq.testing.process import cache_dir, free_port
+from dynaq.testing.process import CACHE_DIR_ENV, cache_dir, free_port
 
 _VALUE = re.compile(r"'([^']+)': (-?[\d.e+]+)")
 
@@ -77,7 +77,9 @@ def available() -> str | None:
         return "node is not installed"
     script = stats_js()
     if not script.exists():
-        return f"statsd is not installed ({script}); run scripts/deps/statsd.sh"
+        return (
+            f"statsd is not installed ({script}); run scripts/deps/statsd.sh or set {CACHE_DIR_ENV}"
+        )
     return None
 
 
