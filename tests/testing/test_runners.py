@@ -85,6 +85,23 @@ async def test_node_that_cannot_start_reports_its_log() -> None:
             pass
 
 
+async def test_a_start_cancelled_midway_leaves_no_process(tmp_path: Path) -> None:
+    port = free_port()
+
+    async def use_a_node() -> None:
+        async with run_node(port=port, directory=tmp_path):
+            await asyncio.sleep(60)
+
+    task = asyncio.create_task(use_a_node())
+    await asyncio.sleep(0.05)  # the node is starting in a worker thread
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await http.get(f"http://127.0.0.1:{port}/health")
+
+
 async def test_cluster_forms_loses_and_regains_a_node() -> None:
     async with run_cluster(size=2) as cluster:
         assert [n.name for n in cluster.nodes] == ["dynaq-1", "dynaq-2"]
