@@ -21,7 +21,7 @@ nodes, one after the other, in one session):
 Every phase reports msgs/s and request latency p50/p99; the JSON line holds
 the figures of the largest ring at the top level, every ring under
 ``by_nodes`` and the scaling ratios largest/smallest. Cassandra is started
-for the run (tests/cassandra_server.py) unless ``--cassandra`` names one.
+for the run (dynaq/testing/servers/cassandra.py) unless ``--cassandra`` names one.
 Every loop is bounded by ``--seconds``.
 
 What one 2-core machine can show: Cassandra, every node, HAProxy and the load
@@ -43,7 +43,7 @@ from typing import Any
 import aiohttp
 
 from bench.common import Deadline, percentiles, progress, rate
-from tests.cluster_harness import LocalCluster, http_get, start_haproxy
+from dynaq.testing.cluster import LocalCluster, http_get, start_haproxy
 
 BATCH = 100
 
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     server = None
     hosts = [args.cassandra] if args.cassandra else []
     if not hosts:
-        from tests import cassandra_server
+        from dynaq.testing.servers import cassandra as cassandra_server
 
         why = cassandra_server.available()
         if why is not None:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from tests.harness import NodeProcess, free_port, node_process
+from dynaq.testing.process import NodeProcess, free_port, node_process
 
 __all__ = [
     "Deadline",

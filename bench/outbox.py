@@ -2,7 +2,7 @@
 
 ``python -m bench outbox [--rows N] [--keys K] [--mark-batch B] [--max-in-flight M] [--no-durable]``
 
-A throwaway PostgreSQL cluster (Debian's packages, ``tests/pg_server.py``;
+A throwaway PostgreSQL cluster (Debian's packages, ``dynaq/testing/servers/postgres.py``;
 ``fsync`` on unless ``--no-durable``) gets an outbox table pre-filled with N
 rows over K keys (``COPY``; 100-byte values). An in-process dynaq node (LMDB
 with fsync'd group commits) has the topic with one subscribed queue. The
@@ -138,7 +138,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> dict[str, Any]:
     """Run the scenario; the dispatcher prints the returned dict as the last JSON line."""
-    from tests import pg_server
+    from dynaq.testing.servers import postgres as pg_server
 
     args = _parse(argv)
     if args.quick:

@@ -55,7 +55,7 @@ from bench.common import (
     progress,
     start_node,
 )
-from tests.harness import stop_process
+from dynaq.testing.process import stop_process
 
 # --------------------------------------------------------------------------- options
 

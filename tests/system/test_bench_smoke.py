@@ -1,0 +1,90 @@
+"""Smoke test of the benchmark harness: ``python -m bench queue --quick`` end to end.
+
+Runs a real dynaq node and a real ``nats-server -js`` with tiny counts and
+checks the final stdout line is the JSON object of named, positive figures.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _need_peer() -> None:
+    missing = []
+    if shutil.which("nats-server") is None and not Path("/usr/sbin/nats-server").exists():
+        missing.append("nats-server (scripts/deps/nats.sh)")
+    if importlib.util.find_spec("nats") is None:
+        missing.append("nats-py (the bench extra)")
+    if missing:
+        reason = "needed for the queue benchmark: " + ", ".join(missing)
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNAQ_")}
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def test_bench_lists_scenarios() -> None:
+    done = _run()
+    assert done.returncode == 0, done.stderr
+    assert "queue" in done.stdout
+
+
+def test_bench_unknown_scenario_fails() -> None:
+    done = _run("no-such-scenario")
+    assert done.returncode == 2
+    assert "unknown scenario" in done.stderr
+
+
+def test_queue_quick_reports_named_positive_figures() -> None:
+    _need_peer()
+    done = _run("queue", "--quick")
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = done.stdout.strip().splitlines()[-1]
+    result = json.loads(last)
+    assert result["scenario"] == "queue"
+    assert result["peer"] == "nats-jetstream"
+    assert result["errors"] == 0
+    for name in (
+        "enqueue_batch_msgs_per_s",
+        "receive_delete_msgs_per_s",
+        "enqueue_single_msgs_per_s",
+        "rtt_p50_ms",
+        "rtt_p99_ms",
+        "peer_publish_batch_msgs_per_s",
+        "peer_consume_ack_msgs_per_s",
+        "peer_publish_single_msgs_per_s",
+        "peer_rtt_p99_ms",
+        "ratio_vs_peer",
+        "ratio_receive_delete_vs_peer",
+    ):
+        assert isinstance(result[name], int | float), name
+        assert result[name] > 0, name
+    assert result["rtt_p50_ms"] <= result["rtt_p99_ms"]
+    # Every message enqueued in the batch phase was received and deleted.
+    counts = result["counts"]
+    assert counts["dq_consume"] == counts["dq_batch"] > 0
+    assert counts["js_consume"] == counts["js_batch"] > 0
+    # Progress went to stderr, so stdout is exactly the JSON line.
+    assert "dynaq enqueue" in done.stderr

@@ -1,0 +1,189 @@
+"""A real ``dynaq server`` process: durability under kill -9, graceful SIGTERM, CLI, env."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import msgpack
+import pytest
+
+from dynaq import __version__
+from dynaq.testing.process import NodeProcess, node_process
+
+MP = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
+
+
+async def _enqueue_batches(url: str, queue: str, batches: int, size: int) -> list[int]:
+    ids: list[int] = []
+    async with aiohttp.ClientSession(url) as s:
+        async with s.put(f"/v1/queues/{queue}") as r:
+            assert r.status in (201, 422)
+
+        async def one(b: int) -> list[int]:
+            payload = {"messages": [{"body": b"%d-%d" % (b, i)} for i in range(size)]}
+            async with s.post(
+                f"/v2/queues/{queue}/messages", data=msgpack.packb(payload), headers=MP
+            ) as r:
+                assert r.status == 200
+                return list(msgpack.unpackb(await r.read())["ids"])
+
+        for chunk in await asyncio.gather(*(one(b) for b in range(batches))):
+            ids.extend(chunk)
+    return ids
+
+
+async def _drain(url: str, queue: str) -> set[int]:
+    got: set[int] = set()
+    async with aiohttp.ClientSession(url) as s:
+        while True:
+            async with s.post(
+                f"/v2/queues/{queue}/messages/receive",
+                data=msgpack.packb({"max_messages": 1000}),
+                headers=MP,
+            ) as r:
+                msgs = msgpack.unpackb(await r.read())["messages"]
+            if not msgs:
+                return got
+            got.update(m["id"] for m in msgs)
+
+
+@pytest.mark.slow
+async def test_acknowledged_enqueues_survive_kill_9(node_proc: NodeProcess) -> None:
+    await asyncio.to_thread(node_proc.start)
+    ids = await _enqueue_batches(node_proc.url, "durable", batches=200, size=50)
+    assert len(set(ids)) == 10_000
+    await asyncio.to_thread(node_proc.kill)  # SIGKILL right after the last acknowledgement
+    await asyncio.to_thread(node_proc.start)
+    assert await _drain(node_proc.url, "durable") == set(ids)
+
+
+async def test_kill_9_during_concurrent_load_loses_no_acknowledged_message(
+    node_proc: NodeProcess,
+) -> None:
+    await asyncio.to_thread(node_proc.start)
+    acked: list[int] = []
+    stop = asyncio.Event()
+
+    async def writer(s: aiohttp.ClientSession, w: int) -> None:
+        n = 0
+        while not stop.is_set() and n < 2000:
+            payload = {"messages": [{"body": b"w%d-%d" % (w, n + i)} for i in range(10)]}
+            try:
+                async with s.post(
+                    "/v2/queues/crash/messages", data=msgpack.packb(payload), headers=MP
+                ) as r:
+                    if r.status == 200:
+                        acked.extend(msgpack.unpackb(await r.read())["ids"])
+            except (aiohttp.ClientError, ConnectionError):
+                return  # the node died under us: this batch was never acknowledged
+            n += 10
+
+    async with aiohttp.ClientSession(node_proc.url) as s:
+        async with s.put("/v1/queues/crash") as r:
+            assert r.status == 201
+        tasks = [asyncio.create_task(writer(s, w)) for w in range(8)]
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(node_proc.kill)
+        stop.set()
+        await asyncio.gather(*tasks)
+    assert len(acked) > 0
+    await asyncio.to_thread(node_proc.start)
+    stored = await _drain(node_proc.url, "crash")
+    assert set(acked) <= stored
+
+
+async def test_sigterm_drains_and_exits_cleanly(node_proc: NodeProcess) -> None:
+    await asyncio.to_thread(node_proc.start)
+    async with aiohttp.ClientSession(node_proc.url) as s, s.put("/v1/queues/q") as r:
+        assert r.status == 201
+    assert await asyncio.to_thread(node_proc.terminate) == 0
+    log = await asyncio.to_thread(node_proc.log)
+    assert '"msg": "node draining"' in log and '"msg": "node stopped"' in log
+    assert "Traceback" not in log
+
+
+async def test_sigterm_answers_long_polls_and_requests_in_flight(node_proc: NodeProcess) -> None:
+    await asyncio.to_thread(node_proc.start)
+    async with aiohttp.ClientSession(node_proc.url) as s:
+        async with s.put("/v1/queues/lp") as r:
+            assert r.status == 201
+
+        async def long_poll() -> tuple[int, object]:
+            async with s.post(
+                "/v2/queues/lp/messages/receive", json={"max_messages": 1, "wait_time_s": 20}
+            ) as r:
+                return r.status, await r.json()
+
+        polls = [asyncio.create_task(long_poll()) for _ in range(3)]
+        await asyncio.sleep(0.3)
+        t0 = time.monotonic()
+        node_proc.proc.send_signal(__import__("signal").SIGTERM)  # type: ignore[union-attr]
+        results = await asyncio.gather(*polls)
+        assert all(r == (200, {"messages": []}) for r in results)
+        assert time.monotonic() - t0 < 5  # not the 20 s of the poll
+    assert await asyncio.to_thread(node_proc.terminate) == 0
+
+
+def test_env_overrides_and_health(tmp_path: Path) -> None:
+    p = node_process(tmp_path, "env-node", env={"DYNAQ_LOG_FORMAT": "text"})
+    try:
+        p.start()
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(p.url + "/health") as r:
+            assert json.loads(r.read())["node"] == "env-node"
+        assert (p.data_dir / "lmdb").is_dir()
+    finally:
+        p.kill()
+
+
+def test_cli_version_and_migrate(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "dynaq", "version"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == f"dynaq {__version__}"
+    env = {"DYNAQ_DATA_DIR": str(tmp_path / "d"), "PATH": "/usr/bin:/bin"}
+    first = subprocess.run(
+        [sys.executable, "-m", "dynaq", "migrate"], capture_output=True, text=True, env=env
+    )
+    assert first.returncode == 0, first.stderr
+    assert "initialised" in first.stdout
+    again = subprocess.run(
+        [sys.executable, "-m", "dynaq", "migrate"], capture_output=True, text=True, env=env
+    )
+    assert "up to date" in again.stdout
+
+
+def test_cli_rejects_bad_config(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[http]\nport = "eighty"\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "dynaq", "server", "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 2
+    assert "http.port" in out.stderr
+    env_bad = subprocess.run(
+        [sys.executable, "-m", "dynaq", "migrate"],
+        capture_output=True,
+        text=True,
+        env={"DYNAQ_HTTP_PORT": "x", "PATH": "/usr/bin:/bin"},
+        timeout=30,
+    )
+    assert env_bad.returncode == 2 and "DYNAQ_HTTP_PORT" in env_bad.stderr
+
+
+def test_example_config_loads() -> None:
+    from dynaq.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "config" / "dynaq.toml", env={})
+    assert cfg.http.port == 8081 and cfg.storage.backend == "embedded"
+    time.sleep(0)
