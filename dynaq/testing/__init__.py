@@ -28,6 +28,10 @@ a test runs it.)
 - :func:`run_cassandra`, :func:`run_postgres`, :func:`run_statsd` — throwaway
   servers (a missing install raises :class:`ServerUnavailable`).
 - :func:`free_port` — a 127.0.0.1 port free for TCP and UDP, never handed out twice.
+- :func:`run_workload` and :func:`check` — a bounded, recorded queue workload
+  through the real API (with faults injected alongside) and the history
+  checker's :class:`Verdict`: acknowledged-but-lost, duplicates with their
+  causes, group-order and dedup violations, batches completed other than once.
 
 No call blocks the event loop: the waits run in worker threads. The blocking
 layer underneath is public too, for synchronous code and benchmarks:
@@ -51,6 +55,7 @@ where the external servers are:
 Nothing here imports pytest or the repository's ``tests`` package.
 """
 
+from dynaq.testing.history import History, Verdict, check
 from dynaq.testing.process import free_port
 from dynaq.testing.runners import (
     Cluster,
@@ -64,17 +69,24 @@ from dynaq.testing.runners import (
     run_statsd,
     settings_env,
 )
+from dynaq.testing.workload import FaultPlan, Workload, run_workload
 
 __all__ = [
     "Cluster",
+    "FaultPlan",
+    "History",
     "NodeServer",
     "ServerUnavailable",
     "SettingValue",
+    "Verdict",
+    "Workload",
+    "check",
     "free_port",
     "run_cassandra",
     "run_cluster",
     "run_node",
     "run_postgres",
     "run_statsd",
+    "run_workload",
     "settings_env",
 ]

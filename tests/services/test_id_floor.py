@@ -11,7 +11,7 @@ from dynaq.errors import IdClockStalled
 from dynaq.node import Node
 from dynaq.services.id_floor import IdFloor
 from dynaq.storage.memory import MemoryStore
-from tests.conftest import node_config
+from tests.fixtures.nodes import node_config
 
 
 async def test_restart_with_clock_stepped_back_keeps_every_message(tmp_path: Path) -> None:

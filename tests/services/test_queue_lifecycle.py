@@ -11,7 +11,7 @@ from dynaq.core.messages import NewMessage
 from dynaq.errors import Conflict, NotServing
 from dynaq.node import Node
 from dynaq.storage.memory import MemoryStore
-from tests.conftest import node_config
+from tests.fixtures.nodes import node_config
 
 
 async def _node(tmp_path: Path, name: str, store: MemoryStore, clock: ManualClock) -> Node:
