@@ -95,4 +95,4 @@ class EventReporter:
         if kind == "fenced":
             log.warning("outbox leader fenced", extra=extra)
         else:
-            log.info(f"outbox leader {kind}", extra=extra)
+            log.info("outbox leader %s", kind, extra=extra)

@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-import socket
 import time
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
-from dynaq.errors import InvalidInput, StorageError, StorageUnavailable
+from dynaq.errors import InvalidInput, StorageUnavailable
 from dynaq.storage.base import LANE_SHIFT, Delete, Item, Op, Put, Store
 from dynaq.storage.cassandra_layout import (
     ID_BITS,
@@ -31,53 +30,14 @@ from dynaq.storage.cassandra_layout import (
     row_key,
     same_key,
 )
-from dynaq.storage.cassandra_schema import Statements, create_schema
-
-try:
-    from cassandra import ConsistencyLevel, DriverException
-    from cassandra import OperationTimedOut as _OperationTimedOut
-    from cassandra import Timeout as _Timeout
-    from cassandra import Unavailable as _Unavailable
-    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
-    from cassandra.connection import ConnectionException
-    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
-    from cassandra.query import BatchStatement, BatchType, tuple_factory
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "the Cassandra store needs cassandra-driver: pip install 'dynaq[cassandra]'"
-    ) from exc
+from dynaq.storage.cassandra_schema import Statements
+from dynaq.storage.cassandra_session import BatchStatement, BatchType, CassandraSession
 
 _KEYSPACE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 _DIR_QUEUE = 0  # directory kinds
 _DIR_KV = 1
 _IN_CHUNK = 100  # keys per ``IN`` read
 _DELETE_TRIES = 50
-# What the driver raises: its own tree plus two plain-Exception subclasses.
-_DRIVER_ERRORS = (DriverException, NoHostAvailable, ConnectionException)
-_UNAVAILABLE = (
-    NoHostAvailable,
-    _OperationTimedOut,
-    _Timeout,
-    _Unavailable,
-    ConnectionException,
-)
-
-
-def _connection_class() -> Any:
-    try:
-        from cassandra.io.libevreactor import LibevConnection
-
-        return LibevConnection
-    except ImportError:  # pragma: no cover - the wheel bundles libev
-        from cassandra.io.asyncioreactor import AsyncioConnection
-
-        return AsyncioConnection
-
-
-def _translate(exc: BaseException) -> StorageError:
-    if isinstance(exc, _UNAVAILABLE):
-        return StorageUnavailable(f"Cassandra unavailable: {type(exc).__name__}: {exc}")
-    return StorageError(f"Cassandra error: {type(exc).__name__}: {exc}")
 
 
 class CassandraStore(Store):
@@ -104,111 +64,46 @@ class CassandraStore(Store):
             raise InvalidInput(f"invalid Cassandra keyspace name {keyspace!r}")
         if replication_factor < 1:
             raise InvalidInput("replication_factor must be at least 1")
-        self._points = [_parse_host(h) for h in hosts]
-        self._ks = keyspace
-        self._rf = replication_factor
-        self._protocol = protocol_version
-        self._pool_size = pool_size
-        self._timeout_s = request_timeout_s
-        self._connect_timeout_s = connect_timeout_s
-        self._gc_grace_s = messages_gc_grace_s
-        self._cluster: Any = None
-        self._session: Any = None
-        self._st: Statements | None = None
+        self._db = CassandraSession(
+            hosts,
+            keyspace=keyspace,
+            replication_factor=replication_factor,
+            protocol_version=protocol_version,
+            pool_size=pool_size,
+            request_timeout_s=request_timeout_s,
+            connect_timeout_s=connect_timeout_s,
+            messages_gc_grace_s=messages_gc_grace_s,
+        )
         self._known: set[tuple[int, int]] = set()
         self._salt = random.getrandbits(10)
         self._last_us = 0
 
     # lifecycle -------------------------------------------------------------
 
+    @property
+    def keyspace(self) -> str:
+        """The keyspace this store lives in."""
+        return self._db.keyspace
+
+    @property
+    def metadata(self) -> Any:
+        """The driver's cluster metadata (for schema checks)."""
+        return self._db.metadata
+
     async def open(self) -> None:
-        if self._session is not None:
-            return
-        try:
-            self._cluster, self._session, self._st = await asyncio.to_thread(self._connect)
-        except _DRIVER_ERRORS as exc:
-            raise _translate(exc) from exc
-        except OSError as exc:
-            raise StorageUnavailable(f"cannot reach Cassandra: {exc}") from exc
-
-    def _connect(self) -> tuple[Any, Any, Statements]:
-        from cassandra.policies import HostDistance
-
-        profile = ExecutionProfile(
-            load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
-            consistency_level=ConsistencyLevel.LOCAL_QUORUM,
-            serial_consistency_level=ConsistencyLevel.LOCAL_SERIAL,
-            request_timeout=self._timeout_s,
-            row_factory=tuple_factory,
-        )
-        cluster = Cluster(
-            contact_points=self._points,
-            protocol_version=self._protocol,
-            execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-            connection_class=_connection_class(),
-            connect_timeout=self._connect_timeout_s,
-            compression=False,
-            # Without it a multi-segment request (a batch) waits for the
-            # server's delayed ACK: measured 52 ms per 100-message batch.
-            sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-        )
-        if self._protocol < 3:
-            cluster.set_core_connections_per_host(HostDistance.LOCAL, self._pool_size)
-        try:
-            session = cluster.connect()
-            create_schema(session, self._ks, self._rf, self._gc_grace_s)
-            return cluster, session, Statements(session, self._ks)
-        except BaseException:
-            cluster.shutdown()
-            raise
+        await self._db.open()
 
     async def close(self) -> None:
-        cluster, self._cluster, self._session, self._st = self._cluster, None, None, None
         self._known.clear()
-        if cluster is not None:
-            await asyncio.to_thread(cluster.shutdown)
+        await self._db.close()
 
     # plumbing ----------------------------------------------------------------
 
     def _stmts(self) -> Statements:
-        if self._st is None:
-            raise StorageUnavailable("store is closed")
-        return self._st
+        return self._db.statements
 
     async def _run(self, stmt: Any, params: Sequence[Any] | None = None) -> list[Any]:
-        """Execute on the driver's reactor; collect every page; translate errors."""
-        session = self._session
-        if session is None:
-            raise StorageUnavailable("store is closed")
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[list[Any]] = loop.create_future()
-        rows: list[Any] = []
-        try:
-            rf = session.execute_async(stmt, params)
-        except _DRIVER_ERRORS as exc:
-            raise _translate(exc) from exc
-
-        def on_page(page: list[Any] | None) -> None:
-            # Runs on the driver's reactor thread; it must always answer the loop.
-            try:
-                if page:
-                    rows.extend(page)
-                if rf.has_more_pages:
-                    rf.start_fetching_next_page()
-                    return
-            except Exception as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-                loop.call_soon_threadsafe(_resolve, fut, None, exc)
-                return
-            loop.call_soon_threadsafe(_resolve, fut, rows, None)
-
-        def on_error(exc: BaseException) -> None:
-            loop.call_soon_threadsafe(_resolve, fut, None, exc)
-
-        rf.add_callbacks(on_page, on_error)
-        try:
-            return await fut
-        except _DRIVER_ERRORS as exc:
-            raise _translate(exc) from exc
+        return await self._db.run(stmt, params)
 
     def _next_version(self) -> int:
         us = max(self._last_us + 1, time.time_ns() // 1000)
@@ -501,27 +396,8 @@ class CassandraStore(Store):
             start = keys[-1] + b"\x00"
 
 
-def _resolve(fut: asyncio.Future[Any], rows: Any, exc: BaseException | None) -> None:
-    if fut.done():
-        return
-    if exc is not None:
-        fut.set_exception(exc)
-    else:
-        fut.set_result(rows)
-
-
 async def _nothing() -> list[Any]:
     return []
-
-
-def _parse_host(host: str) -> tuple[str, int]:
-    name, sep, port = host.rpartition(":")
-    if not sep:
-        return host, 9042
-    try:
-        return name.strip("[]"), int(port)
-    except ValueError:
-        raise InvalidInput(f"invalid Cassandra host {host!r}; use host:port") from None
 
 
 __all__ = ["CassandraStore"]

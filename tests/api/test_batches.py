@@ -311,7 +311,7 @@ async def test_exact_acks_race_across_services_on_cassandra(cassandra: Any) -> N
 
     first = CassandraStore([cassandra.host], keyspace=new_keyspace())
     await first.open()
-    second = CassandraStore([cassandra.host], keyspace=first._ks)
+    second = CassandraStore([cassandra.host], keyspace=first.keyspace)
     await second.open()
     try:
         services = [

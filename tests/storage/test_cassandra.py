@@ -35,20 +35,20 @@ async def test_message_keys_go_to_lane_partitions(cassandra_store: CassandraStor
     s = cassandra_store
     mid = lane_start(700) + 12345
     await s.put(keys.message(7, mid), b"hello")
-    rows = await _raw(s, f'SELECT queue, lane, id, value FROM "{s._ks}".messages')
+    rows = await _raw(s, f'SELECT queue, lane, id, value FROM "{s.keyspace}".messages')
     assert rows == [(7, 700, mid, b"hello")]
     # Rows carry no row marker and deletes are cell tombstones (see the module docs).
     await s.delete(keys.message(7, mid))
-    assert await _raw(s, f'SELECT id FROM "{s._ks}".messages') == []
+    assert await _raw(s, f'SELECT id FROM "{s.keyspace}".messages') == []
     await s.put(keys.message(7, mid), b"hello")
-    assert await _raw(s, f'SELECT k FROM "{s._ks}".kv') == []
+    assert await _raw(s, f'SELECT k FROM "{s.keyspace}".kv') == []
     await s.put(b"c/q/name", b"cfg")
-    assert await _raw(s, f'SELECT p, k FROM "{s._ks}".kv') == [(ord("c"), b"c/q/name")]
+    assert await _raw(s, f'SELECT p, k FROM "{s.keyspace}".kv') == [(ord("c"), b"c/q/name")]
 
 
 async def test_messages_table_schema(cassandra_store: CassandraStore) -> None:
     s = cassandra_store
-    meta = s._cluster.metadata.keyspaces[s._ks].tables["messages"]
+    meta = s.metadata.keyspaces[s.keyspace].tables["messages"]
     assert meta.options["gc_grace_seconds"] == 900
     assert [c.name for c in meta.partition_key] == ["queue", "lane"]
     assert [c.name for c in meta.clustering_key] == ["id"]
@@ -266,9 +266,9 @@ async def test_figures_batch_throughput_and_scans_over_tombstones(
             print(f"scan past {len(doomed)} tombstones ({label}): {ms:.0f} ms for 80 live rows")
 
         await timed_scan("memtable")
-        await asyncio.to_thread(cassandra.jmx, "forceKeyspaceFlush", s._ks, "messages")
+        await asyncio.to_thread(cassandra.jmx, "forceKeyspaceFlush", s.keyspace, "messages")
         await timed_scan("flushed")
-        await asyncio.to_thread(cassandra.jmx, "forceKeyspaceCompaction", s._ks, "messages")
+        await asyncio.to_thread(cassandra.jmx, "forceKeyspaceCompaction", s.keyspace, "messages")
         await timed_scan(f"compacted, gc_grace_seconds={gc_grace_s}")
         t = time.monotonic()
         mid = keys.message(1, ids[per_lane - 10])
