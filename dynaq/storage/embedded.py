@@ -92,7 +92,7 @@ class LmdbStore(Store):
     async def open(self) -> None:
         if self._env is not None:
             return
-        os.makedirs(self._path, exist_ok=True)
+        await asyncio.to_thread(os.makedirs, self._path, exist_ok=True)
         try:
             self._env = await asyncio.to_thread(
                 lmdb.open,
@@ -119,7 +119,7 @@ class LmdbStore(Store):
         if writer is not None:
             await asyncio.to_thread(writer.join)
         if self._readers is not None:
-            self._readers.shutdown(wait=True)
+            await asyncio.to_thread(self._readers.shutdown, True)
         env, self._env = self._env, None
         await asyncio.to_thread(env.close)
 
