@@ -111,8 +111,9 @@ class IdGenerator:
         The floor is the high-water mark persisted by this writer slot's last
         holder, so a node restarted with its clock stepped back never draws an
         id it drew before (message writes overwrite). The ceiling is what has
-        been persisted since: ids stop, rather than outrun what a restart
-        would know.
+        been persisted since: id time waits there (ids stop only once 256 per
+        lane have been drawn in that millisecond) rather than outrun what a
+        restart would know.
         """
         self._floor = max(self._floor, self._units(floor_ms))
         self._ceiling = None if ceiling_ms is None else self._units(ceiling_ms) | 0xFF
@@ -129,6 +130,10 @@ class IdGenerator:
     def allocate(self, lane: int, count: int) -> range:
         """Reserve ``count`` consecutive ids in ``lane``, ascending."""
         now = ((self._clock.wall_ms() - EPOCH_MS) << SEQ_BITS) & _CLOCK_MASK
+        if self._ceiling is not None and now > self._ceiling:
+            # The wall clock leapt past the persisted mark (a step forward):
+            # id time waits at the mark until it is refreshed, rather than fail.
+            now = self._ceiling & ~0xFF
         first = max(self._last.get(lane, -1) + 1, now, self._floor)
         last = first + count - 1
         if last > _CLOCK_MASK:

@@ -20,6 +20,9 @@ QUEUE_NUMBER_SEQ = b"c/seq/queue"
 PURGE = b"c/purge/"
 MESSAGE = MESSAGE_PREFIX
 DEDUP = b"d/"
+"""Dedup records of earlier releases (one per id, swept by scanning); read, never written."""
+DEDUP_BUCKETED = b"e/"
+"""Dedup records by time bucket: a whole bucket expires at once, by one range delete."""
 BATCH_HEADER = b"b/h/"
 BATCH_BLOCK = b"b/g/"
 BATCH_REAPER_LEASE = b"b/reaper"
@@ -77,6 +80,26 @@ def queue_messages(queue_number: int) -> tuple[bytes, bytes]:
 def dedup(queue_number: int, dedup_id: str) -> bytes:
     """Dedup record of a queue: dedup id → message id and expiry."""
     return DEDUP + _QID.pack(queue_number) + dedup_id.encode()
+
+
+def dedup_in_bucket(bucket: int, queue_number: int, dedup_id: str) -> bytes:
+    """Dedup record written in time bucket ``bucket`` (wall ms // window): id → message id, expiry.
+
+    Nothing is ever written into a bucket once it is past, so expiring a bucket
+    is a range delete that cannot race a write.
+    """
+    return DEDUP_BUCKETED + _BID.pack(bucket) + _QID.pack(queue_number) + dedup_id.encode()
+
+
+def dedup_buckets_before(bucket: int) -> tuple[bytes, bytes]:
+    """The key range of every dedup bucket older than ``bucket``."""
+    return DEDUP_BUCKETED, DEDUP_BUCKETED + _BID.pack(bucket)
+
+
+def dedup_queue_in_bucket(bucket: int, queue_number: int) -> tuple[bytes, bytes]:
+    """The key range of one queue's dedup records in one bucket."""
+    base = DEDUP_BUCKETED + _BID.pack(bucket)
+    return base + _QID.pack(queue_number), base + _QID.pack(queue_number + 1)
 
 
 def dedup_queue_range(queue_number: int) -> tuple[bytes, bytes]:

@@ -239,8 +239,17 @@ class QueueState:
         else:
             f.deadline = deadline
             f.receive_count += 1
-        heapq.heappush(self._heap, (deadline, message_id))
+        self._push_deadline(deadline, message_id)
         return f
+
+    def _push_deadline(self, deadline: float, message_id: int) -> None:
+        """Track a deadline; rebuild the heap once stale entries (from deletes and
+        extensions) outnumber live ones, so it stays O(in flight), amortized O(1)."""
+        heap = self._heap
+        heapq.heappush(heap, (deadline, message_id))
+        if len(heap) > 2 * len(self.inflight) + 64:
+            self._heap = [(f.deadline, m) for m, f in self.inflight.items()]
+            heapq.heapify(self._heap)
 
     def group_blocked(self, group: str, message_id: int) -> bool:
         """Whether ``message_id`` must wait: another message of its group is in flight."""
@@ -270,7 +279,7 @@ class QueueState:
         if f is None or f.deadline <= now:
             return False
         f.deadline = now + visibility_s
-        heapq.heappush(self._heap, (f.deadline, message_id))
+        self._push_deadline(f.deadline, message_id)
         return True
 
     def expired(self, now: float, limit: int) -> Iterator[int]:

@@ -90,20 +90,25 @@ async def test_dedup_returns_first_id_and_stores_once(node: Node, clock: ManualC
     got = await node.queues.receive("q", 10)
     assert sorted(m.body for m in got) == [b"3", b"one"]
     assert await _dedup_records(node) == 2
-    clock.advance(301)  # past the window: the id is new again, and a sweep is due
-    for _ in range(100):  # the background sweeper, woken by the clock, removes both
+    clock.advance(301)  # past the window: the id is new again
+    (f,) = await node.queues.enqueue("q", [NewMessage(b"again", dedup_id="d1")])
+    assert f != a
+    assert await _dedup_records(node) >= 1  # the new d1 is inside its window
+    # Two windows on, every record is in a wholly expired bucket: the sweeper,
+    # woken by the clock, removes them with one range delete.
+    clock.advance(2 * 300 + 1)
+    for _ in range(100):
         if await _dedup_records(node) == 0:
             break
         await asyncio.sleep(0.05)
     assert await _dedup_records(node) == 0
-    (f,) = await node.queues.enqueue("q", [NewMessage(b"again", dedup_id="d1")])
-    assert f != a
-    assert await node.queues.sweep_dedup() == 0  # the new d1 is inside its window
-    assert await _dedup_records(node) == 1
 
 
 async def _dedup_records(node: Node) -> int:
-    return len(await node.store.scan(keys.DEDUP, prefix_end(keys.DEDUP), 100))
+    n = 0
+    for prefix in (keys.DEDUP, keys.DEDUP_BUCKETED):
+        n += len(await node.store.scan(prefix, prefix_end(prefix), 100))
+    return n
 
 
 async def test_concurrent_duplicate_enqueues_write_once(node: Node) -> None:
@@ -176,3 +181,29 @@ async def test_cancelled_enqueue_with_dedup_id_still_blocks_its_retry(node: Node
     await asyncio.sleep(0.1)  # the cancelled caller's write has landed by now
     msgs = await node.queues.receive("dd", 10)
     assert [m.id for m in msgs] == [again]
+
+
+async def test_legacy_dedup_records_are_honoured_and_swept_past_any_backlog(
+    node: Node, clock: ManualClock
+) -> None:
+    """Records of the one-key-per-id layout (earlier releases) still dedup, and the
+    sweeper gets through any number of them (it once stopped after the first 100k)."""
+    import msgpack
+
+    from dynaq.storage.base import Put
+
+    info = await node.catalog.create_queue("q")
+    now = clock.wall_ms()
+    (mid,) = await node.queues.enqueue("q", [NewMessage(b"x")])
+    live = [Put(keys.dedup(info.number, "live"), msgpack.packb([mid, now + 60_000]))]
+    stale = [
+        Put(keys.dedup(info.number, f"s{i:06d}"), msgpack.packb([1, now - 1])) for i in range(2500)
+    ]
+    await node.store.write_batch(live + stale)
+    assert await node.queues.enqueue("q", [NewMessage(b"y", dedup_id="live")]) == [mid]
+    removed = 0
+    for _ in range(5):  # rounds of at most 1000 records each move on from a cursor
+        removed += await node.queues.upkeep.sweep_dedup(limit=1000)
+    assert removed == 2500
+    left = await node.store.scan(keys.DEDUP, prefix_end(keys.DEDUP), 10)
+    assert [k for k, _ in left] == [keys.dedup(info.number, "live")]

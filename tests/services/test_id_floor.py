@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dynaq.clock import ManualClock
-from dynaq.core.ids import IdGenerator, lane_of
+from dynaq.core import keys
+from dynaq.core.ids import IdGenerator, enqueued_ms, lane_of
 from dynaq.core.messages import NewMessage
 from dynaq.errors import IdClockStalled
 from dynaq.node import Node
@@ -40,7 +43,7 @@ async def test_restart_with_clock_stepped_back_keeps_every_message(tmp_path: Pat
         await node.stop()
 
 
-async def test_ids_stop_at_the_persisted_mark_until_it_is_refreshed() -> None:
+async def test_ids_wait_at_the_persisted_mark_until_it_is_refreshed() -> None:
     clock = ManualClock()
     store = MemoryStore()
     ids = IdGenerator(clock)
@@ -48,13 +51,15 @@ async def test_ids_stop_at_the_persisted_mark_until_it_is_refreshed() -> None:
     await floor.start()
     try:
         ids.allocate(0, 1)
-        clock.step_wall(11_000)  # the refresh has not run: ids would outrun the mark
-        try:
-            ids.allocate(0, 1)
-            raise AssertionError("expected IdClockStalled")
-        except IdClockStalled as exc:
-            assert exc.status == 503 and exc.retriable
+        mark_ms = int((await store.get(keys.id_high_water(0))).value)  # type: ignore[union-attr]
+        clock.step_wall(60_000)  # a step forward past the mark, before the refresh ran
+        (at_mark,) = ids.allocate(0, 1)
+        assert enqueued_ms(at_mark) <= mark_ms  # id time waits at the mark
+        with pytest.raises(IdClockStalled) as exc:
+            ids.allocate(0, 256)  # the mark's millisecond is used up
+        assert exc.value.status == 503 and exc.value.retriable
         await floor.refresh()
-        ids.allocate(0, 1)
+        (later,) = ids.allocate(0, 1)
+        assert enqueued_ms(later) > mark_ms
     finally:
         await floor.stop()

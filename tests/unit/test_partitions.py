@@ -140,3 +140,15 @@ def test_delete_record_stays_small_under_overlapping_reads() -> None:
     st.end_read(t1)
     st.begin_read()
     assert not st._deleted
+
+
+def test_deadline_heap_stays_proportional_to_what_is_in_flight() -> None:
+    """Receives, extensions and deletes leave stale heap entries; the heap is rebuilt
+    before they outnumber the live ones (it once grew by one entry per receive)."""
+    st = QueueState(LaneRange(0, 1024), 1, 0.0)
+    for i in range(100_000):
+        st.mark_served(i, 0.0, 30.0)
+        st.set_visibility(i, 0.0, 60.0)
+        st.forget(i)
+    assert not st.inflight
+    assert len(st._heap) <= 64 + 2

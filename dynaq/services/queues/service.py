@@ -142,6 +142,7 @@ class QueueService:
             # a queue's absence from one node's view: a stale reload is no delete.
             self.states.forget(old.number)
             self.receiver.forget(old.number)
+            self.writer.forget(old.number)
         if new is not None and not self.states.has_depth(new.number):
             self.states.set_depth(new.number, 0)
 

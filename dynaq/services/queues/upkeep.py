@@ -19,6 +19,7 @@ from dynaq.core import keys
 from dynaq.errors import DynaqError
 from dynaq.services.catalog import Catalog
 from dynaq.services.queue_records import Tombstone
+from dynaq.services.queues.writes import dedup_bucket
 from dynaq.storage.base import Delete, Store, prefix_end
 from dynaq.tasks import cancel_and_wait, every
 
@@ -35,6 +36,7 @@ class Upkeep:
         self._dedup_window_s = dedup_window_s
         self._sweeper: asyncio.Task[None] | None = None
         self._purges: dict[int, asyncio.Task[None]] = {}
+        self._legacy_cursor: bytes | None = None
 
     async def start(self) -> None:
         """Resume interrupted purges and start sweeping dedup records."""
@@ -64,20 +66,33 @@ class Upkeep:
             await cancel_and_wait(t)
 
     async def sweep_dedup(self, limit: int = 100_000) -> int:
-        """Delete dedup records whose window has passed; return how many."""
+        """Delete dedup records whose window has passed; return how many.
+
+        Buckets older than the one before the current are wholly expired and
+        go by one range delete, whatever their size. Records of earlier
+        releases (one key per id) are swept from a cursor that moves on each
+        round, up to ``limit`` records a round, until none are left.
+        """
         now_ms = self._clock.wall_ms()
-        start, end = keys.DEDUP, prefix_end(keys.DEDUP)
+        bucket = dedup_bucket(now_ms, self._dedup_window_s)
+        removed = await self._store.delete_range(*keys.dedup_buckets_before(bucket - 1))
+        return removed + await self._sweep_legacy(now_ms, limit)
+
+    async def _sweep_legacy(self, now_ms: int, limit: int) -> int:
+        end = prefix_end(keys.DEDUP)
+        start = self._legacy_cursor or keys.DEDUP
         removed = seen = 0
         while seen < limit:
             rows = await self._store.scan(start, end, 1000)
             if not rows:
+                self._legacy_cursor = None  # wrapped: the next round starts over
                 break
             seen += len(rows)
             stale = [k for k, v in rows if msgpack.unpackb(v)[1] <= now_ms]
             if stale:
                 await self._store.write_batch([Delete(k) for k in stale])
                 removed += len(stale)
-            start = rows[-1][0] + b"\x00"
+            start = self._legacy_cursor = rows[-1][0] + b"\x00"
         return removed
 
     def start_purge(self, number: int, tomb: Tombstone | None = None) -> None:
@@ -95,6 +110,9 @@ class Upkeep:
         try:
             removed = await self._store.delete_range(start, end)
             await self._store.delete_range(*keys.dedup_queue_range(number))
+            bucket = dedup_bucket(self._clock.wall_ms(), self._dedup_window_s)
+            for b in (bucket - 1, bucket, bucket + 1):
+                await self._store.delete_range(*keys.dedup_queue_in_bucket(b, number))
             if tomb is None:
                 await self._store.delete(keys.purge_marker(number))
             else:

@@ -57,6 +57,11 @@ class PreparedWrite:
     """Ids of the messages this write actually adds."""
 
 
+def dedup_bucket(wall_ms: int, window_s: float) -> int:
+    """The time bucket a dedup record written at ``wall_ms`` goes to (one window wide)."""
+    return wall_ms // max(1, int(window_s * 1000))
+
+
 class Writer:
     """Prepares, checks and accounts for message writes into any queue."""
 
@@ -107,6 +112,12 @@ class Writer:
         for m in messages:
             self.check_message(m)
 
+    def forget(self, number: int) -> None:
+        """A queue is gone: drop its dedup lock (no per-queue state outlives its queue)."""
+        lock = self._dedup_locks.get(number)
+        if lock is not None and not lock.locked():
+            del self._dedup_locks[number]
+
     @asynccontextmanager
     async def dedup_guard(
         self, infos: Sequence[QueueInfo], messages: Sequence[NewMessage]
@@ -138,13 +149,27 @@ class Writer:
         known: dict[str, int] = {}
         wanted = list(dict.fromkeys(m.dedup_id for m in messages if m.dedup_id))
         now_ms = self._clock.wall_ms()
+        bucket = dedup_bucket(now_ms, self.dedup_window_s)
         if wanted:
-            items = await self._store.get_many([keys.dedup(info.number, d) for d in wanted])
-            for d, item in zip(wanted, items, strict=True):
-                if item is not None:
-                    mid, expires_ms = msgpack.unpackb(item.value)
-                    if expires_ms > now_ms:
-                        known[d] = int(mid)
+            # A record younger than the window is in this bucket or the one
+            # before (or, written by an earlier release, under the old key).
+            lookups = [
+                k
+                for d in wanted
+                for k in (
+                    keys.dedup_in_bucket(bucket, info.number, d),
+                    keys.dedup_in_bucket(bucket - 1, info.number, d),
+                    keys.dedup(info.number, d),
+                )
+            ]
+            items = await self._store.get_many(lookups)
+            for i, d in enumerate(wanted):
+                for item in items[3 * i : 3 * i + 3]:
+                    if item is not None:
+                        mid, expires_ms = msgpack.unpackb(item.value)
+                        if expires_ms > now_ms:
+                            known[d] = int(mid)
+                            break
         fresh: list[tuple[int, NewMessage]] = []
         for i, m in enumerate(messages):
             if m.dedup_id is not None and m.dedup_id in known:
@@ -172,7 +197,7 @@ class Writer:
             written.append(mid)
             if m.dedup_id is not None:
                 record = msgpack.packb([mid, expires_ms])
-                ops.append(Put(keys.dedup(info.number, m.dedup_id), record))
+                ops.append(Put(keys.dedup_in_bucket(bucket, info.number, m.dedup_id), record))
         out: list[int] = []
         for i, m in enumerate(messages):
             mid = ids[i]
