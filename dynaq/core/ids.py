@@ -27,6 +27,7 @@ import zlib
 
 from dynaq.clock import Clock
 from dynaq.errors import IdClockStalled
+from dynaq.storage.base import ID_EPOCH_MS, ID_TIME_SHIFT
 from dynaq.storage.base import LANE_BITS as LANE_BITS
 from dynaq.storage.base import LANE_SHIFT as LANE_SHIFT
 
@@ -36,9 +37,11 @@ SEQ_BITS = 8
 WRITER_BITS = 5
 MAX_WRITERS = 1 << WRITER_BITS
 MAX_ID = (1 << 63) - 1
-EPOCH_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z
+EPOCH_MS = ID_EPOCH_MS
 _CLOCK_MASK = (1 << (LANE_SHIFT - CLOCK_SHIFT)) - 1
 _ID_STEP = 1 << CLOCK_SHIFT
+if CLOCK_SHIFT + SEQ_BITS != ID_TIME_SHIFT:  # pragma: no cover - declared in storage.base
+    raise ImportError("id time layout disagrees with dynaq.storage.base")
 
 
 def lane_of(message_id: int) -> int:

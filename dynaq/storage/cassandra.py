@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from dynaq.errors import InvalidInput, StorageUnavailable
-from dynaq.storage.base import LANE_SHIFT, Delete, Item, Op, Put, Store
+from dynaq.storage.base import LANE_SHIFT, Delete, Item, Op, Put, Store, id_time_ms
 from dynaq.storage.cassandra_layout import (
     ID_BITS,
     ID_MASK,
@@ -89,6 +89,10 @@ class CassandraStore(Store):
     def metadata(self) -> Any:
         """The driver's cluster metadata (for schema checks)."""
         return self._db.metadata
+
+    def replication(self) -> dict[str, str]:
+        """The keyspace's live replication settings."""
+        return self._db.replication()
 
     async def open(self) -> None:
         await self._db.open()
@@ -269,7 +273,7 @@ class CassandraStore(Store):
         v = self._next_version()
         if is_message(key):
             q, lane, mid = msg_parts(key)
-            await self._run(st.m_put, (value, v, q, lane, mid))
+            await self._run(st.m_put, (_write_us(mid), value, v, q, lane, mid))
         else:
             p, ck = kv_part(key)
             await self._run(st.kv_put, (value, v, p, ck))
@@ -347,9 +351,10 @@ class CassandraStore(Store):
                 q, lane, mid = msg_parts(op.key)
                 parts.add((q, lane))
                 if isinstance(op, Put):
-                    stmts.append((st.m_put, (op.value, self._next_version(), q, lane, mid)))
+                    put = (_write_us(mid), op.value, self._next_version(), q, lane, mid)
+                    stmts.append((st.m_put, put))
                 else:
-                    stmts.append((st.m_del, (q, lane, mid)))
+                    stmts.append((st.m_del, (_delete_us(mid), q, lane, mid)))
             else:
                 p, ck = kv_part(op.key)
                 parts.add((p,))
@@ -387,7 +392,7 @@ class CassandraStore(Store):
                 for op in part_ops:
                     if is_message(op.key):
                         q, lane, mid = msg_parts(op.key)
-                        stmts.append((st.m_del, (q, lane, mid)))
+                        stmts.append((st.m_del, (_delete_us(mid), q, lane, mid)))
                     else:
                         stmts.append((st.kv_del, kv_part(op.key)))
                 calls.append(self._apply(stmts, logged=False))
@@ -398,6 +403,16 @@ class CassandraStore(Store):
 
 async def _nothing() -> list[Any]:
     return []
+
+
+def _write_us(message_id: int) -> int:
+    """A message write's timestamp: the id's own time (µs), the same on every node."""
+    return id_time_ms(message_id) * 1000
+
+
+def _delete_us(message_id: int) -> int:
+    """A delete's timestamp: now, and never earlier than just after its message's write."""
+    return max(time.time_ns() // 1000, _write_us(message_id) + 1)
 
 
 __all__ = ["CassandraStore"]

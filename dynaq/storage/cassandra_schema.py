@@ -49,8 +49,15 @@ class Statements:
         self.m_keys = p(
             f"SELECT id, version FROM {m} WHERE queue=? AND lane=? AND id>=? AND id<=? LIMIT ?"
         )
-        self.m_put = p(f"UPDATE {m} SET value=?, version=? WHERE queue=? AND lane=? AND id=?")
-        self.m_del = p(f"DELETE value, version FROM {m} WHERE queue=? AND lane=? AND id=?")
+        # Plain message writes carry the id's own time as their timestamp, and
+        # deletes one later (at least): a delete always beats its message's
+        # write, whatever the clocks of the nodes that made them.
+        self.m_put = p(
+            f"UPDATE {m} USING TIMESTAMP ? SET value=?, version=? WHERE queue=? AND lane=? AND id=?"
+        )
+        self.m_del = p(
+            f"DELETE value, version FROM {m} USING TIMESTAMP ? WHERE queue=? AND lane=? AND id=?"
+        )
         self.m_put_new = p(
             f"INSERT INTO {m} (queue, lane, id, value, version) VALUES (?,?,?,?,?) IF NOT EXISTS"
         )

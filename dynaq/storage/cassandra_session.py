@@ -12,6 +12,7 @@ timeouts, unavailable replicas and lost connections become
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import Sequence
 from typing import Any
@@ -61,6 +62,9 @@ def translate(exc: BaseException) -> StorageError:
     if isinstance(exc, _UNAVAILABLE):
         return StorageUnavailable(f"Cassandra unavailable: {type(exc).__name__}: {exc}")
     return StorageError(f"Cassandra error: {type(exc).__name__}: {exc}")
+
+
+log = logging.getLogger(__name__)
 
 
 class CassandraSession:
@@ -120,6 +124,48 @@ class CassandraSession:
             raise translate(exc) from exc
         except OSError as exc:
             raise StorageUnavailable(f"cannot reach Cassandra: {exc}") from exc
+        self._check_durability()
+
+    def replication(self) -> dict[str, str]:
+        """The keyspace's replication settings as Cassandra has them (not as configured)."""
+        ks = self.metadata.keyspaces.get(self._ks)
+        if ks is None:
+            return {}
+        strategy = ks.replication_strategy
+        options = getattr(strategy, "options_map", None) or {}
+        out = {str(k): str(v) for k, v in options.items()}
+        out["class"] = type(strategy).__name__
+        rf = getattr(strategy, "replication_factor", None)
+        if rf is not None:
+            out["replication_factor"] = str(rf)
+        return out
+
+    def _check_durability(self) -> None:
+        """Say at start-up what the keyspace really promises.
+
+        Writes and reads use LOCAL_QUORUM: with a replication factor of 3 an
+        acknowledged write is on two replicas and survives the loss of any one
+        Cassandra node. Below 3 one node's loss can lose acknowledged messages;
+        and ``CREATE KEYSPACE IF NOT EXISTS`` never changes an existing
+        keyspace, so a configured factor that differs from the live one is
+        reported too (``ALTER KEYSPACE`` changes it).
+        """
+        factors = [
+            int(v) for k, v in self.replication().items() if k != "class" and str(v).isdigit()
+        ]
+        live = min(factors, default=0)
+        if live and live != self._rf:
+            log.warning(
+                "Cassandra keyspace has another replication factor than configured; "
+                "ALTER KEYSPACE to change it",
+                extra={"keyspace": self._ks, "live_rf": live, "configured_rf": self._rf},
+            )
+        if live and live < 3:
+            log.warning(
+                "Cassandra replication factor below 3: an acknowledged message is lost "
+                "if the Cassandra node(s) holding it are lost (use 3 for production)",
+                extra={"keyspace": self._ks, "replication_factor": live},
+            )
 
     def _connect(self) -> tuple[Any, Any, Statements]:
         from cassandra.policies import HostDistance

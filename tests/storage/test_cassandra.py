@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from dynaq.core import keys
-from dynaq.core.ids import LANE_SHIFT, MAX_ID, lane_start
+from dynaq.core.ids import LANE_SHIFT, MAX_ID, IdGenerator, lane_of, lane_start
 from dynaq.errors import InvalidInput, StorageUnavailable
 from dynaq.storage.base import Delete, Op, Put, Store
 from dynaq.storage.memory import MemoryStore
@@ -44,6 +44,46 @@ async def test_message_keys_go_to_lane_partitions(cassandra_store: CassandraStor
     assert await _raw(s, f'SELECT k FROM "{s.keyspace}".kv') == []
     await s.put(b"c/q/name", b"cfg")
     assert await _raw(s, f'SELECT p, k FROM "{s.keyspace}".kv') == [(ord("c"), b"c/q/name")]
+
+
+async def test_a_delete_beats_a_write_from_a_node_whose_clock_runs_ahead(
+    cassandra_store: CassandraStore,
+) -> None:
+    """A node an hour ahead draws ids an hour ahead, and its driver stamped its writes
+    with its own clock: a delete from a node on time must still win (it once lost,
+    and the deleted message came back)."""
+    s = cassandra_store
+    ahead_ms = int(time.time() * 1000) + 3_600_000
+    ahead = IdGenerator(_FixedClock(ahead_ms))
+    (mid,) = ahead.allocate(5, 1)
+    await _raw(
+        s,
+        f'UPDATE "{s.keyspace}".messages USING TIMESTAMP {ahead_ms * 1000} '
+        "SET value=%s, version=%s WHERE queue=%s AND lane=%s AND id=%s",
+        b"late",
+        1,
+        9,
+        lane_of(mid),
+        mid,
+    )
+    assert await s.get(keys.message(9, mid)) is not None
+    assert await s.write_batch([Delete(keys.message(9, mid))]) == [True]
+    assert await s.get(keys.message(9, mid)) is None
+    assert await s.scan(*keys.queue_messages(9), 10) == []
+
+
+class _FixedClock:
+    def __init__(self, wall_ms: int) -> None:
+        self._wall_ms = wall_ms
+
+    def monotonic(self) -> float:
+        return 0.0
+
+    def wall_ms(self) -> int:
+        return self._wall_ms
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
 
 async def test_messages_table_schema(cassandra_store: CassandraStore) -> None:
@@ -329,3 +369,20 @@ async def test_node_serves_a_queue_on_cassandra(cassandra: CassandraServer, tmp_
                 assert r.status == 200
     finally:
         await node.stop()
+
+
+async def test_start_up_states_what_the_replication_factor_promises(
+    cassandra: CassandraServer, cassandra_store: CassandraStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert cassandra_store.replication()["replication_factor"] == "1"
+    again = CassandraStore(
+        [cassandra.host], keyspace=cassandra_store.keyspace, replication_factor=3
+    )
+    with caplog.at_level("WARNING", logger="dynaq.storage.cassandra_session"):
+        await again.open()
+    try:
+        text = " ".join(r.getMessage() for r in caplog.records)
+        assert "another replication factor than configured" in text
+        assert "below 3" in text
+    finally:
+        await again.close()
