@@ -46,6 +46,10 @@ class HttpConfig:
     max_request_bytes: int = 16 * 1024 * 1024
     max_batch: int = 1000
     shutdown_timeout_s: float = 10.0
+    keepalive_timeout_s: float = 60.0
+    """An idle keep-alive connection is closed after this long."""
+    body_timeout_s: float = 30.0
+    """A request body must arrive within this long (408 otherwise)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,9 @@ class GossipConfig:
     label: str = "dynaq"
     advertise: str = ""
     advertise_http: str = ""
+    allow_node_local_store: bool = False
+    """A ring needs one shared store (Cassandra): on node-local stores each node would
+    serve only its slice of what it stored itself. True only to test membership."""
 
 
 @dataclass(frozen=True)
@@ -251,6 +258,8 @@ _RANGES: dict[str, tuple[float, float]] = {
     "http.max_request_bytes": (1024, 1024 * 1024 * 1024),
     "http.max_batch": (1, 10_000),
     "http.shutdown_timeout_s": (0, 3_600),
+    "http.keepalive_timeout_s": (0.1, 3_600),
+    "http.body_timeout_s": (0.1, 3_600),
     "embedded.map_size_mb": (1, 64 * 1024 * 1024),
     "embedded.max_commit_ops": (1, 10_000_000),
     "embedded.read_threads": (1, 256),

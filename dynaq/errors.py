@@ -18,6 +18,7 @@ codes.
     │   └── BatchNotFound            also a missing block of an exact batch
     ├── AlreadyExists           422  (Dynamiq answers 422, not 409)
     ├── PayloadTooLarge         413
+    ├── RequestTimeout          408  the request body did not arrive in time
     ├── UnsupportedMediaType    415
     ├── Conflict                409  a concurrent update won; retry
     │   └── BatchClosed         409  items added to a closed batch (inherits ``retriable``)
@@ -110,6 +111,13 @@ class PayloadTooLarge(DynaqError):
     code = "payload_too_large"
 
 
+class RequestTimeout(DynaqError):
+    """The request body did not arrive within ``http.body_timeout_s``."""
+
+    status = 408
+    code = "request_timeout"
+
+
 class UnsupportedMediaType(DynaqError):
     """The request's Content-Type is not one dynaq decodes."""
 
@@ -189,6 +197,7 @@ __all__ = [
     "NotServing",
     "PayloadTooLarge",
     "QueueNotFound",
+    "RequestTimeout",
     "SlotLost",
     "StorageError",
     "StorageUnavailable",

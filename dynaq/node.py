@@ -97,6 +97,19 @@ def gossip_enabled(config: Config) -> bool:
     return config.gossip.enabled or bool(config.gossip.seeds)
 
 
+def check_ring_store(config: Config, *, store_given: bool) -> None:
+    """Refuse a ring on node-local stores: each node would serve only its slice of
+    what it stored itself, stranding the rest (unless membership alone is tested)."""
+    local = config.storage.backend in ("embedded", "memory") and not store_given
+    if gossip_enabled(config) and local and not config.gossip.allow_node_local_store:
+        raise InvalidInput(
+            f"a ring needs one shared store: storage.backend = {config.storage.backend!r} keeps "
+            "messages on each node, and each node serves only its slice of the ring. Use "
+            "backend = 'cassandra' (set gossip.allow_node_local_store = true only to test "
+            "membership)"
+        )
+
+
 def advertised_http(config: Config, port: int) -> str:
     """The HTTP address other nodes use to reach this one (``gossip.advertise_http``,
     else ``http.host:port``, with a wildcard host replaced by this machine's name)."""
@@ -157,6 +170,7 @@ class Node:
     def __init__(
         self, config: Config, *, clock: Clock | None = None, store: Store | None = None
     ) -> None:
+        check_ring_store(config, store_given=store is not None)
         self.config = config
         self.clock = clock or SystemClock()
         self.store = store or build_store(config)
@@ -211,6 +225,7 @@ class Node:
             state=lambda: self.state,
             max_request_bytes=h.max_request_bytes,
             batches=self.batches,
+            body_timeout_s=h.body_timeout_s,
         )
         # In a cluster, writes made here are hinted to the owners of their slices.
         self.hints: HttpPeerHints | None = HttpPeerHints() if gossip_enabled(config) else None
@@ -256,6 +271,7 @@ class Node:
             handle_signals=False,
             access_log=logging.getLogger("aiohttp.access"),
             shutdown_timeout=self.config.http.shutdown_timeout_s,
+            keepalive_timeout=self.config.http.keepalive_timeout_s,
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.http.host, self.config.http.port, backlog=1024)

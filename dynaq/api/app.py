@@ -9,7 +9,7 @@ from aiohttp import web
 from dynaq.api import batches as batch_routes
 from dynaq.api import bulk, internal, v1, v2
 from dynaq.api.batches import BATCHES
-from dynaq.api.codec import json_response
+from dynaq.api.codec import BODY_TIMEOUT, json_response
 from dynaq.api.keys import CATALOG, NODE_STATE, QUEUES, TOPICS, VIEW
 from dynaq.api.middleware import errors_middleware
 from dynaq.core.membership import MembershipView
@@ -36,8 +36,10 @@ def build_app(
     state: Callable[[], str],
     max_request_bytes: int,
     batches: BatchService,
+    body_timeout_s: float = 30.0,
 ) -> web.Application:
     app = web.Application(middlewares=[errors_middleware], client_max_size=max_request_bytes)
+    app[BODY_TIMEOUT] = body_timeout_s
     app[CATALOG] = catalog
     app[QUEUES] = queues
     app[TOPICS] = topics

@@ -8,6 +8,7 @@ integers and bodies as raw bytes.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -16,7 +17,7 @@ from typing import Any
 import msgpack
 from aiohttp import web
 
-from dynaq.errors import InvalidInput, UnsupportedMediaType
+from dynaq.errors import InvalidInput, RequestTimeout, UnsupportedMediaType
 
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
 JSON_TYPE = "application/json"
@@ -35,6 +36,19 @@ def wants_msgpack(request: web.Request) -> bool:
     return request.content_type in MSGPACK_TYPES
 
 
+BODY_TIMEOUT = web.AppKey("body_timeout_s", float)
+
+
+async def read_raw(request: web.Request) -> bytes:
+    """The request body, which must arrive within the node's ``http.body_timeout_s``
+    (a client that trickles a body cannot hold a handler forever): 408 otherwise."""
+    try:
+        async with asyncio.timeout(request.app.get(BODY_TIMEOUT, 30.0)):
+            return await request.read()
+    except TimeoutError:
+        raise RequestTimeout("the request body did not arrive in time") from None
+
+
 def sends_msgpack(request: web.Request) -> bool:
     """Whether the request body is msgpack (by Content-Type; the answer follows Accept)."""
     return request.content_type in MSGPACK_TYPES
@@ -48,7 +62,7 @@ async def read_body(request: web.Request) -> Any:
     ``NaN``/``Infinity`` (not JSON), and strings holding lone surrogates
     (they cannot be stored as UTF-8).
     """
-    raw = await request.read()
+    raw = await read_raw(request)
     ctype = request.content_type
     if ctype in MSGPACK_TYPES:
         try:

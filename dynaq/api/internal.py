@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from dynaq.api.codec import json_response
+from dynaq.api.codec import json_response, read_raw
 from dynaq.api.keys import QUEUES
 from dynaq.core.hints import HINTS_PATH, decode_hints
 
@@ -14,7 +14,7 @@ routes = web.RouteTableDef()
 @routes.post(HINTS_PATH)
 async def receive_hints(request: web.Request) -> web.Response:
     """Apply hints sent by a peer; a malformed message is a 422 (InvalidInput)."""
-    message = decode_hints(await request.read())
+    message = decode_hints(await read_raw(request))
     service = request.app[QUEUES]
     for queue, hints in message.queues.items():
         service.apply_hints(queue, hints.deleted, hints.lanes)

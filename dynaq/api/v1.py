@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from dynaq.api.codec import body_to_json, json_response, parse_json
+from dynaq.api.codec import body_to_json, json_response, parse_json, read_raw
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS, VIEW
 from dynaq.api.params import batch_size, id_list, parse_id
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE
 from dynaq.core.messages import Message, NewMessage
-from dynaq.errors import InvalidInput, NotFound
+from dynaq.errors import InvalidInput, NotFound, PayloadTooLarge
 from dynaq.services.catalog import QueueInfo
 
 routes = web.RouteTableDef()
@@ -97,7 +97,7 @@ async def unsubscribe(request: web.Request) -> web.Response:
 async def publish(request: web.Request) -> web.Response:
     topic = request.match_info["topic"]
     await request.app[CATALOG].topic(topic)  # 404 before reading a body for nothing
-    body = await request.read()
+    body = await read_raw(request)
     result = await request.app[TOPICS].publish(topic, [_new_message(request, body)])
     return json_response({q: str(ids[0]) for q, ids in result.items()})
 
@@ -138,7 +138,7 @@ async def get_queue(request: web.Request) -> web.Response:
 async def configure_queue(request: web.Request) -> web.Response:
     name = request.match_info["queue"]
     await request.app[CATALOG].queue(name)
-    patch = parse_json(await request.read())
+    patch = parse_json(await read_raw(request))
     await request.app[CATALOG].update_queue(name, patch)
     return json_response("ok")
 
@@ -153,7 +153,13 @@ async def delete_queue(request: web.Request) -> web.Response:
 async def enqueue(request: web.Request) -> web.Response:
     queues = request.app[QUEUES]
     info = await request.app[CATALOG].queue(request.match_info["queue"])
-    body = await request.read()
+    limit = queues.limits.max_message_bytes
+    if request.content_length is not None and request.content_length > limit:
+        # Refused before a byte of the body is read.
+        raise PayloadTooLarge(
+            f"message body is {request.content_length} bytes; the limit is {limit}"
+        )
+    body = await read_raw(request)
     (mid,) = await queues.enqueue(info, [_new_message(request, body)])
     return web.Response(text=str(mid), content_type="text/plain")
 

@@ -144,6 +144,8 @@ class LocalCluster:
         if self.backend == "cassandra":
             env["DYNAQ_CASSANDRA_HOSTS"] = ",".join(self.cassandra_hosts)
             env["DYNAQ_CASSANDRA_KEYSPACE"] = self.keyspace
+        else:  # each node on its own LMDB: a membership-only ring (see the module docs)
+            env["DYNAQ_GOSSIP_ALLOW_NODE_LOCAL_STORE"] = "true"
         env.update(self.env)
         return ClusterNode(node_process(self.tmp, name, env=env), gossip_port)
 
