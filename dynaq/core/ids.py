@@ -130,14 +130,33 @@ class IdGenerator:
     def _units(wall_ms: int) -> int:
         return (max(0, wall_ms - EPOCH_MS) << SEQ_BITS) & _CLOCK_MASK
 
-    def allocate(self, lane: int, count: int) -> range:
-        """Reserve ``count`` consecutive ids in ``lane``, ascending."""
+    def _first(self, lane: int) -> int:
         now = ((self._clock.wall_ms() - EPOCH_MS) << SEQ_BITS) & _CLOCK_MASK
         if self._ceiling is not None and now > self._ceiling:
             # The wall clock leapt past the persisted mark (a step forward):
             # id time waits at the mark until it is refreshed, rather than fail.
             now = self._ceiling & ~0xFF
-        first = max(self._last.get(lane, -1) + 1, now, self._floor)
+        return max(self._last.get(lane, -1) + 1, now, self._floor)
+
+    def next_id(self, lane: int) -> int:
+        """The smallest id the next :meth:`allocate` in ``lane`` could return (any writer's
+        id from here up is newer than what this writer would draw)."""
+        return (lane << LANE_SHIFT) | (self._first(lane) << CLOCK_SHIFT)
+
+    def observe(self, lane: int, message_id: int) -> None:
+        """Another writer drew ``message_id`` in ``lane``: draw only later ids there.
+
+        A message group lives in one lane, so this keeps a group's ids in the
+        order its messages were acknowledged even when they were enqueued
+        through nodes whose clocks disagree.
+        """
+        units = (message_id >> CLOCK_SHIFT) & _CLOCK_MASK
+        if units > self._last.get(lane, -1):
+            self._last[lane] = units
+
+    def allocate(self, lane: int, count: int) -> range:
+        """Reserve ``count`` consecutive ids in ``lane``, ascending."""
+        first = self._first(lane)
         last = first + count - 1
         if last > _CLOCK_MASK:
             raise OverflowError("id clock exhausted for this lane")

@@ -68,6 +68,8 @@ async def _serve(args: argparse.Namespace) -> None:
             "seeds": args.seeds.split(","),
             "key": "outbox-test-secret",
             "preset": "local",
+            # The processes share one LMDB environment on this machine: one store.
+            "allow_node_local_store": True,
         }
     config = config_from_mapping(raw)
     node = Node(config)

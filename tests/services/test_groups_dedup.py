@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from dynaq.clock import ManualClock
 from dynaq.core import keys
+from dynaq.core.ids import IdGenerator
 from dynaq.core.messages import NewMessage
 from dynaq.node import Node
 from dynaq.storage.base import prefix_end
@@ -207,3 +209,28 @@ async def test_legacy_dedup_records_are_honoured_and_swept_past_any_backlog(
     assert removed == 2500
     left = await node.store.scan(keys.DEDUP, prefix_end(keys.DEDUP), 10)
     assert [k for k, _ in left] == [keys.dedup(info.number, "live")]
+
+
+async def test_group_order_holds_across_nodes_whose_clocks_disagree(tmp_path: Path) -> None:
+    """m1 is acknowledged through a node whose clock is 10 s ahead, then m2 is sent
+    through a node on time: m2 must still come after m1 in the group."""
+    from dynaq.storage.memory import MemoryStore
+    from tests.fixtures.nodes import node_config
+
+    store = MemoryStore()
+    ahead, on_time = ManualClock(wall_ms=1_790_000_010_000), ManualClock()
+    a = Node(node_config(tmp_path / "a", node={"name": "a"}), clock=ahead, store=store)
+    b = Node(node_config(tmp_path / "b", node={"name": "b"}), clock=on_time, store=store)
+    await a.start()
+    await b.start()
+    b.queues.set_ids(IdGenerator(on_time, writer=1))
+    try:
+        await a.catalog.create_queue("q")
+        (m1,) = await a.queues.enqueue("q", [NewMessage(b"1", group="g")])
+        (m2,) = await b.queues.enqueue("q", [NewMessage(b"2", group="g")])
+        assert m2 > m1
+        first = await b.queues.receive("q", 10)
+        assert [m.body for m in first] == [b"1"]
+    finally:
+        await b.stop()
+        await a.stop()

@@ -22,7 +22,7 @@ import msgpack
 from dynaq.clock import Clock
 from dynaq.core import keys
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, parse_item_id
-from dynaq.core.ids import IdGenerator, group_lane, lane_of
+from dynaq.core.ids import LANE_SHIFT, IdGenerator, group_lane, lane_of
 from dynaq.core.messages import NewMessage, encode
 from dynaq.errors import InvalidInput, PayloadTooLarge
 from dynaq.metrics import Metrics
@@ -183,6 +183,9 @@ class Writer:
             lane = self.ids.next_lane(len(plain))
             for i, mid in zip(plain, self.ids.allocate(lane, len(plain)), strict=True):
                 ids[i] = mid
+        grouped = {group_lane(m.group) for _, m in fresh if m.group is not None}
+        if grouped:
+            await asyncio.gather(*(self._catch_up(info, lane) for lane in grouped))
         for i, m in fresh:
             if m.group is not None:
                 ids[i] = self.ids.allocate(group_lane(m.group), 1)[0]
@@ -208,6 +211,35 @@ class Writer:
             assert mid is not None and mid >= 0
             out.append(mid)
         return PreparedWrite(info, out, ops, written)
+
+    async def _catch_up(self, info: QueueInfo, lane: int) -> None:
+        """Draw a group lane's next ids after any another node has drawn there.
+
+        Ids order a group's messages, and each node's ids follow its own clock:
+        a message enqueued through a node whose clock is behind would get a
+        smaller id than one acknowledged earlier through another node. One
+        read of the lane from where this node would draw finds any such id.
+        """
+        start = self.ids.next_id(lane)
+        end = ((lane + 1) << LANE_SHIFT) - 1
+        if start > end:
+            return
+        rows = await self._store.scan(
+            keys.message(info.number, start), keys.message(info.number, end + 1), 1
+        )
+        if rows:
+            newest = await self._newest_in_lane(info, keys.message_id(rows[0][0]), end)
+            self.ids.observe(lane, newest)
+
+    async def _newest_in_lane(self, info: QueueInfo, found: int, end: int) -> int:
+        """The largest id at or after ``found`` in the lane (pages forward: rare, short)."""
+        while True:
+            rows = await self._store.scan(
+                keys.message(info.number, found + 1), keys.message(info.number, end + 1), 256
+            )
+            if not rows:
+                return found
+            found = keys.message_id(rows[-1][0])
 
     def note_written(self, w: PreparedWrite) -> None:
         """Account for a prepared write once it is durable."""
