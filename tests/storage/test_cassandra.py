@@ -244,7 +244,11 @@ async def test_event_loop_stays_responsive(cassandra_store: CassandraStore) -> N
     finally:
         stop.set()
         await task
-    assert lags and max(lags) < 0.5
+    # A query run on the loop would stall it for the whole burst; one scheduling
+    # hiccup on a busy 2-core machine is not that (it made this test flaky).
+    assert lags
+    lags.sort()
+    assert lags[len(lags) * 9 // 10] < 0.1 and lags[-1] < 2.0, lags[-5:]
 
 
 async def _enqueue(s: Store, queue: int, lanes: range, per_lane: int, batch: int) -> list[int]:
