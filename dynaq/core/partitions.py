@@ -103,6 +103,8 @@ class QueueState:
         self._heap: list[tuple[float, int]] = []
         self.partitions: list[Partition] = []
         self._starts: list[int] = []
+        self.walk_cut = False
+        """A scan stopped at its row budget with rows ahead (a long poll goes on at once)."""
         self.slice = slice_
         self.relayout(slice_, count, now)
 

@@ -21,8 +21,11 @@ from dynaq.services.catalog import QueueInfo
 from dynaq.storage.base import Store
 
 MAX_PAGE = 50_000
-MAX_PAGE_BYTES = 256 * 1024 * 1024
-"""Arrow's binary offsets are int32; pages stay far below that."""
+MAX_PAGE_BYTES = 16 * 1024 * 1024
+"""Bodies per page: a page is built in memory (and base64'd for JSON), so it is capped
+well below what a node can hold for several readers at once."""
+_CHUNK_ROWS = 1024
+"""Rows read per store call, so the byte cap applies before a whole page is read."""
 
 
 @dataclass(frozen=True)
@@ -54,28 +57,34 @@ async def read_page(
         raise InvalidInput(f"limit must be in 1..{MAX_PAGE}")
     if from_id > to_id:
         raise InvalidInput("from_id must not be greater than to_id")
-    rows = await store.scan(
-        keys.message(info.number, from_id), keys.message(info.number, to_id + 1), limit
-    )
     ids: list[int] = []
     enqueued: list[int] = []
     bodies: list[bytes] = []
     attributes: list[dict[str, str] | None] = []
     size = 0
     message_id = keys.message_id
-    for k, v in rows:
-        # This loop is the whole cost of a page: columns, no Message objects.
-        mid = message_id(k)
-        body, enqueued_ms, attrs, _ = decode_fields(mid, v)
-        enqueued.append(enqueued_ms)
-        attributes.append(attrs)
-        ids.append(mid)
-        bodies.append(body)
-        size += len(body)
-        if size >= MAX_PAGE_BYTES:
-            break
-    more = len(ids) < len(rows) or len(rows) == limit
-    next_from = ids[-1] + 1 if ids and more and ids[-1] < to_id else None
+    start, end = keys.message(info.number, from_id), keys.message(info.number, to_id + 1)
+    exhausted = False
+    while len(ids) < limit and size < MAX_PAGE_BYTES:
+        want = min(_CHUNK_ROWS, limit - len(ids))
+        rows = await store.scan(start, end, want)
+        for k, v in rows:
+            # This loop is the whole cost of a page: columns, no Message objects.
+            mid = message_id(k)
+            body, enqueued_ms, attrs, _ = decode_fields(mid, v)
+            enqueued.append(enqueued_ms)
+            attributes.append(attrs)
+            ids.append(mid)
+            bodies.append(body)
+            size += len(body)
+            if size >= MAX_PAGE_BYTES:
+                break  # the page is full; the next one starts after this row
+        else:
+            if len(rows) < want:
+                exhausted = True
+                break
+        start = rows[-1][0] + b"\x00"
+    next_from = ids[-1] + 1 if ids and not exhausted and ids[-1] < to_id else None
     return SnapshotPage(
         count=len(ids),
         ids=_le(ids, "q"),

@@ -69,3 +69,28 @@ async def test_bulk_routes_reject_bad_input(node: Node, http: aiohttp.ClientSess
         body = await r.json()
         assert r.status == status, (path, body)
         assert body["error"] and body["code"]
+
+
+async def test_snapshot_pages_are_capped_in_bytes_and_resume_where_they_stopped(
+    http: aiohttp.ClientSession, node: Node
+) -> None:
+    from dynaq.core.messages import NewMessage
+    from dynaq.services import snapshots
+
+    await node.catalog.create_queue("big")
+    body = b"x" * (200 * 1024)
+    for _ in range(3):
+        await node.queues.enqueue("big", [NewMessage(body) for _ in range(50)])
+    info = await node.catalog.queue("big")
+    seen = 0
+    from_id = 0
+    pages = 0
+    while True:
+        page = await snapshots.read_page(node.store, info, from_id, 2**63 - 1, 50_000)
+        assert len(page.bodies) <= snapshots.MAX_PAGE_BYTES + len(body)
+        seen += page.count
+        pages += 1
+        if page.next_from_id is None:
+            break
+        from_id = page.next_from_id
+    assert seen == 150 and pages >= 2

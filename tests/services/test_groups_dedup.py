@@ -234,3 +234,37 @@ async def test_group_order_holds_across_nodes_whose_clocks_disagree(tmp_path: Pa
     finally:
         await b.stop()
         await a.stop()
+
+
+async def test_a_blocked_group_backlog_costs_each_receive_a_bounded_walk(node: Node) -> None:
+    """With a group head in flight, the rest of its backlog is skipped; a receive walks
+    at most a bounded number of rows, and later receives go on from the cursor."""
+    await node.catalog.create_queue("q")
+    for _ in range(20):
+        await node.queues.enqueue("q", [NewMessage(b"g", group="G") for _ in range(1000)])
+    info = await node.catalog.queue("q")
+    st = node.queues.states.state(info)
+    (head,) = await node.queues.receive("q", 1)
+    scans = 0
+    real_scan = node.store.scan
+
+    async def counting_scan(start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        nonlocal scans
+        rows = await real_scan(start, end, limit)
+        scans += len(rows)
+        return rows
+
+    node.store.scan = counting_scan  # type: ignore[method-assign]
+    assert await node.queues.receive("q", 1) == []
+    assert scans <= 8192 + 4096  # one bounded walk, not the 19,999-row backlog
+    assert st.inflight.keys() == {head.id}
+
+
+async def test_a_long_poll_goes_past_a_long_blocked_backlog_at_once(node: Node) -> None:
+    await node.catalog.create_queue("q")
+    for _ in range(20):
+        await node.queues.enqueue("q", [NewMessage(b"g", group="G") for _ in range(1000)])
+    (_head,) = await node.queues.receive("q", 1)
+    await node.queues.enqueue("q", [NewMessage(b"free")])  # after the backlog
+    got = await asyncio.wait_for(node.queues.receive("q", 1, wait_time_s=20), 5)
+    assert [m.body for m in got] == [b"free"]

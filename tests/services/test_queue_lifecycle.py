@@ -102,3 +102,19 @@ async def test_no_receives_outside_the_ring(tmp_path: Path) -> None:
         assert await a.queues.receive("q", 1, wait_time_s=5) == []
     finally:
         await a.stop()
+
+
+async def test_depth_is_counted_in_the_background_after_a_restart(tmp_path: Path) -> None:
+    clock = ManualClock()
+    node = Node(node_config(tmp_path), clock=clock)
+    await node.start()
+    await node.catalog.create_queue("q")
+    await node.queues.enqueue("q", [NewMessage(b"x") for _ in range(300)])
+    await node.stop()
+    node = Node(node_config(tmp_path), clock=clock)
+    await node.start()  # serves before counting
+    try:
+        await node.queues.upkeep.wait_counted()
+        assert node.queues.depth(await node.catalog.queue("q")) == 300
+    finally:
+        await node.stop()

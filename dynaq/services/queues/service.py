@@ -112,10 +112,14 @@ class QueueService:
     async def start(self) -> None:
         """Load config, count stored messages, resume interrupted purges."""
         await self._catalog.reload()
-        for name in self._catalog.queue_names():
-            info = self._catalog.cached_queue(name)
-            if info is not None and not self.states.has_depth(info.number):
-                self.states.set_depth(info.number, await self.upkeep.count(info.number))
+        numbers = [
+            info.number
+            for info in map(self._catalog.cached_queue, self._catalog.queue_names())
+            if info is not None
+        ]
+        # Counting stored messages is O(messages): done in the background, so a
+        # node with a deep backlog serves at once (depth is approximate until then).
+        self.upkeep.count_in_background(numbers, self.states.add_depth)
         await self.upkeep.start()
 
     async def sweep_dedup(self, limit: int = 100_000) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import msgpack
 
@@ -37,6 +38,7 @@ class Upkeep:
         self._sweeper: asyncio.Task[None] | None = None
         self._purges: dict[int, asyncio.Task[None]] = {}
         self._legacy_cursor: bytes | None = None
+        self._counter: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Resume interrupted purges and start sweeping dedup records."""
@@ -58,8 +60,27 @@ class Upkeep:
         for tomb in list(self._catalog.tombstones.values()):
             self.start_purge(tomb.number, tomb)
 
+    def count_in_background(self, numbers: list[int], add: Callable[[int, int], None]) -> None:
+        """Count each queue's stored messages and ``add(number, n)`` them, off the start path."""
+
+        async def count_all() -> None:
+            for number in numbers:
+                try:
+                    add(number, await self.count(number))
+                except DynaqError:
+                    log.warning("counting stored messages failed", extra={"number": number})
+
+        self._counter = asyncio.create_task(count_all(), name="queue-depth-count")
+
+    async def wait_counted(self) -> None:
+        """Wait for the start-up count (for tests)."""
+        if self._counter is not None:
+            await self._counter
+
     async def stop(self) -> None:
         """Stop the sweeper and pending purges (purges resume at the next start)."""
+        await cancel_and_wait(self._counter)
+        self._counter = None
         await cancel_and_wait(self._sweeper)
         self._sweeper = None
         for t in list(self._purges.values()):
