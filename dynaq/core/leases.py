@@ -135,8 +135,17 @@ class CasLease:
         if self._version is None:
             return False
         value = self._record(self._clock.wall_ms())
-        self._version = await self._store.put_if_version(self.key, value, self._version)
-        return self._version is not None
+        version = await self._store.put_if_version(self.key, value, self._version)
+        if version is None:
+            # The version moved. If the record still names this holder, it moved
+            # under this holder's own earlier write whose answer was lost (a
+            # Cassandra LWT that timed out yet applied): the lease is still ours.
+            item = await self._store.get(self.key)
+            record = None if item is None else decode_record(item.value)
+            if item is not None and record is not None and record.holder == self.holder:
+                version = await self._store.put_if_version(self.key, value, item.version)
+        self._version = version
+        return version is not None
 
     async def release(self) -> bool:
         """Give the lease up: other holders see it lapsed at once (a record last

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import msgpack
+import pytest
 
 from dynaq.clock import ManualClock
 from dynaq.core.leases import CasLease, LeaseRecord, LeaseState, decode_record, encode_record
@@ -141,3 +142,33 @@ async def test_the_batch_reaper_is_fenced_by_its_lease() -> None:
     assert await a._take_lease() is False
     item = await store.get(BATCH_REAPER_LEASE)
     assert item is not None and json.loads(item.value)["name"] == "b"
+
+
+async def test_a_refresh_whose_answer_was_lost_keeps_the_lease() -> None:
+    """An LWT that timed out may have applied: the next refresh finds the record still
+    names this holder and keeps the lease (a healthy node once shut itself down)."""
+    from dynaq.errors import StorageUnavailable
+    from dynaq.storage.memory import MemoryStore
+
+    class LosesOneAnswer(MemoryStore):
+        lose_next = False
+
+        async def put_if_version(self, key: bytes, value: bytes, version: int) -> int | None:
+            result = await super().put_if_version(key, value, version)
+            if self.lose_next:
+                self.lose_next = False
+                raise StorageUnavailable("write timed out (outcome unknown)")
+            return result
+
+    clock = ManualClock()
+    store = LosesOneAnswer()
+    lease = CasLease(store, b"lease", "node-a", clock, 10)
+    assert await lease.acquire()
+    store.lose_next = True
+    clock.advance(1)
+    with pytest.raises(StorageUnavailable):
+        await lease.refresh()
+    clock.advance(1)
+    assert await lease.refresh()
+    other = CasLease(store, b"lease", "node-b", clock, 10)
+    assert not await other.acquire()
