@@ -185,7 +185,7 @@ class Node:
         # losing it (cut off longer than the lease) means stop: see WriterSlots.
         self.stop_requested = asyncio.Event()
         self.writer_slots = build_writer_slots(
-            config, self.store, self.clock, self.membership, self.stop_requested.set
+            config, self.store, self.clock, self.membership, self._slot_lost
         )
         self.catalog = Catalog(
             self.store, self.clock, config.queues, cache_ttl_s=config.sync.interval_s
@@ -249,6 +249,12 @@ class Node:
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.port: int = h.port
+
+    def _slot_lost(self) -> None:
+        """Another node holds this node's writer slot: draw no id from now on (it
+        could equal that node's), and stop."""
+        self.queues.writer.ids.revoke()
+        self.stop_requested.set()
 
     async def start(self) -> None:
         """Open the store, load state, take a writer slot, serve HTTP, join the ring."""

@@ -26,7 +26,7 @@ import random
 import zlib
 
 from dynaq.clock import Clock
-from dynaq.errors import IdClockStalled
+from dynaq.errors import IdClockStalled, SlotLost
 from dynaq.storage.base import ID_EPOCH_MS, ID_TIME_SHIFT
 from dynaq.storage.base import LANE_BITS as LANE_BITS
 from dynaq.storage.base import LANE_SHIFT as LANE_SHIFT
@@ -93,6 +93,7 @@ class IdGenerator:
         self._last: dict[int, int] = {}
         self._floor = 0
         self._ceiling: int | None = None
+        self._revoked = False
         self._lane = self._rng.randrange(LANES)
         self._left_in_lane = stride
 
@@ -130,6 +131,10 @@ class IdGenerator:
     def _units(wall_ms: int) -> int:
         return (max(0, wall_ms - EPOCH_MS) << SEQ_BITS) & _CLOCK_MASK
 
+    def revoke(self) -> None:
+        """This writer's slot was lost: every further :meth:`allocate` raises :class:`SlotLost`."""
+        self._revoked = True
+
     def _first(self, lane: int) -> int:
         now = ((self._clock.wall_ms() - EPOCH_MS) << SEQ_BITS) & _CLOCK_MASK
         if self._ceiling is not None and now > self._ceiling:
@@ -156,6 +161,8 @@ class IdGenerator:
 
     def allocate(self, lane: int, count: int) -> range:
         """Reserve ``count`` consecutive ids in ``lane``, ascending."""
+        if self._revoked:
+            raise SlotLost(f"writer slot {self._writer} was taken by another node: no more ids")
         first = self._first(lane)
         last = first + count - 1
         if last > _CLOCK_MASK:

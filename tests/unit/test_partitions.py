@@ -152,3 +152,16 @@ def test_deadline_heap_stays_proportional_to_what_is_in_flight() -> None:
         st.forget(i)
     assert not st.inflight
     assert len(st._heap) <= 64 + 2
+
+
+def test_a_revoked_writer_draws_no_more_ids() -> None:
+    from dynaq.errors import SlotLost
+
+    ids = IdGenerator(ManualClock(), writer=3)
+    ids.allocate(0, 1)
+    ids.revoke()
+    try:
+        ids.allocate(0, 1)
+        raise AssertionError("expected SlotLost")
+    except SlotLost as exc:
+        assert exc.status == 503
