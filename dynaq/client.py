@@ -141,13 +141,16 @@ class Client:
     def ring(self) -> list[RingMember]:
         """The live members and their slices, as this node sees them."""
         got = self._request("GET", "/v2/status/ring")
-        return [RingMember(m["name"], m["http"], m["from_id"], m["to_id"]) for m in got["members"]]
+        return [
+            RingMember(m["name"], m["http"], int(m["from_id"]), int(m["to_id"]))
+            for m in got["members"]
+        ]
 
     def partitions(self, queue: str, addr: str | None = None) -> list[PartitionRange]:
         """The partitions node ``addr`` (default: the endpoint) serves ``queue`` from."""
         got = self._request("GET", f"/v2/queues/{self._q(queue)}/partitions", addr=addr)
         return [
-            PartitionRange(got["node"], got["http"], p["index"], p["from_id"], p["to_id"])
+            PartitionRange(got["node"], got["http"], p["index"], int(p["from_id"]), int(p["to_id"]))
             for p in got["partitions"]
         ]
 

@@ -32,8 +32,9 @@ async def ring(request: web.Request) -> web.Response:
         {
             "name": m.name,
             "http": m.http_addr,
-            "from_id": slices[m.name].bottom_id,
-            "to_id": slices[m.name].top_id,
+            # Decimal strings: JSON numbers lose precision past 2^53 in most clients.
+            "from_id": str(slices[m.name].bottom_id),
+            "to_id": str(slices[m.name].top_id),
         }
         for m in view.members
     ]
@@ -50,7 +51,7 @@ async def partitions(request: web.Request) -> web.Response:
             "node": view.me.name,
             "http": view.me.http_addr,
             "partitions": [
-                {"index": i, "from_id": r.bottom_id, "to_id": r.top_id}
+                {"index": i, "from_id": str(r.bottom_id), "to_id": str(r.top_id)}
                 for i, r in enumerate(ranges)
             ],
         }
@@ -78,7 +79,9 @@ async def snapshot(request: web.Request) -> web.Response:
             "body_offsets": buf(page.body_offsets),
             "bodies": buf(page.bodies),
             "attributes": page.attributes,
-            "next_from_id": page.next_from_id,
+            "next_from_id": (
+                page.next_from_id if binary or page.next_from_id is None else str(page.next_from_id)
+            ),
         },
         binary=binary,
     )

@@ -96,6 +96,31 @@ class HttpPeerHints:
             log.debug("hint to peer failed", extra={"peer": addr, "error": str(exc)})
 
 
+HANDOVER_CHUNK = 5_000
+"""Entries per POST: a node with many messages in flight hands them over in pieces
+that stay far below the peer's request size limit (one POST once got a 413)."""
+
+
+def handover_chunks(
+    queues: dict[str, list[HandoverEntry]], size: int = HANDOVER_CHUNK
+) -> list[dict[str, tuple[HandoverEntry, ...]]]:
+    """Split one peer's handover into messages of at most ``size`` entries."""
+    chunks: list[dict[str, tuple[HandoverEntry, ...]]] = []
+    current: dict[str, tuple[HandoverEntry, ...]] = {}
+    room = size
+    for queue, entries in queues.items():
+        while entries:
+            part, entries = entries[:room], entries[room:]
+            current[queue] = current.get(queue, ()) + tuple(part)
+            room -= len(part)
+            if room == 0:
+                chunks.append(current)
+                current, room = {}, size
+    if current:
+        chunks.append(current)
+    return chunks
+
+
 async def hand_over(
     handover: dict[Member, dict[str, list[HandoverEntry]]], timeout_s: float = 3.0
 ) -> int:
@@ -109,17 +134,26 @@ async def hand_over(
 
         async def send(owner: Member, queues: dict[str, list[HandoverEntry]]) -> None:
             nonlocal ok
+            statuses: list[int] = []
             try:
-                async with s.post(
-                    f"http://{owner.http_addr}{HINTS_PATH}",
-                    data=encode_hints(HintsMessage({}, {q: tuple(e) for q, e in queues.items()})),
-                    headers={"Content-Type": _MSGPACK},
-                ) as resp:
-                    await resp.read()
-                    ok += resp.status == 200
+                for chunk in handover_chunks(queues):
+                    async with s.post(
+                        f"http://{owner.http_addr}{HINTS_PATH}",
+                        data=encode_hints(HintsMessage({}, chunk)),
+                        headers={"Content-Type": _MSGPACK},
+                    ) as resp:
+                        await resp.read()
+                        statuses.append(resp.status)
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 log.warning(
                     "in-flight handover failed", extra={"peer": owner.name, "error": str(exc)}
+                )
+                return
+            if all(status == 200 for status in statuses):
+                ok += 1
+            else:
+                log.warning(
+                    "in-flight handover refused", extra={"peer": owner.name, "statuses": statuses}
                 )
 
         await asyncio.gather(*(send(o, q) for o, q in handover.items()))

@@ -53,3 +53,15 @@ def test_wire_shape_is_unchanged() -> None:
 def test_malformed_messages_are_invalid_input(payload: bytes) -> None:
     with pytest.raises(InvalidInput):
         decode_hints(payload)
+
+
+def test_a_big_handover_goes_in_pieces_below_the_request_limit() -> None:
+    from dynaq.cluster.hints import handover_chunks
+
+    entries = [
+        HandoverEntry(i, 10.0, 1, None, {"dynaq.batch_item": "x" * 60}) for i in range(12_345)
+    ]
+    chunks = handover_chunks({"a": entries[:345], "b": entries[345:]}, size=5_000)
+    assert [sum(map(len, c.values())) for c in chunks] == [5_000, 5_000, 2_345]
+    assert [e for c in chunks for q in ("a", "b") for e in c.get(q, ())] == entries
+    assert all(len(encode_hints(HintsMessage({}, c))) < 1024 * 1024 for c in chunks)
