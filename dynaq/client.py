@@ -22,6 +22,9 @@ MAX_BATCH = 1000
 """Messages per enqueue/publish request (the server's default ``http.max_batch``)."""
 
 
+_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+
+
 class DynaqClientError(Exception):
     """The server answered with an error (``status``, ``code``) or could not be reached."""
 
@@ -103,19 +106,26 @@ class Client:
             headers["Content-Type"] = MSGPACK
         for attempt in (1, 2):  # one retry on a connection the server closed while idle
             conn = self._conns.get(addr)
+            reused = conn is not None
             if conn is None:
                 host, _, port = addr.rpartition(":")
                 conn = http.client.HTTPConnection(host, int(port), timeout=self.timeout_s)
                 self._conns[addr] = conn
+            sent = False
             try:
                 conn.request(method, path, body=payload, headers=headers)
+                sent = True
                 resp = conn.getresponse()
                 data = resp.read()
                 break
             except (ConnectionError, http.client.HTTPException, OSError) as exc:
                 conn.close()
                 self._conns.pop(addr, None)
-                if attempt == 2:
+                # A POST that reached the server may have been processed (an
+                # enqueue stored): retry it only if it never left, on a kept-alive
+                # connection the server had closed. Other methods are idempotent.
+                safe = method in _IDEMPOTENT or (reused and not sent)
+                if attempt == 2 or not safe:
                     raise DynaqClientError(f"{method} {addr}{path}: {exc}") from exc
         ctype = resp.getheader("Content-Type", "")
         decoded: Any = (
