@@ -228,17 +228,22 @@ class Catalog:
         log.info("queue created", extra={"queue": name, "number": number})
         return info
 
+    async def _read_live(self, name: str) -> tuple[QueueInfo, int]:
+        """The live queue record and its version; :class:`QueueNotFound` if there is none."""
+        item = await self._store.get(keys.queue_config(name))
+        record = None if item is None else decode_queue_record(name, item.value, self._defaults)
+        if item is None or not isinstance(record, QueueInfo):
+            self._set_queue(name, None)
+            raise QueueNotFound("Queue did not exist.")
+        return record, item.version
+
     async def update_queue(self, name: str, patch: Any) -> QueueInfo:
         """Apply a settings PATCH with a conditional put, retrying on conflicts."""
         key = keys.queue_config(name)
         for _ in range(_RETRIES):
-            item = await self._store.get(key)
-            record = None if item is None else decode_queue_record(name, item.value, self._defaults)
-            if item is None or not isinstance(record, QueueInfo):
-                self._set_queue(name, None)
-                raise QueueNotFound("Queue did not exist.")
+            record, version = await self._read_live(name)
             updated = replace(record, settings=parse_settings_patch(record.settings, patch))
-            if await self._store.put_if_version(key, encode_queue(updated), item.version):
+            if await self._store.put_if_version(key, encode_queue(updated), version):
                 self._set_queue(name, updated)
                 return updated
         raise Conflict("queue settings changed concurrently; retry")
@@ -250,13 +255,9 @@ class Catalog:
         """
         key = keys.queue_config(name)
         for _ in range(_RETRIES):
-            item = await self._store.get(key)
-            record = None if item is None else decode_queue_record(name, item.value, self._defaults)
-            if item is None or not isinstance(record, QueueInfo):
-                self._set_queue(name, None)
-                raise QueueNotFound("Queue did not exist.")
+            record, version = await self._read_live(name)
             tomb = Tombstone(name, record.number, self._clock.wall_ms(), purged=False)
-            if await self._store.put_if_version(key, encode_tombstone(tomb), item.version):
+            if await self._store.put_if_version(key, encode_tombstone(tomb), version):
                 break
         else:
             raise Conflict("queue changed concurrently; retry")
