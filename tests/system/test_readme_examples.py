@@ -2,9 +2,9 @@
 
 One test per block, named by the line of its opening fence (``README.md:28-sh``),
 in README order. Blocks that run share one real ``dynaq server`` process on a
-free 127.0.0.1 port and run in README order: a block's test first runs the
-runnable blocks above it that have not run yet (so ``-k`` on one block still
-sees the queues the earlier ones created). The one change made to a block's
+free 127.0.0.1 port and run in README order: the test of a block that uses
+that node first runs the blocks above it that use it and have not run yet (so
+``-k`` on one block still sees the queues the earlier ones created). The one change made to a block's
 text: the README's node address, ``localhost:8081`` or ``127.0.0.1:8081``,
 becomes the test node's ``127.0.0.1:<port>``.
 
@@ -105,6 +105,12 @@ class Block:
     @property
     def runs(self) -> bool:
         return self.skip_reason is None and self.problem is None
+
+    @property
+    def uses_node(self) -> bool:
+        """Whether the block talks to the README's node (then it runs after the ones above
+        that do: they made the queues it uses)."""
+        return ADDRESS.search(self.text) is not None
 
     @property
     def is_test_module(self) -> bool:
@@ -307,11 +313,11 @@ class Readme:
     skips: dict[int, str] = field(default_factory=dict)  # line -> why it could not run here
 
     def run_through(self, block: Block) -> None:
-        """Run the runnable blocks above ``block`` that have not run, then ``block``."""
-        for earlier in BLOCKS:
+        """Run the blocks above ``block`` that use the node and have not run, then ``block``."""
+        for earlier in BLOCKS if block.uses_node else []:
             if earlier.line == block.line:
                 break
-            if not earlier.runs:
+            if not (earlier.runs and earlier.uses_node):
                 continue
             self._run(earlier)
             if (failure := self.failures.get(earlier.line)) is not None:
