@@ -3,9 +3,11 @@
 * **Batch read** (a snapshot: no locks, no deletes): one Spark partition per
   dynaq partition of every live node; each task reads its id range in
   columnar pages from the node that serves it and yields Arrow RecordBatches.
-  Filters on ``id`` (``=``, ``<``, ``<=``, ``>``, ``>=``, ``IN``) are pushed
-  down and prune whole partitions (needs
-  ``spark.sql.python.filterPushdown.enabled=true``).
+  With ``.option("pushdown", "true")`` (and
+  ``spark.sql.python.filterPushdown.enabled=true``, off by default), filters
+  on ``id`` (``=``, ``<``, ``<=``, ``>``, ``>=``, ``IN``) are pushed down and
+  prune whole partitions; by default Spark applies every filter itself, with
+  the same result.
 * **Streaming read** (at least once): each micro-batch receives messages under
   the visibility timeout on every node and deletes them only in ``commit()``,
   after Spark has made the batch durable; a crashed query's messages come
@@ -15,9 +17,19 @@
   published to ``topic`` in batches of 1000; each task reports its count.
 
 Options: ``endpoint`` (``http://host:port`` of any node), ``queue`` / ``topic``,
-``pageSize`` (rows per snapshot page, 20000), ``visibilityTimeout`` (seconds a
-streamed message stays locked until its batch commits, 300),
+``pageSize`` (rows per snapshot page, 20000), ``pushdown`` (``true``: the batch
+reader takes id filters; ``false``, the default), ``visibilityTimeout``
+(seconds a streamed message stays locked until its batch commits, 300),
 ``maxRowsPerTrigger`` (10000).
+
+Why pushdown is an option: pyspark refuses to plan a read whose reader class
+overrides ``pushFilters`` while ``spark.sql.python.filterPushdown.enabled`` is
+false (``DATA_SOURCE_PUSHDOWN_DISABLED``), and that conf is not visible to a
+data source: it is created and asked for its reader in Python planner workers
+that get only the options. So :meth:`DynaqDataSource.reader` picks the reader
+class from the ``pushdown`` option: :class:`DynaqReader` (no ``pushFilters``)
+works in every session; :class:`DynaqPushdownReader` needs the conf, and
+pyspark's own error says so when it is off.
 
 This module imports only :mod:`dynaq.client`, pyarrow and pyspark, so it
 loads inside a Spark worker. Reader objects and partitions are pickled to
@@ -86,6 +98,14 @@ def _option(options: dict[str, str], name: str, default: str | None = None) -> s
     if value is None or value == "":
         raise ValueError(f'the dynaq data source needs .option("{name}", ...)')
     return value
+
+
+def _flag(options: dict[str, str], name: str) -> bool:
+    """A boolean option: ``true`` or ``false`` (any case), ``false`` when absent."""
+    value = options.get(name.lower(), "false").strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f'.option("{name}", ...) must be true or false, not {value!r}')
+    return value == "true"
 
 
 def _buffer(data: bytes) -> pa.Buffer:
@@ -163,7 +183,12 @@ class RangePartition(InputPartition):
 
 
 class DynaqReader(DataSourceReader):
-    """Snapshot reader: plans one Spark partition per dynaq partition, prunes by id filters."""
+    """Snapshot reader: plans one Spark partition per dynaq partition.
+
+    It does not override ``pushFilters``, so it runs whatever
+    ``spark.sql.python.filterPushdown.enabled`` says; Spark applies the filters.
+    The id bounds below are only ever narrowed by :class:`DynaqPushdownReader`.
+    """
 
     def __init__(self, options: dict[str, str]) -> None:
         self.endpoint = _option(options, "endpoint")
@@ -171,6 +196,45 @@ class DynaqReader(DataSourceReader):
         self.page_size = int(options.get("pagesize", "20000"))
         self.lo, self.hi = 0, MAX_ID
         self.ids: list[int] | None = None
+
+    def partitions(self) -> list[RangePartition]:
+        with Client(self.endpoint) as c:
+            parts: list[RangePartition] = []
+            for member in c.ring():
+                for p in c.partitions(self.queue, addr=member.http):
+                    lo, hi = max(p.from_id, self.lo), min(p.to_id, self.hi)
+                    if lo > hi:
+                        continue  # pruned by the id filters
+                    if self.ids is not None and not any(lo <= i <= hi for i in self.ids):
+                        continue
+                    parts.append(RangePartition(len(parts), p.node, p.http, lo, hi))
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, RangePartition):
+            # partitions() planned none (the id filters pruned them all): pyspark
+            # reads one InputPartition(None) instead, which holds no rows.
+            return
+        with Client(partition.http) as c:
+            start = partition.from_id
+            while True:
+                page = c.snapshot_page(self.queue, start, partition.to_id, self.page_size)
+                if page["count"]:
+                    batch = page_to_batch(page, partition.index, partition.node)
+                    if self.ids is not None:
+                        mask = pc.is_in(batch.column(0), pa.array(self.ids, pa.int64()))
+                        batch = batch.filter(mask)
+                    yield batch
+                nxt = page["next_from_id"]
+                if nxt is None:
+                    return
+                start = nxt
+
+
+class DynaqPushdownReader(DynaqReader):
+    """The snapshot reader with id filters pushed down (``.option("pushdown", "true")``;
+    needs ``spark.sql.python.filterPushdown.enabled=true``): they prune partitions,
+    bound each partition's scan, and Spark does not apply them again."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         """Take id-range filters (they prune partitions and bound each scan); hand back the rest."""
@@ -195,36 +259,6 @@ class DynaqReader(DataSourceReader):
                     self.lo, self.hi = max(self.lo, values[0]), min(self.hi, values[-1])
             else:
                 yield f
-
-    def partitions(self) -> list[RangePartition]:
-        with Client(self.endpoint) as c:
-            parts: list[RangePartition] = []
-            for member in c.ring():
-                for p in c.partitions(self.queue, addr=member.http):
-                    lo, hi = max(p.from_id, self.lo), min(p.to_id, self.hi)
-                    if lo > hi:
-                        continue  # pruned by the id filters
-                    if self.ids is not None and not any(lo <= i <= hi for i in self.ids):
-                        continue
-                    parts.append(RangePartition(len(parts), p.node, p.http, lo, hi))
-        return parts
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        with Client(partition.http) as c:
-            start = partition.from_id
-            while True:
-                page = c.snapshot_page(self.queue, start, partition.to_id, self.page_size)
-                if page["count"]:
-                    batch = page_to_batch(page, partition.index, partition.node)
-                    if self.ids is not None:
-                        mask = pc.is_in(batch.column(0), pa.array(self.ids, pa.int64()))
-                        batch = batch.filter(mask)
-                    yield batch
-                nxt = page["next_from_id"]
-                if nxt is None:
-                    return
-                start = nxt
 
 
 # streaming read ------------------------------------------------------------------
@@ -403,7 +437,10 @@ class DynaqDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DynaqReader:
-        return DynaqReader(_options(self.options))
+        options = _options(self.options)
+        if _flag(options, "pushdown"):
+            return DynaqPushdownReader(options)
+        return DynaqReader(options)
 
     def streamReader(self, schema: StructType) -> DynaqStreamReader:
         return DynaqStreamReader(_options(self.options))

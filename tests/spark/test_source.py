@@ -77,30 +77,105 @@ def test_batch_read_is_a_snapshot_with_one_spark_partition_per_dynaq_partition(
         assert len(c.receive("snap", 1000)) == 1000
 
 
-def test_id_filters_are_pushed_down_and_prune_partitions(
-    spark: Any, dynaq_node: NodeProcess
-) -> None:
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
+@pytest.fixture
+def pushdown_on(spark: Any) -> Iterator[Any]:
+    """The session with filter pushdown for Python data sources on, for one test."""
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    try:
+        yield spark
+    finally:
+        spark.conf.unset(PUSHDOWN_CONF)
+
+
+@pytest.fixture(scope="module")
+def filtered_queue(dynaq_node: NodeProcess) -> tuple[list[int], list[Any]]:
+    """A queue of 3000 messages over 4 partitions: its ids (in enqueue order) and partitions."""
     _queue(dynaq_node, "prune", min_partitions=4)
-    ids = sorted(_fill(dynaq_node, "prune", 3000))
+    ids = _fill(dynaq_node, "prune", 3000)
     with Client(dynaq_node.url) as c:
         parts = c.partitions("prune")
-    df = (
-        spark.read.format("dynaq")
-        .option("endpoint", dynaq_node.url)
-        .option("queue", "prune")
-        .load()
-    )
-    # ids within one partition's range: only that partition is read.
+    assert len(parts) == 4
+    return ids, parts
+
+
+def _filter_cases(
+    df: Any, enqueued: list[int], parts: list[Any]
+) -> dict[str, tuple[Any, list[int]]]:
+    """Filters on ``df`` (name -> (filtered DataFrame, the sorted ids it must return))."""
+    ids = sorted(enqueued)
     p = next(p for p in parts if any(p.from_id <= i <= p.to_id for i in ids))
     inside = [i for i in ids if p.from_id <= i <= p.to_id]
     lo, hi = inside[0], inside[min(len(inside) - 1, 10)]
-    narrow = df.filter((df.id >= lo) & (df.id <= hi))
+    return {
+        "range in one partition": (
+            df.filter((df.id >= lo) & (df.id <= hi)),
+            [i for i in ids if lo <= i <= hi],
+        ),
+        "=": (df.filter(df.id == ids[5]), [ids[5]]),
+        "IN": (df.filter(df.id.isin(ids[0], ids[-1])), [ids[0], ids[-1]]),
+        "> and <": (
+            df.filter((df.id > ids[100]) & (df.id < ids[200])),
+            ids[101:200],
+        ),
+        "no id can match": (df.filter(df.id < 0), []),
+        "another column": (df.filter(df.body == b"message 7"), [enqueued[7]]),
+    }
+
+
+def _read(spark: Any, node: NodeProcess, **options: str) -> Any:
+    reader = spark.read.format("dynaq").option("endpoint", node.url).option("queue", "prune")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def _results(df: Any, ids: list[int], parts: list[Any]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for name, (filtered, want) in _filter_cases(df, ids, parts).items():
+        got = sorted(r.id for r in filtered.select("id").collect())
+        assert got == want, name
+        out[name] = got
+    return out
+
+
+def test_a_default_session_reads_with_any_filter_and_spark_applies_them(
+    spark: Any, dynaq_node: NodeProcess, filtered_queue: tuple[list[int], list[Any]]
+) -> None:
+    """Spark's defaults (pushdown off), as the README's example runs: the reader
+    takes no filters, every partition is read, Spark filters; same rows as pushdown."""
+    ids, parts = filtered_queue
+    assert spark.conf.get(PUSHDOWN_CONF) == "false"  # the fixture is a default session
+    df = _read(spark, dynaq_node)
+    _results(df, ids, parts)
+    lo, hi = min(ids), max(ids)
+    assert df.filter((df.id >= lo) & (df.id <= hi)).rdd.getNumPartitions() == len(parts)
+    # Asking for pushdown while the session has it off is pyspark's own clear error.
+    with pytest.raises(Exception, match=f"DATA_SOURCE_PUSHDOWN_DISABLED|{PUSHDOWN_CONF}"):
+        asked = _read(spark, dynaq_node, pushdown="true")
+        asked.filter(asked.id == ids[0]).collect()
+    with pytest.raises(Exception, match="must be true or false"):
+        _read(spark, dynaq_node, pushdown="yes").collect()
+
+
+def test_with_pushdown_id_filters_prune_partitions_and_give_the_same_rows(
+    pushdown_on: Any, dynaq_node: NodeProcess, filtered_queue: tuple[list[int], list[Any]]
+) -> None:
+    spark = pushdown_on
+    ids, parts = filtered_queue
+    df = _read(spark, dynaq_node, pushdown="true")
+    pushed = _results(df, ids, parts)
+    # ids within one partition's range: only that partition is read.
+    narrow, _ = _filter_cases(df, ids, parts)["range in one partition"]
     assert narrow.rdd.getNumPartitions() == 1
-    assert sorted(r.id for r in narrow.collect()) == [i for i in ids if lo <= i <= hi]
-    assert df.filter(df.id == ids[5]).count() == 1
-    assert df.filter(df.id.isin(ids[0], ids[-1])).count() == 2
-    # A filter on another column is not pushed down, and still correct.
-    assert df.filter(df.body == b"message 7").count() == 1
+    assert df.filter(df.id == ids[5]).rdd.getNumPartitions() == 1
+    assert df.filter(df.id < 0).rdd.getNumPartitions() == 1  # none planned: pyspark reads one
+    # The conf on without the option: the plain reader, every partition, the same rows.
+    plain = _read(spark, dynaq_node)
+    assert plain.filter(plain.id == ids[5]).rdd.getNumPartitions() == len(parts)
+    assert _results(plain, ids, parts) == pushed
 
 
 def test_streaming_available_now_exactly_once_into_parquet_then_restart_reads_nothing(
