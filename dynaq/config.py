@@ -63,7 +63,8 @@ class AuthConfig:
     """Client authentication: bearer tokens and their grants (:mod:`dynaq.core.access`).
 
     No tokens means no authentication, which a node allows only on a loopback
-    ``http.host`` or with ``allow_anonymous = true``.
+    ``http.host`` or with ``allow_anonymous = true``. With tokens, every request
+    (but ``/health``) needs one, whatever ``allow_anonymous`` says.
     """
 
     # repr=False: the list holds secrets, and a config may end up in a log or a traceback.

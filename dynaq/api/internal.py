@@ -47,7 +47,7 @@ async def peer_auth_middleware(request: web.Request, handler: Handler) -> web.St
         raise Unauthorized(
             "node-to-node routes are off: this node has no gossip.key", PEER_CHALLENGE
         )
-    # Header and time first: a stranger cannot make this node read a body for nothing.
+    # A missing, malformed or stale header is refused before the body is read.
     stamp = verifier.check_stamp(request.headers.get(PEER_AUTH_HEADER))
     body = await read_raw(request)  # cached: the handler reads the same bytes
     audience = request.app[VIEW].me.http_addr

@@ -150,8 +150,8 @@ class PeerVerifier:
         self._forgotten_through = 0  # the latest expiry pruned
 
     def check_stamp(self, header: str | None) -> PeerStamp:
-        """Parse the header and refuse a stale one: before the body is read, so a
-        stranger cannot make this node read a large body for nothing."""
+        """Parse the header and refuse a stale one (called before the body is read:
+        a request that cannot pass is not read; the MAC needs the body)."""
         stamp = parse_stamp(header)
         self._fresh(stamp, self._now_ms())
         return stamp

@@ -58,6 +58,17 @@ def http_get(url: str, timeout_s: float = 2.0, token: str | None = None) -> tupl
         return int(exc.code), bytes(exc.read())
 
 
+def first_plain_token(tokens: str) -> str | None:
+    """The secret of the first ``NAME:TOKEN:GRANTS`` entry given in the clear (not as
+    ``sha256:``), from the comma-separated ``DYNAQ_AUTH_TOKENS`` form."""
+    for entry in tokens.split(","):
+        _, _, rest = entry.strip().partition(":")
+        secret, _, _ = rest.rpartition(":")
+        if secret and not secret.startswith("sha256:"):
+            return secret
+    return None
+
+
 @dataclass
 class ClusterNode:
     """One node process of a :class:`LocalCluster`."""
@@ -129,9 +140,12 @@ class LocalCluster:
     env: dict[str, str] = field(default_factory=dict)
     nodes: list[ClusterNode] = field(default_factory=list)
     token: str | None = None
-    """What the harness's own status reads send, when ``env`` sets ``DYNAQ_AUTH_TOKENS``."""
+    """What the harness's own status reads send (any valid token will do); by default
+    the first plain token of ``env["DYNAQ_AUTH_TOKENS"]``, if any."""
 
     def __post_init__(self) -> None:
+        if self.token is None:
+            self.token = first_plain_token(self.env.get("DYNAQ_AUTH_TOKENS", ""))
         ports = [free_port() for _ in range(self.size)]
         for i, port in enumerate(ports, start=1):
             self.nodes.append(self._describe(f"dynaq-{i}", port))

@@ -16,6 +16,7 @@ import msgpack
 import pytest
 
 from dynaq import __version__
+from dynaq.core.access import token_digest
 from dynaq.testing.cluster import LocalCluster, http_get
 from dynaq.testing.process import NodeProcess, free_port, node_process
 
@@ -245,8 +246,9 @@ def test_tokens_from_the_environment_guard_a_real_node(tmp_path: Path) -> None:
 
 def test_the_harness_runs_a_ring_that_requires_tokens(tmp_path: Path) -> None:
     token = secrets.token_urlsafe(24)
-    env = {"DYNAQ_AUTH_TOKENS": f"ops:{token}:admin=*"}
-    with LocalCluster(tmp_path, 2, env=env, token=token) as cluster:  # converges through tokens
+    env = {"DYNAQ_AUTH_TOKENS": f"hashed:{token_digest('x' * 20)}:read=*,ops:{token}:admin=*"}
+    with LocalCluster(tmp_path, 2, env=env) as cluster:  # converges through a token
+        assert cluster.token == token  # the first one given in the clear
         node = cluster.nodes[0]
         assert http_get(node.url + "/v1/status/servers")[0] == 401
         status, body = http_get(node.url + "/v1/status/servers", token=token)
