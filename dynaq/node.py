@@ -190,7 +190,7 @@ class Node:
         check_ring_store(config, store_given=store is not None)
         # Before anything opens: a node others can reach refuses to run without
         # tokens (unless told it may); the TLS files must load.
-        access = access_policy(config.auth, config.http.host)
+        self.access = access_policy(config.auth, config.http.host)
         self.ssl = server_ssl_context(config.http)
         self.config = config
         self.clock = clock or SystemClock()
@@ -249,7 +249,7 @@ class Node:
             max_request_bytes=h.max_request_bytes,
             batches=self.batches,
             body_timeout_s=h.body_timeout_s,
-            access=access,
+            access=self.access,
             peer_verifier=None if self.peer_auth is None else self.peer_auth[1],
         )
         # In a cluster, writes made here are hinted (signed) to the owners of their slices.
@@ -326,7 +326,13 @@ class Node:
         self.state = "serving"
         log.info(
             "node serving",
-            extra={"port": self.port, "backend": self.config.storage.backend},
+            extra={
+                "port": self.port,
+                "backend": self.config.storage.backend,
+                "tls": self.ssl is not None,
+                # How many, never which: token names and secrets stay out of logs.
+                "client_tokens": 0 if self.access is None else len(self.access.tokens),
+            },
         )
 
     async def stop(self) -> None:
