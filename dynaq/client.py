@@ -4,12 +4,19 @@ It imports nothing of the server (no aiohttp), so it loads fast inside a
 Spark executor. One :class:`Client` holds one keep-alive connection per node
 address; it is not thread-safe and not picklable on purpose: build it where
 it is used (in a task's ``read()``, not on the driver's reader object).
+
+``token`` is sent as ``Authorization: Bearer <token>`` on every request (and
+never appears in an error message). An ``https://`` endpoint is verified
+against ``ca_file`` (or the system's CAs); nodes named by address (``addr=``,
+from :meth:`Client.ring`) are reached with the endpoint's scheme: a cluster
+serves either HTTP or HTTPS throughout.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import ssl
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -66,23 +73,47 @@ class ReceivedMessage:
     attributes: dict[str, str] | None
 
 
-def _addr(endpoint: str) -> str:
-    """``http://host:port`` or ``host:port`` → ``host:port``."""
+def _split(endpoint: str) -> tuple[str, str]:
+    """``http[s]://host:port`` or ``host:port`` (http) → ``(scheme, "host:port")``."""
     if "://" in endpoint:
         parsed = urllib.parse.urlsplit(endpoint)
-        if parsed.scheme != "http" or not parsed.netloc:
-            raise ValueError(f"endpoint must be http://host:port, got {endpoint!r}")
-        return parsed.netloc
-    return endpoint
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError(f"endpoint must be http(s)://host:port, got {endpoint!r}")
+        return parsed.scheme, parsed.netloc
+    return "http", endpoint
 
 
 class Client:
     """Talks to one dynaq node (``endpoint``) and, for per-node calls, to any other by address."""
 
-    def __init__(self, endpoint: str, timeout_s: float = 60.0) -> None:
-        self.addr = _addr(endpoint)
+    def __init__(
+        self,
+        endpoint: str,
+        timeout_s: float = 60.0,
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+    ) -> None:
+        self.scheme, self.addr = _split(endpoint)
         self.timeout_s = timeout_s
+        self._token = token
+        self._tls: ssl.SSLContext | None = None
+        if self.scheme == "https":
+            self._tls = ssl.create_default_context(cafile=ca_file)
+        elif ca_file is not None:
+            raise ValueError("ca_file is for https:// endpoints")
         self._conns: dict[str, http.client.HTTPConnection] = {}
+
+    def __repr__(self) -> str:
+        return f"Client({self.scheme}://{self.addr})"  # never the token
+
+    def _connect(self, addr: str) -> http.client.HTTPConnection:
+        host, _, port = addr.rpartition(":")
+        if self._tls is not None:
+            return http.client.HTTPSConnection(
+                host, int(port), timeout=self.timeout_s, context=self._tls
+            )
+        return http.client.HTTPConnection(host, int(port), timeout=self.timeout_s)
 
     def close(self) -> None:
         for c in self._conns.values():
@@ -100,6 +131,8 @@ class Client:
     def _request(self, method: str, path: str, body: Any = None, addr: str | None = None) -> Any:
         addr = addr or self.addr
         headers = {"Accept": MSGPACK}
+        if self._token is not None:
+            headers["Authorization"] = f"Bearer {self._token}"
         payload = None
         if body is not None:
             payload = msgpack.packb(body)
@@ -108,9 +141,7 @@ class Client:
             conn = self._conns.get(addr)
             reused = conn is not None
             if conn is None:
-                host, _, port = addr.rpartition(":")
-                conn = http.client.HTTPConnection(host, int(port), timeout=self.timeout_s)
-                self._conns[addr] = conn
+                conn = self._conns[addr] = self._connect(addr)
             sent = False
             try:
                 conn.request(method, path, body=payload, headers=headers)

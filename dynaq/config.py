@@ -50,6 +50,26 @@ class HttpConfig:
     """An idle keep-alive connection is closed after this long."""
     body_timeout_s: float = 30.0
     """A request body must arrive within this long (408 otherwise)."""
+    tls_cert: str = ""
+    """PEM certificate chain: with ``tls_key``, the API is served over HTTPS only."""
+    tls_key: str = ""
+    """PEM private key of ``tls_cert``."""
+    tls_ca: str = ""
+    """PEM CA bundle peers' HTTPS certificates are verified against ("" = the system's)."""
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """Client authentication: bearer tokens and their grants (:mod:`dynaq.core.access`).
+
+    No tokens means no authentication, which a node allows only on a loopback
+    ``http.host`` or with ``allow_anonymous = true``. With tokens, every request
+    (but ``/health``) needs one, whatever ``allow_anonymous`` says.
+    """
+
+    # repr=False: the list holds secrets, and a config may end up in a log or a traceback.
+    tokens: list[str] = field(default_factory=list, repr=False)
+    allow_anonymous: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,7 +115,7 @@ class GossipConfig:
     host: str = "127.0.0.1"
     port: int = 7001
     seeds: list[str] = field(default_factory=list)
-    key: str = ""
+    key: str = field(default="", repr=False)  # the cluster secret: never in a repr
     preset: str = "lan"
     label: str = "dynaq"
     advertise: str = ""
@@ -188,6 +208,7 @@ class Config:
     stats: StatsConfig = field(default_factory=StatsConfig)
     outbox: OutboxConfig = field(default_factory=OutboxConfig)
     batches: BatchesConfig = field(default_factory=BatchesConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
 
 
 ENV_PREFIX = "DYNAQ_"
@@ -309,6 +330,11 @@ def check_ranges(config: Config) -> None:
             lo, hi = _RANGES.get(where, (0, float("inf")))
             if not lo <= value <= hi:
                 raise InvalidInput(f"setting {where} must be in {lo:g}..{hi:g}, got {value}")
+    h = config.http
+    if bool(h.tls_cert) != bool(h.tls_key):
+        raise InvalidInput(
+            "settings http.tls_cert and http.tls_key go together: set both or neither"
+        )
     q = config.queues
     if q.min_partitions > q.max_partitions:
         raise InvalidInput("setting queues.min_partitions must not exceed queues.max_partitions")

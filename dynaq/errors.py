@@ -20,6 +20,8 @@ codes.
     ├── PayloadTooLarge         413
     ├── RequestTimeout          408  the request body did not arrive in time
     ├── UnsupportedMediaType    415
+    ├── Unauthorized            401  no credentials, or ones that do not check out (token, peer MAC)
+    ├── Forbidden               403  the token lacks the permission the route needs
     ├── Conflict                409  a concurrent update won; retry
     │   └── BatchClosed         409  items added to a closed batch (inherits ``retriable``)
     ├── ClusterFull             503  every writer slot is held by a live node
@@ -125,6 +127,28 @@ class UnsupportedMediaType(DynaqError):
     code = "unsupported_media_type"
 
 
+class Unauthorized(DynaqError):
+    """No credentials, or credentials that do not check out: a missing or unknown bearer
+    token, or a node-to-node request whose MAC is missing, forged, stale or replayed.
+
+    ``challenge`` is the ``WWW-Authenticate`` value the 401 carries (RFC 9110 asks for one).
+    """
+
+    status = 401
+    code = "unauthorized"
+
+    def __init__(self, message: str, challenge: str = 'Bearer realm="dynaq"') -> None:
+        super().__init__(message)
+        self.challenge = challenge
+
+
+class Forbidden(DynaqError):
+    """The caller is known, but its token does not grant what the route needs."""
+
+    status = 403
+    code = "forbidden"
+
+
 class Conflict(DynaqError):
     """A concurrent writer changed the same record first; the caller may retry."""
 
@@ -190,6 +214,7 @@ __all__ = [
     "ClusterFull",
     "Conflict",
     "DynaqError",
+    "Forbidden",
     "IdClockStalled",
     "InvalidInput",
     "InvalidName",
@@ -202,6 +227,7 @@ __all__ = [
     "StorageError",
     "StorageUnavailable",
     "TopicNotFound",
+    "Unauthorized",
     "UnsupportedMediaType",
     "WrongBatchMode",
 ]

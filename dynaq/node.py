@@ -22,14 +22,17 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from dynaq.api.app import build_app
+from dynaq.api.tls import peer_ssl_context, server_ssl_context
 from dynaq.clock import Clock, SystemClock
 from dynaq.cluster.base import Membership, StaticMembership
 from dynaq.cluster.hints import HttpPeerHints, hand_over
 from dynaq.cluster.slots import WriterSlots
 from dynaq.config import Config
 from dynaq.core import keys
+from dynaq.core.access import access_policy
 from dynaq.core.ids import IdGenerator
 from dynaq.core.membership import Member, MembershipView
+from dynaq.core.peer_auth import PeerSigner, PeerVerifier, derive_peer_key
 from dynaq.errors import InvalidInput
 from dynaq.metrics import Metrics, NullMetrics, StatsdMetrics
 from dynaq.services.batches import BatchService
@@ -122,6 +125,20 @@ def advertised_http(config: Config, port: int) -> str:
     return f"{host}:{port}"
 
 
+def build_peer_auth(config: Config, clock: Clock) -> tuple[PeerSigner, PeerVerifier] | None:
+    """Signer and verifier of node-to-node requests, keyed from ``gossip.key``; ``None``
+    without a key (``/internal/`` then refuses everything, and no hints are sent)."""
+    if not config.gossip.key:
+        if gossip_enabled(config):
+            log.warning(
+                "gossip.key is not set: hints and the in-flight handover between nodes are "
+                "off (set a shared secret; a ring beyond loopback requires one anyway)"
+            )
+        return None
+    key = derive_peer_key(config.gossip.key)
+    return PeerSigner(key, clock.wall_ms), PeerVerifier(key, clock.wall_ms)
+
+
 def build_membership(config: Config, view: MembershipView) -> Membership:
     """A SWIM membership when gossip is on (imported only then), else the ring of one."""
     if not gossip_enabled(config):
@@ -171,13 +188,19 @@ class Node:
         self, config: Config, *, clock: Clock | None = None, store: Store | None = None
     ) -> None:
         check_ring_store(config, store_given=store is not None)
+        # Before anything opens: a node others can reach refuses to run without
+        # tokens (unless told it may); the TLS files must load.
+        self.access = access_policy(config.auth, config.http.host)
+        self.ssl = server_ssl_context(config.http)
         self.config = config
         self.clock = clock or SystemClock()
+        self.peer_auth = build_peer_auth(config, self.clock)
         self.store = store or build_store(config)
         self.metrics = build_metrics(config, self.clock)
         self.state = "starting"
         h = config.http
-        me = Member(config.node.name, advertised_http(config, h.port))
+        scheme = "https" if self.ssl is not None else "http"
+        me = Member(config.node.name, advertised_http(config, h.port), scheme)
         self.view = MembershipView(me)
         # SWIM ring when gossip is on (or seeds are set), else a ring of one.
         self.membership = build_membership(config, self.view)
@@ -226,9 +249,14 @@ class Node:
             max_request_bytes=h.max_request_bytes,
             batches=self.batches,
             body_timeout_s=h.body_timeout_s,
+            access=self.access,
+            peer_verifier=None if self.peer_auth is None else self.peer_auth[1],
         )
-        # In a cluster, writes made here are hinted to the owners of their slices.
-        self.hints: HttpPeerHints | None = HttpPeerHints() if gossip_enabled(config) else None
+        # In a cluster, writes made here are hinted (signed) to the owners of their slices.
+        self.peer_ssl = peer_ssl_context(h) if gossip_enabled(config) else None
+        self.hints: HttpPeerHints | None = None
+        if gossip_enabled(config) and self.peer_auth is not None:
+            self.hints = HttpPeerHints(self.peer_auth[0], self.peer_ssl)
         if self.hints is not None:
             self.queues.set_peer_hints(self.hints)
         # The outbox relay is imported only when configured: it needs asyncpg.
@@ -280,13 +308,14 @@ class Node:
             keepalive_timeout=self.config.http.keepalive_timeout_s,
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.http.host, self.config.http.port, backlog=1024)
+        h = self.config.http
+        site = web.TCPSite(self._runner, h.host, h.port, backlog=1024, ssl_context=self.ssl)
         await site.start()
         addrs = self._runner.addresses
         if addrs:
             self.port = int(addrs[0][1])
         me = self.view.me
-        self.view.me = Member(me.name, advertised_http(self.config, self.port))
+        self.view.me = Member(me.name, advertised_http(self.config, self.port), me.scheme)
         self.view.replace([self.view.me])
         # After the HTTP site is up (the address goes out as gossip metadata),
         # before "serving" (so /health stays 503 until this node knows the ring).
@@ -303,7 +332,13 @@ class Node:
         self.state = "serving"
         log.info(
             "node serving",
-            extra={"port": self.port, "backend": self.config.storage.backend},
+            extra={
+                "port": self.port,
+                "backend": self.config.storage.backend,
+                "tls": self.ssl is not None,
+                # How many, never which: token names and secrets stay out of logs.
+                "client_tokens": 0 if self.access is None else len(self.access.tokens),
+            },
         )
 
     async def stop(self) -> None:
@@ -313,10 +348,10 @@ class Node:
         self.state = "draining"
         log.info("node draining")
         self.queues.drain()
-        if self.hints is not None:
+        if self.hints is not None and self.peer_auth is not None:
             # Before leaving: the next owners keep this node's in-flight messages
             # invisible until their deadlines instead of serving them at once.
-            taken = await hand_over(self.queues.handover())
+            taken = await hand_over(self.queues.handover(), self.peer_auth[0], self.peer_ssl)
             log.info("in-flight messages handed over", extra={"peers": taken})
         # Leave before the HTTP drain: peers take over this slice at once
         # instead of after failure detection (duplicates possible, no loss).

@@ -12,4 +12,5 @@ pytest_plugins = [
     "tests.fixtures.cassandra",
     "tests.fixtures.postgres",
     "tests.fixtures.spark",
+    "tests.fixtures.tls",
 ]

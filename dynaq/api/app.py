@@ -8,11 +8,15 @@ from aiohttp import web
 
 from dynaq.api import batches as batch_routes
 from dynaq.api import bulk, internal, v1, v2
+from dynaq.api.auth import ACCESS, auth_middleware
 from dynaq.api.batches import BATCHES
 from dynaq.api.codec import BODY_TIMEOUT, json_response
+from dynaq.api.internal import PEER_VERIFIER, peer_auth_middleware
 from dynaq.api.keys import CATALOG, NODE_STATE, QUEUES, TOPICS, VIEW
 from dynaq.api.middleware import errors_middleware
+from dynaq.core.access import AccessPolicy
 from dynaq.core.membership import MembershipView
+from dynaq.core.peer_auth import PeerVerifier
 from dynaq.services.batches import BatchService
 from dynaq.services.catalog import Catalog
 from dynaq.services.queues import QueueService
@@ -37,8 +41,18 @@ def build_app(
     max_request_bytes: int,
     batches: BatchService,
     body_timeout_s: float = 30.0,
+    access: AccessPolicy | None = None,
+    peer_verifier: PeerVerifier | None = None,
 ) -> web.Application:
-    app = web.Application(middlewares=[errors_middleware], client_max_size=max_request_bytes)
+    """``access``: client tokens (``None``: every client is let in); ``peer_verifier``:
+    the cluster's MAC check for ``/internal/`` (``None``: those routes refuse everything)."""
+    # Errors outermost, so 401/403 from the checks inside get the JSON shape.
+    middlewares = [errors_middleware, peer_auth_middleware, auth_middleware]
+    app = web.Application(middlewares=middlewares, client_max_size=max_request_bytes)
+    if access is not None:
+        app[ACCESS] = access
+    if peer_verifier is not None:
+        app[PEER_VERIFIER] = peer_verifier
     app[BODY_TIMEOUT] = body_timeout_s
     app[CATALOG] = catalog
     app[QUEUES] = queues

@@ -1,14 +1,58 @@
-"""Node-to-node routes (never exposed through HAProxy): hints and the in-flight handover."""
+"""Node-to-node routes (never exposed through HAProxy): hints and the in-flight handover.
+
+Every request under ``/internal/`` must carry a valid, fresh, unreplayed MAC
+(:mod:`dynaq.core.peer_auth`), checked by :func:`peer_auth_middleware` before
+any handler runs, whatever the client-token settings. A node without a cluster
+secret (``gossip.key``) refuses them all: only ring members need them, and a
+ring member without the secret could not prove it is one.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from dynaq.api.codec import json_response, read_raw
-from dynaq.api.keys import QUEUES
+from dynaq.api.keys import QUEUES, VIEW
 from dynaq.core.hints import HINTS_PATH, decode_hints
+from dynaq.core.peer_auth import (
+    INTERNAL_PREFIX,
+    PEER_AUTH_HEADER,
+    PEER_CHALLENGE,
+    PeerVerifier,
+)
+from dynaq.errors import Unauthorized
+
+PEER_VERIFIER = web.AppKey("peer_verifier", PeerVerifier)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 routes = web.RouteTableDef()
+
+
+def _is_internal(request: web.Request) -> bool:
+    resource = request.match_info.route.resource
+    canonical = resource.canonical if resource is not None else ""
+    return request.path.startswith(INTERNAL_PREFIX) or canonical.startswith(INTERNAL_PREFIX)
+
+
+@web.middleware
+async def peer_auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse any ``/internal/`` request that a ring member did not sign for this node."""
+    if not _is_internal(request):
+        return await handler(request)
+    verifier = request.app.get(PEER_VERIFIER)
+    if verifier is None:
+        raise Unauthorized(
+            "node-to-node routes are off: this node has no gossip.key", PEER_CHALLENGE
+        )
+    # A missing, malformed or stale header is refused before the body is read.
+    stamp = verifier.check_stamp(request.headers.get(PEER_AUTH_HEADER))
+    body = await read_raw(request)  # cached: the handler reads the same bytes
+    audience = request.app[VIEW].me.http_addr
+    verifier.verify(stamp, request.method, audience, request.raw_path, body)
+    return await handler(request)
 
 
 @routes.post(HINTS_PATH)

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from dynaq.api.codec import json_response
-from dynaq.errors import DynaqError
+from dynaq.errors import DynaqError, Unauthorized
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,10 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             log.warning(
                 "request failed", extra={"path": request.path, "code": exc.code, "error": str(exc)}
             )
-        return json_response({"error": exc.message, "code": exc.code}, exc.status)
+        resp = json_response({"error": exc.message, "code": exc.code}, exc.status)
+        if isinstance(exc, Unauthorized):
+            resp.headers["WWW-Authenticate"] = exc.challenge
+        return resp
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -8,17 +8,24 @@ Hints are best effort and batched: they collect for a few milliseconds and go
 out as one msgpack POST per peer. A lost hint costs latency, never
 correctness (the owner rescans idle partitions and re-checks expired
 in-flight messages against the store).
+
+Every POST is signed for the peer it goes to (:class:`~dynaq.core.peer_auth.PeerSigner`,
+keyed from the cluster secret) and sent to the scheme the peer advertises: a
+peer serving HTTPS is verified against ``ssl`` (the node's ``http.tls_ca``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
+import time
 
 import aiohttp
 
 from dynaq.core.hints import HINTS_PATH, HandoverEntry, HintsMessage, QueueHints, encode_hints
 from dynaq.core.membership import Member
+from dynaq.core.peer_auth import PEER_AUTH_HEADER, PeerSigner
 from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -29,17 +36,27 @@ _MSGPACK = "application/msgpack"
 class HttpPeerHints:
     """Batches hints per peer and sends them from one background task."""
 
-    def __init__(self, flush_after_s: float = 0.005, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        signer: PeerSigner,
+        ssl_context: ssl.SSLContext | None = None,
+        flush_after_s: float = 0.005,
+        timeout_s: float = 2.0,
+    ) -> None:
+        self._signer = signer
+        self._ssl = ssl_context
         self._flush_after_s = flush_after_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._pending: dict[str, dict[str, tuple[list[int], set[int]]]] = {}
+        self._pending: dict[Member, dict[str, tuple[list[int], set[int]]]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._warned_at: dict[str, float] = {}
         self.sent = 0
+        self.refused = 0
 
     def _slot(self, owner: Member, queue: str) -> tuple[list[int], set[int]]:
-        per_peer = self._pending.setdefault(owner.http_addr, {})
+        per_peer = self._pending.setdefault(owner, {})
         slot = per_peer.get(queue)
         if slot is None:
             slot = per_peer[queue] = ([], set())
@@ -77,23 +94,51 @@ class HttpPeerHints:
         pending, self._pending = self._pending, {}
         if not pending or self._session is None:
             return
-        await asyncio.gather(*(self._send(addr, queues) for addr, queues in pending.items()))
+        await asyncio.gather(*(self._send(peer, queues) for peer, queues in pending.items()))
 
-    async def _send(self, addr: str, queues: dict[str, tuple[list[int], set[int]]]) -> None:
+    def _refused(self, peer: Member, status: int) -> None:
+        """Say so once a minute per peer: a refusal (401: clocks apart, or secrets that
+        differ) repeats on every batch, and must neither flood the log nor go unseen."""
+        self.refused += 1
+        now = time.monotonic()
+        if now - self._warned_at.get(peer.name, -60.0) >= 60.0:
+            self._warned_at[peer.name] = now
+            log.warning("peer refused hints", extra={"peer": peer.name, "status": status})
+
+    async def _send(self, peer: Member, queues: dict[str, tuple[list[int], set[int]]]) -> None:
         assert self._session is not None
         message = HintsMessage(
             {q: QueueHints(tuple(d), tuple(sorted(lanes))) for q, (d, lanes) in queues.items()}
         )
         try:
-            async with self._session.post(
-                f"http://{addr}{HINTS_PATH}",
-                data=encode_hints(message),
-                headers={"Content-Type": _MSGPACK},
-            ) as resp:
-                await resp.read()
-            self.sent += 1
+            status = await post_signed(
+                self._session, self._signer, peer, encode_hints(message), self._ssl
+            )
+            if status == 200:
+                self.sent += 1
+            else:
+                self._refused(peer, status)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            log.debug("hint to peer failed", extra={"peer": addr, "error": str(exc)})
+            log.debug("hint to peer failed", extra={"peer": peer.name, "error": str(exc)})
+
+
+async def post_signed(
+    session: aiohttp.ClientSession,
+    signer: PeerSigner,
+    peer: Member,
+    body: bytes,
+    ssl_context: ssl.SSLContext | None,
+) -> int:
+    """POST hints to ``peer``, signed for it; return the status."""
+    headers = {
+        "Content-Type": _MSGPACK,
+        PEER_AUTH_HEADER: signer.header("POST", peer.http_addr, HINTS_PATH, body),
+    }
+    async with session.post(
+        peer.base_url + HINTS_PATH, data=body, headers=headers, ssl=ssl_context or True
+    ) as resp:
+        await resp.read()
+        return resp.status
 
 
 HANDOVER_CHUNK = 5_000
@@ -122,7 +167,10 @@ def handover_chunks(
 
 
 async def hand_over(
-    handover: dict[Member, dict[str, list[HandoverEntry]]], timeout_s: float = 3.0
+    handover: dict[Member, dict[str, list[HandoverEntry]]],
+    signer: PeerSigner,
+    ssl_context: ssl.SSLContext | None = None,
+    timeout_s: float = 3.0,
 ) -> int:
     """Send a leaving node's in-flight messages to their next owners; return how many
     peers took them. Best effort within ``timeout_s``: a peer that misses it serves
@@ -137,13 +185,8 @@ async def hand_over(
             statuses: list[int] = []
             try:
                 for chunk in handover_chunks(queues):
-                    async with s.post(
-                        f"http://{owner.http_addr}{HINTS_PATH}",
-                        data=encode_hints(HintsMessage({}, chunk)),
-                        headers={"Content-Type": _MSGPACK},
-                    ) as resp:
-                        await resp.read()
-                        statuses.append(resp.status)
+                    body = encode_hints(HintsMessage({}, chunk))
+                    statuses.append(await post_signed(s, signer, owner, body, ssl_context))
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 log.warning(
                     "in-flight handover failed", extra={"peer": owner.name, "error": str(exc)}

@@ -40,6 +40,8 @@ from dynaq.tasks import cancel_and_wait
 log = logging.getLogger(__name__)
 
 HTTP_META = "http"
+SCHEME_META = "scheme"
+"""Sent only by nodes that serve HTTPS (absent means http, as from older nodes)."""
 PRESETS = ("lan", "wan", "local")
 _KEY_CONTEXT = b"dynaq gossip key v1\x00"
 
@@ -70,7 +72,9 @@ def _is_loopback(addr: str) -> bool:
         return host == "localhost"
 
 
-def kinship_config(name: str, http_addr: str, s: SwimSettings) -> kinship.Config:
+def kinship_config(
+    name: str, http_addr: str, s: SwimSettings, scheme: str = "http"
+) -> kinship.Config:
     """Build kinship's config; raises :class:`InvalidInput` naming the bad setting."""
     if s.preset not in PRESETS:
         raise InvalidInput(f"gossip.preset must be one of {', '.join(PRESETS)}, not {s.preset!r}")
@@ -79,7 +83,7 @@ def kinship_config(name: str, http_addr: str, s: SwimSettings) -> kinship.Config
         "bind": s.bind,
         "seeds": [seed for seed in s.seeds if seed and seed != s.bind],
         "cluster": s.label,
-        "meta": {HTTP_META: http_addr},
+        "meta": {HTTP_META: http_addr, **({SCHEME_META: scheme} if scheme != "http" else {})},
         "rejoin_interval": kinship_quirks.REJOIN_INTERVAL_S,
     }
     if s.advertise:
@@ -102,7 +106,8 @@ def live_members(members: Sequence[kinship.Member]) -> list[Member]:
     """dynaq members among kinship's alive and suspect members."""
     live = (kinship.State.ALIVE, kinship.State.SUSPECT)
     return [
-        Member(m.name, m.meta[HTTP_META])
+        # Only "https" changes the scheme: anything else is read as the default.
+        Member(m.name, m.meta[HTTP_META], "https" if m.meta.get(SCHEME_META) == "https" else "http")
         for m in members
         if m.state in live and HTTP_META in m.meta
     ]
@@ -127,7 +132,7 @@ class SwimMembership(Membership):
 
     async def start(self) -> None:
         me = self.view.me
-        cfg = kinship_config(me.name, me.http_addr, self.settings)
+        cfg = kinship_config(me.name, me.http_addr, self.settings, me.scheme)
         kinship.log_to_python()
         cluster = kinship.Cluster(cfg)
         # Joins the seeds; a node that reaches none starts alone and keeps retrying.

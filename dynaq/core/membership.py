@@ -15,10 +15,16 @@ from dynaq.core.keyspace import LaneRange, slices
 
 @dataclass(frozen=True, slots=True)
 class Member:
-    """A live member of the ring: its name and HTTP address."""
+    """A live member of the ring: its name, HTTP address, and whether it serves HTTPS."""
 
     name: str
     http_addr: str
+    scheme: str = "http"
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` or ``https://host:port``: where peers send it requests."""
+        return f"{self.scheme}://{self.http_addr}"
 
 
 class MembershipView:

@@ -45,13 +45,28 @@ LAUNCHER = ["-m", "dynaq"]
 HAPROXY_CFG_ENV = "DYNAQ_TESTING_HAPROXY_CFG"
 
 
-def http_get(url: str, timeout_s: float = 2.0) -> tuple[int, bytes]:
-    """GET ``url``; the status and body (an HTTP error status is returned, not raised)."""
+def http_get(url: str, timeout_s: float = 2.0, token: str | None = None) -> tuple[int, bytes]:
+    """GET ``url`` (with ``token`` as a bearer token, if given); the status and body
+    (an HTTP error status is returned, not raised)."""
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+        with urllib.request.urlopen(request, timeout=timeout_s) as r:
             return int(r.status), bytes(r.read())
     except urllib.error.HTTPError as exc:
         return int(exc.code), bytes(exc.read())
+
+
+def first_plain_token(tokens: str) -> str | None:
+    """The secret of the first ``NAME:TOKEN:GRANTS`` entry given in the clear (not as
+    ``sha256:``), from the comma-separated ``DYNAQ_AUTH_TOKENS`` form."""
+    for entry in tokens.split(","):
+        _, _, rest = entry.strip().partition(":")
+        secret, _, _ = rest.rpartition(":")
+        if secret and not secret.startswith("sha256:"):
+            return secret
+    return None
 
 
 @dataclass
@@ -60,6 +75,8 @@ class ClusterNode:
 
     proc: NodeProcess
     gossip_port: int
+    token: str | None = None
+    """Bearer token for the status routes, when the nodes require one (``auth.tokens``)."""
 
     @property
     def name(self) -> str:
@@ -90,12 +107,12 @@ class ClusterNode:
 
     def servers(self) -> list[str]:
         """Member names this node lists in ``/v1/status/servers``."""
-        _, body = http_get(self.url + "/v1/status/servers")
+        _, body = http_get(self.url + "/v1/status/servers", token=self.token)
         return sorted(line.split()[1] for line in body.decode().splitlines() if line.strip())
 
     def partition_range(self) -> tuple[int, int]:
         """``(bottom, top)`` ids of this node's slice, inclusive."""
-        _, body = http_get(self.url + "/v1/status/partitionrange")
+        _, body = http_get(self.url + "/v1/status/partitionrange", token=self.token)
         data = json.loads(body)
         return int(data["bottom"]), int(data["top"])
 
@@ -122,8 +139,13 @@ class LocalCluster:
     sync_interval_s: float = 1.0
     env: dict[str, str] = field(default_factory=dict)
     nodes: list[ClusterNode] = field(default_factory=list)
+    token: str | None = None
+    """What the harness's own status reads send (any valid token will do); by default
+    the first plain token of ``env["DYNAQ_AUTH_TOKENS"]``, if any."""
 
     def __post_init__(self) -> None:
+        if self.token is None:
+            self.token = first_plain_token(self.env.get("DYNAQ_AUTH_TOKENS", ""))
         ports = [free_port() for _ in range(self.size)]
         for i, port in enumerate(ports, start=1):
             self.nodes.append(self._describe(f"dynaq-{i}", port))
@@ -147,7 +169,7 @@ class LocalCluster:
         else:  # each node on its own LMDB: a membership-only ring (see the module docs)
             env["DYNAQ_GOSSIP_ALLOW_NODE_LOCAL_STORE"] = "true"
         env.update(self.env)
-        return ClusterNode(node_process(self.tmp, name, env=env), gossip_port)
+        return ClusterNode(node_process(self.tmp, name, env=env), gossip_port, self.token)
 
     def _reseed(self) -> None:
         seeds = ",".join(n.gossip_addr for n in self.nodes)

@@ -52,6 +52,8 @@ class Workload:
     drain_max_s: float = 120.0
     create_queue: bool = True
     seed: int | None = None
+    token: str | None = None
+    """Bearer token sent with every request (nodes with ``auth.tokens``)."""
 
 
 def _outcome(status: int) -> Outcome:
@@ -194,7 +196,8 @@ async def run_workload(
     h = history if history is not None else History()
     runner = _Runner(workload, h)
     timeout = aiohttp.ClientTimeout(total=workload.request_timeout_s + 1.0)
-    async with aiohttp.ClientSession(timeout=timeout) as http:
+    headers = {} if workload.token is None else {"Authorization": f"Bearer {workload.token}"}
+    async with aiohttp.ClientSession(timeout=timeout, headers=headers) as http:
         if workload.create_queue:
             await _create_queue(http, workload)
         consumers = [asyncio.create_task(runner.consume(http)) for _ in range(workload.consumers)]

@@ -3,11 +3,15 @@
 Nodes here run on their own embedded stores, so these tests pin the
 balancer's behaviour (round robin, health checks, failover without failed
 requests); the API-through-HAProxy failover test on the shared Cassandra
-store is in ``test_cluster_cassandra.py``.
+store is in ``test_cluster_cassandra.py``. Stand-in nodes that die mid-request
+(:mod:`tests.fixtures.standin`) pin which requests HAProxy sends again and
+that it never forwards node-to-node routes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import time
 from collections import Counter
@@ -23,6 +27,7 @@ from dynaq.testing.cluster import (
     start_haproxy,
 )
 from tests.fixtures.nodes import require_haproxy
+from tests.fixtures.standin import StandIn
 
 
 @pytest.fixture
@@ -66,3 +71,97 @@ def test_killed_and_draining_nodes_leave_the_rotation_without_failed_requests(
     assert set(_node_of_health(lb) for _ in range(10)) == {"dynaq-1", "dynaq-3"}
     assert cluster.node("dynaq-3").terminate() == 0  # graceful: drains, then exits
     assert {_node_of_health(lb) for _ in range(6)} == {"dynaq-1"}
+
+
+# What HAProxy sends again, and what it never forwards (stand-in nodes) -------------------
+
+
+@pytest.fixture
+def standins(tmp_path: Path) -> Iterator[tuple[list[StandIn], HaproxyProcess]]:
+    require_haproxy()
+    with contextlib.ExitStack() as stack:
+        nodes = [stack.enter_context(StandIn(f"stand-in-{i}")) for i in (1, 2, 3)]
+        lb = start_haproxy(tmp_path, [n.addr for n in nodes])
+        stack.callback(lb.stop)
+        yield nodes, lb
+
+
+def _raw(
+    lb: HaproxyProcess, method: str, path: str, body: bytes | None = None
+) -> tuple[int, bytes]:
+    """One request on a fresh connection, with ``path`` sent byte for byte (no normalizing)."""
+    conn = http.client.HTTPConnection("127.0.0.1", lb.port, timeout=10)
+    try:
+        conn.request(method, path, body=body)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+# (method, path, body, may HAProxy send it again after the node died mid-request?)
+REPLAYS = [
+    ("POST", "/v2/queues/jobs/messages", b'{"messages":[{"body":"x"}]}', False),
+    ("POST", "/v2/queues/jobs/messages/receive", b'{"max_messages":10}', False),
+    ("POST", "/v2/queues/jobs/messages/delete", b'{"ids":["1"]}', False),
+    ("POST", "/v2/topics/events/messages", b'{"messages":[{"body":"x"}]}', False),
+    ("POST", "/api/v1/batch/exact/items/ack", b'{"batchItemIds":["1:1:0"]}', False),
+    ("PUT", "/v1/queues/jobs/message", b"x", False),  # v1 enqueue
+    ("PUT", "/v1/topics/events/message", b"x", False),  # v1 publish
+    ("GET", "/v1/queues/jobs/messages/10", None, False),  # v1 receive: locks messages
+    ("PATCH", "/v1/queues/jobs", b'{"visibility_timeout":5}', False),
+    ("GET", "/v1/queues/jobs", None, True),
+    ("GET", "/v1/queues/jobs/message/1", None, True),  # peek
+    ("DELETE", "/v1/queues/jobs/message/1", None, True),
+    ("PUT", "/v1/queues/jobs", None, True),  # create: a second try answers "exists"
+    ("PUT", "/v1/queues/message", None, True),  # creates the queue "message": no enqueue
+    ("PUT", "/v1/topics/events/queues/jobs", None, True),
+]
+
+
+def test_a_request_that_may_have_been_done_is_never_sent_twice(
+    standins: tuple[list[StandIn], HaproxyProcess],
+) -> None:
+    nodes, lb = standins
+    for method, path, body, replayable in REPLAYS:
+        status, _ = _raw(lb, method, path, body)
+        assert status == 502, (method, path, status)  # every node "died" before answering
+        sent = sum(n.count(method, path) for n in nodes)
+        if replayable:
+            assert sent > 1, f"{method} {path} is safe to retry, but went out {sent} time(s)"
+        else:
+            assert sent == 1, f"{method} {path} went out {sent} times: it could run twice"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/internal/v1/hints",
+        "/internal",
+        "/INTERNAL/v1/hints",
+        "/%69nternal/v1/hints",
+        "/%49NTERNAL/v1/hints",
+        "//internal/v1/hints",
+        "/./internal/v1/hints",
+        "/v1/../internal/v1/hints",
+        "/%2e%2e/internal/v1/hints",
+        "/%2Finternal/v1/hints",
+    ],
+)
+def test_node_to_node_routes_are_never_forwarded(
+    standins: tuple[list[StandIn], HaproxyProcess], path: str
+) -> None:
+    nodes, lb = standins
+    status, body = _raw(lb, "POST", path, b"\x80")
+    assert status in (400, 403), (path, status)
+    assert json.loads(body)["code"] in ("forbidden", "bad_request")
+    assert not any(n.requests for n in nodes), [n.requests for n in nodes]
+
+
+def test_a_queue_called_internal_is_still_served(
+    standins: tuple[list[StandIn], HaproxyProcess],
+) -> None:
+    nodes, lb = standins
+    status, _ = _raw(lb, "PUT", "/v1/queues/internal/message", b"x")
+    assert status == 502  # forwarded (and the stand-in died)
+    assert sum(n.count("PUT", "/v1/queues/internal/message") for n in nodes) == 1

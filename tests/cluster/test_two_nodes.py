@@ -17,21 +17,27 @@ from dynaq.clock import SystemClock
 from dynaq.cluster.hints import HttpPeerHints, hand_over
 from dynaq.core.ids import IdGenerator, group_lane
 from dynaq.core.messages import NewMessage
+from dynaq.core.peer_auth import PEER_AUTH_HEADER, PeerSigner, derive_peer_key
 from dynaq.node import Node
 from dynaq.storage.memory import MemoryStore
 from tests.fixtures.nodes import node_config
+
+SECRET = "two-nodes-secret"
+SIGNER = PeerSigner(derive_peer_key(SECRET), SystemClock().wall_ms)
 
 
 @pytest.fixture
 async def pair(tmp_path: Path) -> AsyncIterator[tuple[Node, Node]]:
     store = MemoryStore()
-    a = Node(node_config(tmp_path / "a", node={"name": "node-a"}), store=store)
-    b = Node(node_config(tmp_path / "b", node={"name": "node-b"}), store=store)
+    # Gossip stays off (the ring is set by hand); the key authenticates the hints.
+    gossip = {"key": SECRET}
+    a = Node(node_config(tmp_path / "a", node={"name": "node-a"}, gossip=gossip), store=store)
+    b = Node(node_config(tmp_path / "b", node={"name": "node-b"}, gossip=gossip), store=store)
     b.queues.set_ids(IdGenerator(SystemClock(), writer=1))  # distinct writer slots
     hints = []
     for n in (a, b):
         await n.start()
-        h = HttpPeerHints()
+        h = HttpPeerHints(SIGNER)
         await h.start()
         n.queues.set_peer_hints(h)
         hints.append(h)
@@ -105,11 +111,15 @@ async def test_membership_change_moves_slices(pair: tuple[Node, Node]) -> None:
 
 async def test_hints_route_rejects_garbage(pair: tuple[Node, Node]) -> None:
     a, _ = pair
-    async with (
-        aiohttp.ClientSession() as s,
-        s.post(f"http://127.0.0.1:{a.port}/internal/v1/hints", data=b"\xc1") as r,
-    ):
-        assert r.status == 422
+    garbage = b"\xc1"
+    signed = SIGNER.header("POST", a.view.me.http_addr, "/internal/v1/hints", garbage)
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{a.port}") as s:
+        async with s.post("/internal/v1/hints", data=garbage) as r:
+            assert r.status == 401  # unsigned: refused before the body is looked at
+        async with s.post(
+            "/internal/v1/hints", data=garbage, headers={PEER_AUTH_HEADER: signed}
+        ) as r:
+            assert r.status == 422  # signed by a peer, but not a hints message
 
 
 async def test_graceful_leave_hands_in_flight_messages_over(pair: tuple[Node, Node]) -> None:
@@ -125,7 +135,7 @@ async def test_graceful_leave_hands_in_flight_messages_over(pair: tuple[Node, No
     while batch := await b.queues.receive("q", 100, visibility_timeout_s=1.5):
         taken_by_b += [m.id for m in batch]
     assert taken_by_b
-    assert await hand_over(b.queues.handover()) == 1  # what Node.stop does before leaving
+    assert await hand_over(b.queues.handover(), SIGNER) == 1  # what Node.stop does before leaving
     info = await a.catalog.queue("q")
     handed = a.queues.states.state(info).inflight
     # Attributes travel too: a delete on a acks batch items without reading them.

@@ -99,6 +99,7 @@ def test_nodes_reach_each_other_and_their_dependencies_by_name(compose: dict[str
         assert config.storage.backend == "cassandra"
         assert config.cassandra.hosts == ["cassandra:9042"]
         assert config.gossip.enabled and config.gossip.key  # the secret comes from env
+        assert config.auth.tokens  # reachable beyond loopback: client tokens are required
         assert sorted(s.split(":")[0] for s in config.gossip.seeds) == sorted(NODES)
         assert {s.split(":")[1] for s in config.gossip.seeds} == {str(config.gossip.port)}
         assert config.stats.address.split(":")[0] in services

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import aiohttp
@@ -13,7 +16,9 @@ import msgpack
 import pytest
 
 from dynaq import __version__
-from dynaq.testing.process import NodeProcess, node_process
+from dynaq.core.access import token_digest
+from dynaq.testing.cluster import LocalCluster, http_get
+from dynaq.testing.process import NodeProcess, free_port, node_process
 
 MP = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
 
@@ -187,3 +192,64 @@ def test_example_config_loads() -> None:
     cfg = load_config(Path(__file__).resolve().parents[2] / "config" / "dynaq.toml", env={})
     assert cfg.http.port == 8081 and cfg.storage.backend == "embedded"
     time.sleep(0)
+
+
+def test_a_node_others_can_reach_refuses_to_start_without_tokens(tmp_path: Path) -> None:
+    env = {
+        "DYNAQ_HTTP_HOST": "0.0.0.0",
+        "DYNAQ_HTTP_PORT": str(free_port()),
+        "DYNAQ_DATA_DIR": str(tmp_path / "d"),
+        "DYNAQ_STATS_TYPE": "none",
+        "PATH": "/usr/bin:/bin",
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "dynaq", "server"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 1, out.stderr
+    assert "no client tokens" in out.stderr
+    assert "DYNAQ_AUTH_TOKENS" in out.stderr and "DYNAQ_AUTH_ALLOW_ANONYMOUS" in out.stderr
+
+
+def test_tokens_from_the_environment_guard_a_real_node(tmp_path: Path) -> None:
+    token = secrets.token_urlsafe(24)
+    env = {
+        "DYNAQ_HTTP_HOST": "0.0.0.0",
+        "DYNAQ_AUTH_TOKENS": f"ops:{token}:admin=*,reader:{token}-r:read=queue/jobs-*",
+        "DYNAQ_LOG_LEVEL": "debug",
+    }
+    p = node_process(tmp_path, "guarded", env=env)
+    try:
+        p.start()  # the harness waits on /health, which needs no token
+
+        def get(path: str, tok: str | None = None) -> tuple[int, dict[str, str]]:
+            req = urllib.request.Request(p.url + path)
+            if tok is not None:
+                req.add_header("Authorization", f"Bearer {tok}")
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    return int(r.status), dict(r.headers)
+            except urllib.error.HTTPError as exc:
+                return exc.code, dict(exc.headers)
+
+        status, headers = get("/v1/queues")
+        assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
+        assert get("/v1/queues", token)[0] == 200
+        assert get("/v1/queues/other/messages/1", f"{token}-r")[0] == 403
+        assert token not in p.log()  # secrets stay out of the log
+    finally:
+        p.kill()
+
+
+def test_the_harness_runs_a_ring_that_requires_tokens(tmp_path: Path) -> None:
+    token = secrets.token_urlsafe(24)
+    env = {"DYNAQ_AUTH_TOKENS": f"hashed:{token_digest('x' * 20)}:read=*,ops:{token}:admin=*"}
+    with LocalCluster(tmp_path, 2, env=env) as cluster:  # converges through a token
+        assert cluster.token == token  # the first one given in the clear
+        node = cluster.nodes[0]
+        assert http_get(node.url + "/v1/status/servers")[0] == 401
+        status, body = http_get(node.url + "/v1/status/servers", token=token)
+        assert status == 200 and body.decode().count("Member:") == 2

@@ -1,0 +1,173 @@
+"""Bearer-token access control: which permission each route needs, checked in one middleware.
+
+Every route is listed in :data:`ROUTES` with what it needs (see the README's
+"Security"): receive, peek, snapshot and reads of settings need ``read``;
+enqueue, delete, visibility, publish and batch updates need ``write``; creating,
+changing and deleting queues and topics, subscriptions and batch removal need
+``admin``. Listings and ring status need any valid token; ``/health`` needs
+none (balancers probe it). A route missing from the table needs ``admin`` on
+everything (fail closed), and a test fails until it is classified.
+
+``/internal/*`` is not checked here: node-to-node requests carry a MAC instead
+(:mod:`dynaq.api.internal`). With no policy (no tokens, on loopback or with
+``auth.allow_anonymous``) this middleware lets everything through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from dynaq.api.batches import ESTIMATED_BASE, EXACT_BASE
+from dynaq.core.access import ADMIN, READ, WRITE, AccessPolicy
+from dynaq.core.peer_auth import INTERNAL_PREFIX
+from dynaq.errors import Forbidden, Unauthorized
+
+ACCESS = web.AppKey("access", AccessPolicy)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_CHALLENGE = 'Bearer realm="dynaq"'
+_INVALID = 'Bearer realm="dynaq", error="invalid_token"'
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """One permission a route needs: on the ``kind`` resource named by the URL's
+    ``{name}`` parameter, or by a literal name (a batch mode)."""
+
+    perm: str
+    kind: str
+    name: str
+
+    def resource(self, request: web.Request) -> str:
+        if self.name.startswith("{"):
+            return request.match_info.get(self.name.strip("{}"), "")
+        return self.name
+
+
+OPEN = None
+"""No token needed."""
+ANY_TOKEN: tuple[Need, ...] = ()
+"""Any valid token."""
+UNLISTED = (Need(ADMIN, "*", "*"),)
+"""What a route missing from :data:`ROUTES` needs: admin on every kind and name."""
+
+
+def _q(perm: str) -> tuple[Need, ...]:
+    return (Need(perm, "queue", "{queue}"),)
+
+
+def _t(perm: str) -> tuple[Need, ...]:
+    return (Need(perm, "topic", "{topic}"),)
+
+
+ROUTES: dict[tuple[str, str], tuple[Need, ...] | None] = {
+    ("GET", "/health"): OPEN,
+    ("GET", "/v1/status/servers"): ANY_TOKEN,
+    ("GET", "/v1/status/partitionrange"): ANY_TOKEN,
+    ("GET", "/v2/status/ring"): ANY_TOKEN,
+    ("GET", "/v1/topics"): ANY_TOKEN,
+    ("GET", "/v1/queues"): ANY_TOKEN,
+    # topics
+    ("PUT", "/v1/topics/{topic}"): _t(ADMIN),
+    ("GET", "/v1/topics/{topic}"): _t(READ),
+    ("DELETE", "/v1/topics/{topic}"): _t(ADMIN),
+    # A subscription changes what both sides carry: admin on both.
+    ("PUT", "/v1/topics/{topic}/queues/{queue}"): _t(ADMIN) + _q(ADMIN),
+    ("DELETE", "/v1/topics/{topic}/queues/{queue}"): _t(ADMIN) + _q(ADMIN),
+    ("PUT", "/v1/topics/{topic}/message"): _t(WRITE),
+    ("POST", "/v2/topics/{topic}/messages"): _t(WRITE),
+    # queues: settings
+    ("PUT", "/v1/queues/{queue}"): _q(ADMIN),
+    ("GET", "/v1/queues/{queue}"): _q(READ),
+    ("PATCH", "/v1/queues/{queue}"): _q(ADMIN),
+    ("DELETE", "/v1/queues/{queue}"): _q(ADMIN),
+    ("GET", "/v2/queues/{queue}"): _q(READ),
+    # queues: messages
+    ("PUT", "/v1/queues/{queue}/message"): _q(WRITE),
+    ("GET", "/v1/queues/{queue}/messages/{batch_size}"): _q(READ),
+    ("GET", "/v1/queues/{queue}/message/{ids}"): _q(READ),
+    ("DELETE", "/v1/queues/{queue}/message/{id}"): _q(WRITE),
+    ("DELETE", "/v1/queues/{queue}/messages/{ids}"): _q(WRITE),
+    ("POST", "/v2/queues/{queue}/messages"): _q(WRITE),
+    ("POST", "/v2/queues/{queue}/messages/receive"): _q(READ),
+    ("POST", "/v2/queues/{queue}/messages/delete"): _q(WRITE),
+    ("POST", "/v2/queues/{queue}/messages/visibility"): _q(WRITE),
+    # bulk reads
+    ("GET", "/v2/queues/{queue}/partitions"): _q(READ),
+    ("GET", "/v2/queues/{queue}/snapshot"): _q(READ),
+}
+
+
+def _batch_routes() -> None:
+    """Batches are named by their mode: ``batch/exact``, ``batch/estimated``."""
+    for base, mode in ((EXACT_BASE, "exact"), (ESTIMATED_BASE, "estimated")):
+
+        def b(perm: str, mode: str = mode) -> tuple[Need, ...]:
+            return (Need(perm, "batch", mode),)
+
+        ROUTES.update(
+            {
+                ("POST", base): b(WRITE),
+                ("POST", base + "/"): b(WRITE),
+                ("GET", base + "/{batch_id}"): b(READ),
+                ("DELETE", base + "/{batch_id}"): b(ADMIN),
+                ("DELETE", base + "/open"): b(ADMIN),
+                ("DELETE", base + "/closed"): b(ADMIN),
+            }
+        )
+    ROUTES.update(
+        {
+            ("POST", EXACT_BASE + "/close/{batch_id}"): (Need(WRITE, "batch", "exact"),),
+            ("POST", EXACT_BASE + "/items"): (Need(WRITE, "batch", "exact"),),
+            ("POST", EXACT_BASE + "/items/ack"): (Need(WRITE, "batch", "exact"),),
+            ("POST", ESTIMATED_BASE + "/{batch_id}/close"): (Need(WRITE, "batch", "estimated"),),
+            ("POST", ESTIMATED_BASE + "/{batch_id}/incr"): (Need(WRITE, "batch", "estimated"),),
+            ("POST", ESTIMATED_BASE + "/decr"): (Need(WRITE, "batch", "estimated"),),
+        }
+    )
+
+
+_batch_routes()
+
+
+def needs_of(request: web.Request) -> tuple[Need, ...] | None:
+    """What ``request``'s route needs (``None``: nothing). An unknown path or method
+    needs any valid token, so strangers learn nothing about which routes exist."""
+    resource = request.match_info.route.resource
+    if resource is None:
+        return ANY_TOKEN
+    method = "GET" if request.method == "HEAD" else request.method
+    return ROUTES.get((method, resource.canonical), UNLISTED)
+
+
+def _presented(request: web.Request) -> str:
+    header = request.headers.get("Authorization")
+    if header is None:
+        raise Unauthorized("missing bearer token: send Authorization: Bearer <token>", _CHALLENGE)
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise Unauthorized("Authorization must be Bearer <token>", _CHALLENGE)
+    return value.strip()
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    policy = request.app.get(ACCESS)
+    if policy is None or request.path.startswith(INTERNAL_PREFIX):
+        return await handler(request)
+    needs = needs_of(request)
+    if needs is OPEN:
+        return await handler(request)
+    token = policy.find(_presented(request))
+    if token is None:
+        raise Unauthorized("unknown bearer token", _INVALID)
+    for need in needs:
+        name = need.resource(request)
+        kind = None if need.kind == "*" else need.kind
+        if not token.allows(need.perm, kind, name):
+            raise Forbidden(f"token {token.name!r} may not {need.perm} {need.kind} {name!r}")
+    return await handler(request)

@@ -1,0 +1,106 @@
+"""/internal/ over HTTP: only requests a ring member signed for this node, once, in time.
+
+Nodes here run on a manual clock, so "30 s later" is one call, not a sleep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from dynaq.clock import ManualClock
+from dynaq.core.hints import HINTS_PATH, HintsMessage, encode_hints
+from dynaq.core.peer_auth import PEER_AUTH_HEADER, PeerSigner, derive_peer_key
+from dynaq.node import Node
+from tests.fixtures.nodes import node_config
+
+SECRET = "peer-routes-secret"
+BODY = encode_hints(HintsMessage())
+ADMIN = "admin-token-0123456789"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+async def _running(node: Node) -> AsyncIterator[Node]:
+    await node.start()
+    try:
+        yield node
+    finally:
+        await node.stop()
+
+
+@pytest.fixture
+async def node(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Node]:
+    config = node_config(
+        tmp_path, gossip={"key": SECRET}, auth={"tokens": [f"ops:{ADMIN}:admin=*"]}
+    )
+    async for n in _running(Node(config, clock=clock)):
+        yield n
+
+
+@pytest.fixture
+def signer(clock: ManualClock) -> PeerSigner:
+    return PeerSigner(derive_peer_key(SECRET), clock.wall_ms)
+
+
+async def _post(
+    node: Node, headers: dict[str, str], body: bytes = BODY
+) -> tuple[int, dict[str, str]]:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(f"http://127.0.0.1:{node.port}{HINTS_PATH}", data=body, headers=headers) as r,
+    ):
+        return r.status, {
+            "code": (await r.json())["code"] if r.status != 200 else "ok",
+            **r.headers,
+        }
+
+
+async def test_a_signed_hint_is_taken_once(node: Node, signer: PeerSigner) -> None:
+    header = {PEER_AUTH_HEADER: signer.header("POST", node.view.me.http_addr, HINTS_PATH, BODY)}
+    status, _ = await _post(node, header)
+    assert status == 200
+    status, info = await _post(node, header)  # the same request again: a replay
+    assert status == 401 and info["code"] == "unauthorized"
+    assert info["WWW-Authenticate"].startswith("DynaqPeer")
+
+
+async def test_unsigned_forged_and_misaddressed_requests_are_401(
+    node: Node, signer: PeerSigner, clock: ManualClock
+) -> None:
+    me = node.view.me.http_addr
+    other_key = PeerSigner(derive_peer_key("not-the-secret"), clock.wall_ms)
+    cases = [
+        ({}, BODY),  # unsigned
+        ({PEER_AUTH_HEADER: signer.header("POST", me, HINTS_PATH, b"other body")}, BODY),
+        ({PEER_AUTH_HEADER: signer.header("POST", "10.9.9.9:8081", HINTS_PATH, BODY)}, BODY),
+        ({PEER_AUTH_HEADER: other_key.header("POST", me, HINTS_PATH, BODY)}, BODY),
+        ({"Authorization": f"Bearer {ADMIN}"}, BODY),  # a client token is no peer credential
+    ]
+    for headers, body in cases:
+        status, info = await _post(node, headers, body)
+        assert status == 401 and info["code"] == "unauthorized", headers
+
+
+async def test_an_expired_signature_is_401(
+    node: Node, signer: PeerSigner, clock: ManualClock
+) -> None:
+    header = {PEER_AUTH_HEADER: signer.header("POST", node.view.me.http_addr, HINTS_PATH, BODY)}
+    clock.advance(31)  # the request arrives 31 s after it was signed
+    status, _ = await _post(node, header)
+    assert status == 401
+
+
+async def test_a_node_without_a_secret_refuses_every_peer_request(
+    tmp_path: Path, signer: PeerSigner
+) -> None:
+    async for node in _running(Node(node_config(tmp_path))):
+        header = signer.header("POST", node.view.me.http_addr, HINTS_PATH, BODY)
+        status, _ = await _post(node, {PEER_AUTH_HEADER: header})
+        assert status == 401
