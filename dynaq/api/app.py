@@ -7,11 +7,12 @@ from collections.abc import Callable
 from aiohttp import web
 
 from dynaq.api import batches as batch_routes
-from dynaq.api import bulk, internal, v1, v2
+from dynaq.api import bulk, internal, openapi, v1, v2
 from dynaq.api.batches import BATCHES
 from dynaq.api.codec import json_response
 from dynaq.api.keys import CATALOG, NODE_STATE, QUEUES, TOPICS, VIEW
 from dynaq.api.middleware import errors_middleware
+from dynaq.api.openapi import OPENAPI, OPENAPI_PATH, SpecLimits, build_spec
 from dynaq.core.membership import MembershipView
 from dynaq.services.batches import BatchService
 from dynaq.services.catalog import Catalog
@@ -44,7 +45,16 @@ def build_app(
     app[VIEW] = view
     app[NODE_STATE] = state
     app[BATCHES] = batches
+    app[OPENAPI] = build_spec(
+        SpecLimits(
+            max_batch=queues.limits.max_batch,
+            max_message_bytes=queues.limits.max_message_bytes,
+            max_request_bytes=max_request_bytes,
+            max_batch_items=batches.max_items,
+        )
+    )
     app.router.add_get("/health", health)
+    app.router.add_get(OPENAPI_PATH, openapi.serve)
     app.router.add_routes(internal.routes)
     app.router.add_routes(v1.routes)
     app.router.add_routes(v2.routes)
