@@ -49,7 +49,7 @@ _SINCE = query_param(
     "Batches last active before this go.",
     required=True,
 )
-_CHANGE_ERRORS = errors(404, 409, 413, 415, 422, 503)
+_BODY_ERRORS = (404, 413, 415, 422, 503)
 
 
 def _obj(required: list[str], **props: Obj) -> Obj:
@@ -160,10 +160,7 @@ def _shared(base: str, mode: str, prefix: str) -> Obj:
                 f"{prefix}Delete",
                 f"Delete an {mode} batch and its items",
                 TAG,
-                {
-                    "200": response("What went.", json=_removed()),
-                    **errors(404, 409, 422, 503),
-                },
+                {"200": response("What went.", json=_removed()), **errors(404, 422, 503)},
             ),
         },
         base + "/open": {"delete": remove_op("open")},
@@ -181,7 +178,7 @@ def _closed(prefix: str) -> Obj:
                 "Whether it is complete (now or already).",
                 json=_obj(["isComplete"], isComplete={"type": "boolean"}),
             ),
-            **errors(404, 409, 422, 503),
+            **errors(404, 422, 503),
         },
     )
 
@@ -213,7 +210,7 @@ def _exact(limits: SpecLimits) -> Obj:
                             },
                         ),
                     ),
-                    **_CHANGE_ERRORS,
+                    **errors(409, *_BODY_ERRORS),
                 },
                 body=body(
                     json={
@@ -239,7 +236,7 @@ def _exact(limits: SpecLimits) -> Obj:
                 TAG,
                 {
                     "200": response("Batches this call completed.", json=_completions()),
-                    **_CHANGE_ERRORS,
+                    **errors(*_BODY_ERRORS),
                 },
                 body=body(
                     json={
@@ -286,7 +283,7 @@ def _estimated(limits: SpecLimits) -> Obj:
                 TAG,
                 {
                     "200": response("Batches this call completed.", json=_completions()),
-                    **_CHANGE_ERRORS,
+                    **errors(*_BODY_ERRORS),
                 },
                 body=body(
                     json={
