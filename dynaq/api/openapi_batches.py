@@ -61,6 +61,11 @@ def _obj(required: list[str], **props: Obj) -> Obj:
     }
 
 
+def _request(schema: Obj, *, required: bool = True) -> Obj:
+    """A request body: JSON or msgpack (the routes read both; they answer JSON)."""
+    return body(required, json=schema, msgpack=schema)
+
+
 def _header() -> Obj:
     ms = {"type": "integer", "minimum": 0}
     return _obj(
@@ -120,10 +125,7 @@ def _shared(base: str, mode: str, prefix: str) -> Obj:
             request_body={"acks": [{"batchId": "$response.body#/batchId", "by": 1}]},
         )
     user_key = {"type": ["string", "null"], "maxLength": 1024}
-    open_body = body(
-        required=False,
-        json={"type": "object", "properties": {"userKey": user_key}},
-    )
+    open_body = _request({"type": "object", "properties": {"userKey": user_key}}, required=False)
     opened = response("Its id.", json=_obj(["batchId"], batchId=_BATCH_ID_OUT), links=links)
 
     def open_op(suffix: str) -> Obj:
@@ -212,8 +214,8 @@ def _exact(limits: SpecLimits) -> Obj:
                     ),
                     **errors(409, *_BODY_ERRORS),
                 },
-                body=body(
-                    json={
+                body=_request(
+                    {
                         "type": "object",
                         "required": ["batchId", "items"],
                         "properties": {
@@ -238,8 +240,8 @@ def _exact(limits: SpecLimits) -> Obj:
                     "200": response("Batches this call completed.", json=_completions()),
                     **errors(*_BODY_ERRORS),
                 },
-                body=body(
-                    json={
+                body=_request(
+                    {
                         "type": "object",
                         "required": ["batchItemIds"],
                         "properties": {
@@ -285,8 +287,8 @@ def _estimated(limits: SpecLimits) -> Obj:
                     "200": response("Batches this call completed.", json=_completions()),
                     **errors(*_BODY_ERRORS),
                 },
-                body=body(
-                    json={
+                body=_request(
+                    {
                         "type": "object",
                         "required": ["acks"],
                         "properties": {
