@@ -7,13 +7,14 @@ from collections.abc import Callable
 from aiohttp import web
 
 from dynaq.api import batches as batch_routes
-from dynaq.api import bulk, internal, v1, v2
+from dynaq.api import bulk, internal, openapi, v1, v2
 from dynaq.api.auth import ACCESS, auth_middleware
 from dynaq.api.batches import BATCHES
 from dynaq.api.codec import BODY_TIMEOUT, json_response
 from dynaq.api.internal import PEER_VERIFIER, peer_auth_middleware
 from dynaq.api.keys import CATALOG, NODE_STATE, QUEUES, TOPICS, VIEW
 from dynaq.api.middleware import errors_middleware
+from dynaq.api.openapi import OPENAPI, OPENAPI_PATH, SpecLimits, build_spec
 from dynaq.core.access import AccessPolicy
 from dynaq.core.membership import MembershipView
 from dynaq.core.peer_auth import PeerVerifier
@@ -60,7 +61,16 @@ def build_app(
     app[VIEW] = view
     app[NODE_STATE] = state
     app[BATCHES] = batches
+    app[OPENAPI] = build_spec(
+        SpecLimits(
+            max_batch=queues.limits.max_batch,
+            max_message_bytes=queues.limits.max_message_bytes,
+            max_request_bytes=max_request_bytes,
+            max_batch_items=batches.max_items,
+        )
+    )
     app.router.add_get("/health", health)
+    app.router.add_get(OPENAPI_PATH, openapi.serve)
     app.router.add_routes(internal.routes)
     app.router.add_routes(v1.routes)
     app.router.add_routes(v2.routes)

@@ -66,6 +66,7 @@ def _t(perm: str) -> tuple[Need, ...]:
 
 ROUTES: dict[tuple[str, str], tuple[Need, ...] | None] = {
     ("GET", "/health"): OPEN,
+    ("GET", "/openapi.json"): ANY_TOKEN,
     ("GET", "/v1/status/servers"): ANY_TOKEN,
     ("GET", "/v1/status/partitionrange"): ANY_TOKEN,
     ("GET", "/v2/status/ring"): ANY_TOKEN,
@@ -88,10 +89,10 @@ ROUTES: dict[tuple[str, str], tuple[Need, ...] | None] = {
     ("GET", "/v2/queues/{queue}"): _q(READ),
     # queues: messages
     ("PUT", "/v1/queues/{queue}/message"): _q(WRITE),
-    ("GET", "/v1/queues/{queue}/messages/{batch_size}"): _q(READ),
+    ("GET", "/v1/queues/{queue}/messages/{batch_size_or_ids}"): _q(READ),
     ("GET", "/v1/queues/{queue}/message/{ids}"): _q(READ),
-    ("DELETE", "/v1/queues/{queue}/message/{id}"): _q(WRITE),
-    ("DELETE", "/v1/queues/{queue}/messages/{ids}"): _q(WRITE),
+    ("DELETE", "/v1/queues/{queue}/message/{ids}"): _q(WRITE),
+    ("DELETE", "/v1/queues/{queue}/messages/{batch_size_or_ids}"): _q(WRITE),
     ("POST", "/v2/queues/{queue}/messages"): _q(WRITE),
     ("POST", "/v2/queues/{queue}/messages/receive"): _q(READ),
     ("POST", "/v2/queues/{queue}/messages/delete"): _q(WRITE),

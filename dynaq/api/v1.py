@@ -164,9 +164,12 @@ async def enqueue(request: web.Request) -> web.Response:
     return web.Response(text=str(mid), content_type="text/plain")
 
 
-@routes.get("/v1/queues/{queue}/messages/{batch_size}")
+# Two methods share each of the next two path shapes, so each shape names its
+# last segment once: OpenAPI (``dynaq.api.openapi``) allows one name per shape.
+# No automatic HEAD twin: a receive changes state (it locks what it returns).
+@routes.get("/v1/queues/{queue}/messages/{batch_size_or_ids}", allow_head=False)
 async def receive(request: web.Request) -> web.Response:
-    text = request.match_info["batch_size"]
+    text = request.match_info["batch_size_or_ids"]
     queues = request.app[QUEUES]
     n = batch_size(text, queues.limits.max_batch)
     messages = await queues.receive(request.match_info["queue"], n)
@@ -180,15 +183,17 @@ async def peek(request: web.Request) -> web.Response:
     return json_response({"messages": [_message_json(m) for m in messages]})
 
 
-@routes.delete("/v1/queues/{queue}/message/{id}")
+@routes.delete("/v1/queues/{queue}/message/{ids}")
 async def delete_message(request: web.Request) -> web.Response:
+    """Deletes one message: the segment is named as the peek route's, but holds one id."""
     info = await request.app[CATALOG].queue(request.match_info["queue"])
-    removed = await request.app[QUEUES].delete(info, [parse_id(request.match_info["id"])])
+    removed = await request.app[QUEUES].delete(info, [parse_id(request.match_info["ids"])])
     return json_response(bool(removed))
 
 
-@routes.delete("/v1/queues/{queue}/messages/{ids}")
+@routes.delete("/v1/queues/{queue}/messages/{batch_size_or_ids}")
 async def delete_messages(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
-    removed = await request.app[QUEUES].delete(info, id_list(request.match_info["ids"]))
+    ids = id_list(request.match_info["batch_size_or_ids"])
+    removed = await request.app[QUEUES].delete(info, ids)
     return json_response({"deleted": len(removed)})

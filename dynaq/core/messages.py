@@ -77,7 +77,9 @@ def decode_fields(
         if flags & FLAG_ZLIB:
             body = zlib.decompress(body)
         return body, fields[2], fields[3], fields[4] if len(fields) > 4 else None
-    except (ValueError, TypeError, IndexError, zlib.error, msgpack.UnpackException) as exc:
+    # LookupError, not just IndexError: a corrupt value may decode to a map, and
+    # indexing a map by 0 is a KeyError.
+    except (ValueError, TypeError, LookupError, zlib.error, msgpack.UnpackException) as exc:
         raise StorageError(f"message {message_id} is corrupt: {exc}") from exc
 
 

@@ -42,6 +42,8 @@ class BatchService:
     ) -> None:
         self._clock = clock
         self._metrics = metrics
+        self.max_items = max_items
+        """The most items one request may add (read by the API's OpenAPI description)."""
         self._headers = Headers(store, clock, metrics)
         self._exact = ExactBatches(store, self._headers, metrics, max_items)
         self._estimated = EstimatedBatches(self._headers, max_items)

@@ -1,0 +1,97 @@
+"""The OpenAPI paths of the node's own routes: ``/health``, ``/openapi.json`` and the
+internal hints route (:mod:`dynaq.api.internal`)."""
+
+from __future__ import annotations
+
+from dynaq.api.openapi_common import Obj, body, errors, operation, ref, response
+from dynaq.core.hints import HINTS_PATH
+
+
+def _obj(required: list[str], **props: Obj) -> Obj:
+    return {
+        "type": "object",
+        "required": required,
+        "properties": props,
+        "additionalProperties": False,
+    }
+
+
+def _array(items: Obj) -> Obj:
+    return {"type": "array", "items": items}
+
+
+def paths() -> Obj:
+    health = _obj(
+        ["status", "node", "members"],
+        status={"enum": ["starting", "serving", "draining", "stopped"]},
+        node={"type": "string"},
+        members={"type": "integer", "minimum": 0},
+    )
+    handover_entry = {
+        "type": "array",
+        "minItems": 4,
+        "maxItems": 5,
+        "prefixItems": [
+            ref("MessageIdInt"),
+            {"type": "number", "minimum": 0, "maximum": 43_200},
+            {"type": "integer", "minimum": 0, "maximum": 2**31},
+            {"type": ["string", "null"]},
+            {
+                "oneOf": [
+                    {"type": "null"},
+                    {"type": "object", "additionalProperties": {"type": "string"}},
+                ]
+            },
+        ],
+    }
+    hints = {
+        "type": "object",
+        "properties": {
+            "queues": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "object",
+                    "properties": {
+                        "deleted": _array(ref("MessageIdInt")),
+                        "lanes": _array({"type": "integer", "minimum": 0, "maximum": 1023}),
+                    },
+                },
+            },
+            "handover": {"type": "object", "additionalProperties": _array(handover_entry)},
+        },
+    }
+    return {
+        "/health": {
+            "get": operation(
+                "health",
+                "Whether this node serves",
+                "node",
+                {
+                    "200": response("Serving.", json=health),
+                    "503": response("Starting or draining: balancers skip it.", json=health),
+                },
+            )
+        },
+        "/openapi.json": {
+            "get": operation(
+                "openapi",
+                "This description",
+                "node",
+                {"200": response("OpenAPI 3.1.", json={"type": "object"})},
+            )
+        },
+        HINTS_PATH: {
+            "post": operation(
+                "internalHints",
+                "Hints and the in-flight handover from a peer (node to node only)",
+                "internal",
+                {
+                    "200": response("Applied.", json=_obj(["ok"], ok={"const": True})),
+                    **errors(413, 422),
+                },
+                body=body(msgpack=hints),
+                description="The body is msgpack whatever its Content-Type; any other shape "
+                "is a 422 and nothing is applied.",
+            )
+        },
+    }
