@@ -1,0 +1,162 @@
+"""Batch tracking's records, reaper, relay and estimated decrements, on a memory store.
+
+The review's reproductions, kept as tests: a batch busy being acked is not
+reaped (its header may not change for hours), a completion whose delivery
+failed is delivered later; and old records still decode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgpack
+import pytest
+
+from dynaq.clock import ManualClock
+from dynaq.core import keys
+from dynaq.core.batch_items import ItemRef
+from dynaq.core.membership import Member, MembershipView
+from dynaq.errors import BatchNotFound, StorageUnavailable
+from dynaq.metrics import NullMetrics
+from dynaq.services.batches import (
+    ESTIMATED,
+    EXACT,
+    BatchHeader,
+    BatchService,
+    Completion,
+)
+from dynaq.services.batches.records import Block
+from dynaq.storage.base import Store
+from dynaq.storage.memory import MemoryStore
+from tests.services.batch_faults import Fault, FaultyStore
+
+
+def _service(store: Store, clock: ManualClock, relay_retry_s: float = 1.0) -> BatchService:
+    return BatchService(
+        store,
+        clock,
+        MembershipView(Member("n", "x:1")),
+        NullMetrics(),
+        reap_interval_s=0,
+        relay_retry_s=relay_retry_s,
+    )
+
+
+# records -----------------------------------------------------------------------
+
+
+def test_records_of_the_earlier_format_still_decode() -> None:
+    old = msgpack.packb(["exact", "k", True, True, 0, 10, 1, 2, 3])
+    h = BatchHeader.decode(old)
+    assert (h.mode, h.user_key, h.closed, h.complete, h.items, h.completed_ms) == (
+        "exact",
+        "k",
+        True,
+        True,
+        10,
+        3,
+    )
+    # A completion of the earlier release was published (or lost) by it: never again.
+    assert h.announced and not h.removing and h.retiring == [] and h.adds == []
+    assert not BatchHeader.decode(
+        msgpack.packb(["estimated", None, False, False, 3, 3, 1, 1, 0])
+    ).announced
+    assert BatchHeader.decode(h.encode()) == h
+    # An empty block of the earlier release was subtracted from its header when it emptied.
+    empty = Block.decode(msgpack.packb([10, b"\x00\x00"]))
+    assert empty.retired and not empty.emptied and empty.last_ack_ms == 0
+    busy = Block.decode(msgpack.packb([10, (0b101).to_bytes(2, "little")]))
+    assert (busy.upto, busy.bits, busy.retired) == (10, 0b101, False)
+    assert Block.decode(Block(10, 0, False, 7).encode()) == Block(10, 0, False, 7)
+
+
+# the reaper (review item 10) ------------------------------------------------------
+
+
+async def test_a_batch_busy_being_acked_is_not_reaped() -> None:
+    clock = ManualClock()
+    svc = _service(MemoryStore(), clock)
+    b = await svc.open(EXACT, "busy")
+    blocks = await svc.add_items(b, 8192)  # two blocks: no ack empties one for hours
+    for hour in range(3):
+        for blk, _ in blocks:
+            await svc.ack([ItemRef(b, blk, i) for i in range(hour * 1000, hour * 1000 + 1000)])
+        clock.advance(3600)
+    assert await svc.reap_once() == (0, 0)
+    assert (await svc.get(b)).items == 8192  # the producer's close would still find it
+    clock.advance(3600 + 30)  # idle for 2 h now, but within the clock-skew margin
+    assert await svc.reap_once() == (0, 0)
+    clock.advance(31)
+    assert await svc.reap_once() == (1, 8192)
+    with pytest.raises(BatchNotFound):
+        await svc.get(b)
+
+
+async def test_a_removal_cut_short_is_finished_by_the_reaper() -> None:
+    store = FaultyStore(MemoryStore(), prefix=keys.BATCH_HEADER)
+    svc = _service(store, ManualClock())
+    b = await svc.open(EXACT, None)
+    await svc.add_items(b, 5000)
+    store.fault = Fault("delete", 1, "fail")  # the header's delete, after the blocks'
+    with pytest.raises(StorageUnavailable):
+        await svc.delete(b, EXACT)
+    with pytest.raises(BatchNotFound):  # marked: it reads as gone already
+        await svc.get(b)
+    await svc.reap_once()
+    start, end = keys.batch_blocks(b)
+    assert await store.inner.get(keys.batch_header(b)) is None
+    assert await store.inner.scan(start, end, 10) == []
+
+
+async def test_an_unannounced_completion_keeps_its_batch_from_the_reaper() -> None:
+    clock = ManualClock()
+    svc = _service(MemoryStore(), clock)
+    failing = [True]
+
+    async def listener(done: Completion) -> None:
+        if failing[0]:
+            raise StorageUnavailable("topic down")
+
+    svc.on_completion(listener)
+    b = await svc.open(ESTIMATED, None)
+    assert await svc.close(b, ESTIMATED) is True  # completes; its delivery fails
+    clock.advance(604_800 * 2)
+    assert await svc.reap_once() == (0, 0)  # not before its completion was delivered
+    assert (await svc.get(b)).announced is False
+    failing[0] = False
+    clock.advance(1)
+    await svc.reap_once()  # the repair pass delivers it...
+    assert (await svc.get(b)).announced is True
+    clock.advance(604_800 * 2)
+    assert await svc.reap_once() == (1, 0)  # ... and then it may go
+
+
+# the relay (review item 9) ------------------------------------------------------
+
+
+async def test_a_failed_delivery_is_retried_in_the_background_until_it_succeeds() -> None:
+    clock = ManualClock()
+    svc = _service(MemoryStore(), clock, relay_retry_s=1.0)
+    calls: list[int] = []
+
+    async def listener(done: Completion) -> None:
+        calls.append(done.batch_id)
+        if len(calls) < 3:
+            raise StorageUnavailable("topic down")
+
+    svc.on_completion(listener)
+    await svc.start()
+    try:
+        b = await svc.open(EXACT, None)
+        assert await svc.close(b, EXACT) is True
+        assert calls == [b] and not (await svc.get(b)).announced
+        for _ in range(3):  # backoff: 1 s, then 2 s
+            clock.advance(2)
+            for _ in range(10):
+                await asyncio.sleep(0)
+        assert calls == [b, b, b] and (await svc.get(b)).announced
+        clock.advance(10)
+        await asyncio.sleep(0)
+        assert calls == [b, b, b]
+    finally:
+        await svc.stop()
