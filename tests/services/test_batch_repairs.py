@@ -1,8 +1,9 @@
 """Batch tracking's records, reaper, relay and estimated decrements, on a memory store.
 
 The review's reproductions, kept as tests: a batch busy being acked is not
-reaped (its header may not change for hours), a completion whose delivery
-failed is delivered later; and old records still decode.
+reaped (its header may not change for hours), a decrement request with one
+bad entry applies none, one whose store fails midway returns what it
+completed; and old records still decode.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dynaq.clock import ManualClock
 from dynaq.core import keys
 from dynaq.core.batch_items import ItemRef
 from dynaq.core.membership import Member, MembershipView
-from dynaq.errors import BatchNotFound, StorageUnavailable
+from dynaq.errors import BatchNotFound, DynaqError, StorageUnavailable, WrongBatchMode
 from dynaq.metrics import NullMetrics
 from dynaq.services.batches import (
     ESTIMATED,
@@ -24,6 +25,7 @@ from dynaq.services.batches import (
     BatchHeader,
     BatchService,
     Completion,
+    DecrIncomplete,
 )
 from dynaq.services.batches.records import Block
 from dynaq.storage.base import Store
@@ -160,3 +162,51 @@ async def test_a_failed_delivery_is_retried_in_the_background_until_it_succeeds(
         assert calls == [b, b, b]
     finally:
         await svc.stop()
+
+
+# estimated decrements (review item 8) -------------------------------------------
+
+
+async def test_a_decrement_with_one_bad_entry_applies_none() -> None:
+    svc = _service(MemoryStore(), ManualClock())
+    e = await svc.open(ESTIMATED, None)
+    await svc.incr(e, 2)
+    await svc.close(e, ESTIMATED)
+    x = await svc.open(EXACT, None)
+    for bad, error in (((x, 1), WrongBatchMode), ((x + 1, 1), BatchNotFound)):
+        with pytest.raises(error):
+            await svc.decr([(e, 1), bad])
+        assert (await svc.get(e)).pending == 2  # nothing applied: the retry counts once
+    assert await svc.decr([(e, 1)]) == []
+    done = await svc.decr([(e, 1)])
+    assert [d.batch_id for d in done] == [e]
+
+
+async def test_a_decrement_the_store_fails_midway_returns_what_it_completed() -> None:
+    plain = MemoryStore()
+    svc = _service(plain, ManualClock())
+    a = await svc.open(ESTIMATED, "a")
+    b = await svc.open(ESTIMATED, "b")
+    for batch in (a, b):
+        await svc.incr(batch, 1)
+        await svc.close(batch, ESTIMATED)
+    store = FaultyStore(plain, prefix=keys.batch_header(b))
+    store.fault = Fault("put_if_version", 1, "fail")
+    svc = _service(store, ManualClock())
+    with pytest.raises(DecrIncomplete) as info:
+        await svc.decr([(a, 1), (b, 1)])
+    assert [c.batch_id for c in info.value.completions] == [a]  # not lost
+    assert [(f.batch_id, f.by) for f in info.value.failed] == [(b, 1)]
+    assert isinstance(info.value.failed[0].error, DynaqError)
+    assert (await svc.get(a)).complete and not (await svc.get(b)).complete
+    done = await svc.decr([(b, 1)])  # retrying only what failed counts each item once
+    assert [c.batch_id for c in done] == [b]
+
+
+async def test_entries_of_one_batch_are_applied_together() -> None:
+    svc = _service(MemoryStore(), ManualClock())
+    e = await svc.open(ESTIMATED, None)
+    await svc.incr(e, 3)
+    await svc.close(e, ESTIMATED)
+    done = await svc.decr([(e, 1), (e, 2)])
+    assert [d.batch_id for d in done] == [e] and (await svc.get(e)).pending == 0

@@ -35,6 +35,7 @@ updates and completion dispatch, ``exact`` and ``estimated`` the two modes,
 (item acks on delete) and topics (completion events).
 """
 
+from dynaq.services.batches.estimated import DecrFailure, DecrIncomplete
 from dynaq.services.batches.records import (
     BLOCK_ITEMS,
     ESTIMATED,
@@ -53,4 +54,6 @@ __all__ = [
     "BatchService",
     "Completion",
     "CompletionListener",
+    "DecrFailure",
+    "DecrIncomplete",
 ]
