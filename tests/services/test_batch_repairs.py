@@ -17,7 +17,13 @@ from dynaq.clock import ManualClock
 from dynaq.core import keys
 from dynaq.core.batch_items import ItemRef
 from dynaq.core.membership import Member, MembershipView
-from dynaq.errors import BatchNotFound, DynaqError, StorageUnavailable, WrongBatchMode
+from dynaq.errors import (
+    BatchNotFound,
+    DynaqError,
+    StorageUnavailable,
+    TopicNotFound,
+    WrongBatchMode,
+)
 from dynaq.metrics import NullMetrics
 from dynaq.services.batches import (
     ESTIMATED,
@@ -210,3 +216,15 @@ async def test_entries_of_one_batch_are_applied_together() -> None:
     await svc.close(e, ESTIMATED)
     done = await svc.decr([(e, 1), (e, 2)])
     assert [d.batch_id for d in done] == [e] and (await svc.get(e)).pending == 0
+
+
+async def test_a_completion_topic_that_does_not_exist_drops_the_event_as_before() -> None:
+    svc = _service(MemoryStore(), ManualClock())
+
+    async def listener(done: Completion) -> None:
+        raise TopicNotFound("topic done does not exist")
+
+    svc.on_completion(listener)
+    b = await svc.open(EXACT, None)
+    assert await svc.close(b, EXACT) is True
+    assert (await svc.get(b)).announced  # not retried forever, not kept from the reaper

@@ -16,7 +16,10 @@ it are never apart. Then:
 Guarantees: each completion is delivered at least once to every listener and
 announced once; listeners must tolerate a repeat (a delivery that succeeded
 but whose announcement failed is retried). The topic publisher does: its
-event carries the dedup id ``batch-completed:<id>``.
+event carries the dedup id ``batch-completed:<id>``. A listener error that
+cannot pass by retrying (:class:`~dynaq.errors.NotFound`, such as a completion
+topic that does not exist, or :class:`~dynaq.errors.InvalidInput`) drops that
+listener's delivery with an error log, as before; any other error is retried.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import logging
 
 from dynaq.clock import Clock
 from dynaq.core import keys
-from dynaq.errors import BatchNotFound, DynaqError, StorageError
+from dynaq.errors import BatchNotFound, DynaqError, InvalidInput, NotFound, StorageError
 from dynaq.metrics import Metrics
 from dynaq.services.batches.headers import Headers
 from dynaq.services.batches.records import (
@@ -98,7 +101,15 @@ class CompletionRelay:
                         await self._store.delete(record)
                     return True
             for listener in self.listeners:
-                await listener(done)
+                try:
+                    await listener(done)
+                except (NotFound, InvalidInput):
+                    # Permanent (the completion topic does not exist): retrying cannot
+                    # help, and an undelivered completion would keep its batch forever.
+                    log.exception(
+                        "batch completion event dropped", extra={"batch_id": done.batch_id}
+                    )
+                    self._metrics.incr("batches.completions.dropped.count")
             await self._announce(done.batch_id)
             if record is not None:
                 await self._store.delete(record)
