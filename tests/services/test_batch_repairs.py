@@ -18,6 +18,7 @@ from dynaq.core import keys
 from dynaq.core.batch_items import ItemRef
 from dynaq.core.membership import Member, MembershipView
 from dynaq.errors import (
+    BatchClosed,
     BatchNotFound,
     DynaqError,
     StorageUnavailable,
@@ -34,7 +35,7 @@ from dynaq.services.batches import (
     DecrIncomplete,
 )
 from dynaq.services.batches.records import Block
-from dynaq.storage.base import Store
+from dynaq.storage.base import Store, prefix_end
 from dynaq.storage.memory import MemoryStore
 from tests.services.batch_faults import Fault, FaultyStore
 
@@ -228,3 +229,16 @@ async def test_a_completion_topic_that_does_not_exist_drops_the_event_as_before(
     b = await svc.open(EXACT, None)
     assert await svc.close(b, EXACT) is True
     assert (await svc.get(b)).announced  # not retried forever, not kept from the reaper
+
+
+async def test_a_refused_add_leaves_no_trace() -> None:
+    store = MemoryStore()
+    svc = _service(store, ManualClock())
+    closed = await svc.open(EXACT, None)
+    await svc.close(closed, EXACT)
+    for batch, error in ((closed + 1, BatchNotFound), (closed, BatchClosed)):
+        with pytest.raises(error):
+            await svc.add_items(batch, 10)
+    assert await store.scan(keys.BATCH_REPAIR, prefix_end(keys.BATCH_REPAIR), 10) == []
+    start, end = keys.batch_blocks(closed)
+    assert await store.scan(start, end, 10) == []

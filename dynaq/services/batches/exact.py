@@ -109,6 +109,8 @@ class ExactBatches:
         except DynaqError:
             try:
                 undone = await self._settler.abort_add(batch_id, intent)
+            except BatchNotFound:
+                undone = True  # the batch is gone: nothing of the add is left to undo
             except DynaqError:
                 log.warning("batch %s: a failed add is left for the reaper to undo", batch_id)
                 raise
@@ -172,6 +174,8 @@ class ExactBatches:
                 # The count applied, but the caller was cancelled before it learnt
                 # the ids: nobody can ack these blocks, so they are counted out.
                 await self._settler.withdraw(batch_id, intent)
+        except BatchNotFound:
+            pass  # the batch is gone, and with it what the add left
         except DynaqError:
             log.warning("batch %s: a cancelled add is left for the reaper to undo", batch_id)
             return

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from dynaq.clock import Clock
 from dynaq.core import keys
-from dynaq.errors import BatchNotFound, DynaqError, StorageError
+from dynaq.errors import DynaqError, StorageError
 from dynaq.services.batches.headers import CAS_TRIES, Headers
 from dynaq.services.batches.records import (
     AddIntent,
@@ -175,7 +175,8 @@ class Settler:
         """Undo an add that was not counted: drop its intent, then delete its blocks.
 
         Returns ``False`` if the intent was gone already (the add was counted, or
-        undone before). Dropping the intent may complete a closed batch.
+        undone before); :class:`~dynaq.errors.BatchNotFound` if the batch is.
+        Dropping the intent may complete a closed batch.
         """
         dropped = False
 
@@ -186,10 +187,7 @@ class Settler:
             h.adds = left
             return self._headers.complete_if_done(batch_id, h)
 
-        try:
-            await self._headers.update(batch_id, drop)
-        except BatchNotFound:
-            return False
+        await self._headers.update(batch_id, drop)
         if dropped:
             # Nobody was given these ids; a block a crash leaves here is harmless
             # (never counted) and goes with the batch.
