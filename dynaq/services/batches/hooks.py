@@ -86,7 +86,12 @@ async def _ack(batches: ItemAcks, refs: list[ItemRef]) -> None:
 
 
 def completion_publisher(topics: TopicService, topic: str) -> CompletionListener:
-    """Publish ``{batchId, userKey, completedAt}`` (JSON) to ``topic`` for every completion."""
+    """Publish ``{batchId, userKey, completedAt}`` (JSON) to ``topic`` for every completion.
+
+    The relay may call it again for a completion it already published (a
+    retry whose first delivery did succeed); the dedup id stores it once
+    within the topic's dedup window.
+    """
 
     async def publish(done: Completion) -> None:
         body = json.dumps(
