@@ -10,8 +10,11 @@ that touch a key under ``prefix`` (batch records by default). The one
   shutdown, a client gone);
 * ``cancel_after``: apply, then raise it (a crash right after the write).
 
+With ``crash`` set, a fault that cancels also kills the node: every later call
+fails, as a dead node makes no more writes (its in-process cleanup never runs).
+
 It also watches batch headers: :attr:`FaultyStore.flips` counts, per batch,
-the writes that turned ``complete`` on, and :attr:`FaultyStore.log` records
+the writes that turned ``complete`` on, :attr:`FaultyStore.log` records
 when the fault fired and when a completion was announced, in order with what
 tests append (a listener's ``publish``).
 """
@@ -54,9 +57,11 @@ class Fault:
 class FaultyStore(Store):
     """``inner`` with one injected failure (see the module docstring)."""
 
-    def __init__(self, inner: Store, prefix: bytes = b"b/") -> None:
+    def __init__(self, inner: Store, prefix: bytes = b"b/", crash: bool = False) -> None:
         self.inner = inner
         self.prefix = prefix
+        self.crash = crash
+        self.dead = False
         self.calls: Counter[str] = Counter()
         self.fault: Fault | None = None
         self.fired: Fault | None = None
@@ -64,6 +69,8 @@ class FaultyStore(Store):
         self.flips: Counter[int] = Counter()
 
     async def _run(self, kind: str, touched: Sequence[bytes], op: Callable[[], Awaitable[T]]) -> T:
+        if self.dead:
+            raise StorageUnavailable("the node is down")
         if not any(k.startswith(self.prefix) for k in touched):
             return await op()
         self.calls[kind] += 1
@@ -72,6 +79,7 @@ class FaultyStore(Store):
         if f is not None and hit:
             self.fault, self.fired = None, f
             self.log.append("fault")
+            self.dead = self.crash and f.mode.startswith("cancel")
             if f.mode == "fail":
                 raise StorageUnavailable(f"injected: {f}")
             if f.mode == "cancel":

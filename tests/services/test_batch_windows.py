@@ -39,14 +39,27 @@ SKEW_S = 1.0
 
 
 class Life:
-    """One batch service on a faulty memory store, with a recording listener."""
+    """A batch service on a faulty memory store, with a recording listener.
 
-    def __init__(self) -> None:
+    A ``crash`` life has a second node on the same store: once the fault
+    kills the first, the client goes on through the second.
+    """
+
+    def __init__(self, crash: bool = False) -> None:
         self.clock = ManualClock()
-        self.store = FaultyStore(MemoryStore())
+        self.inner = MemoryStore()
+        self.store = FaultyStore(self.inner, crash=crash)
         self.events: list[int] = []
-        self.svc = BatchService(
-            self.store,
+        self.known: set[uuid.UUID] = set()
+        """The blocks the client was told about."""
+        self.first = self._service(self.store)
+        survivor_store = FaultyStore(self.inner)
+        survivor_store.flips, survivor_store.log = self.store.flips, self.store.log
+        self.survivor = self._service(survivor_store)
+
+    def _service(self, store: FaultyStore) -> BatchService:
+        svc = BatchService(
+            store,
             self.clock,
             MembershipView(Member("n", "x:1")),
             NullMetrics(),
@@ -57,9 +70,23 @@ class Life:
 
         async def listener(done: Completion) -> None:
             self.events.append(done.batch_id)
-            self.store.log.append("publish")
+            store.log.append("publish")
 
-        self.svc.on_completion(listener)
+        svc.on_completion(listener)
+        return svc
+
+    @property
+    def svc(self) -> BatchService:
+        """The node the client talks to: the first while it lives."""
+        return self.survivor if self.store.dead else self.first
+
+    async def start(self) -> None:
+        await self.first.start()
+        await self.survivor.start()
+
+    async def stop(self) -> None:
+        await self.first.stop()
+        await self.survivor.stop()
 
     async def retry(self, op: Callable[[], Awaitable[T]]) -> T:
         """What a client does: call again after a failure or a dropped connection."""
@@ -79,6 +106,7 @@ class Life:
         """
         b = await self.retry(lambda: self.svc.open(EXACT, "k"))
         blocks = await self.retry(lambda: self.svc.add_items(b, BLOCK_ITEMS + 3))
+        self.known = {blk for blk, _ in blocks}
         refs = [ItemRef(b, blk, i) for blk, n in blocks for i in range(n)]
         reported = 0
         if close_first:
@@ -105,7 +133,7 @@ class Life:
         blocks: dict[uuid.UUID, int] = {}
         for r in refs:
             if r.block not in blocks:
-                item = await self.store.inner.get(keys.batch_block(r.batch_id, r.block.bytes))
+                item = await self.inner.get(keys.batch_block(r.batch_id, r.block.bytes))
                 blocks[r.block] = 0 if item is None else Block.decode(item.value).bits
         return [r for r in refs if blocks[r.block] >> r.index & 1]
 
@@ -121,7 +149,7 @@ class Life:
         """Repair markers and completion records still stored."""
         rows: list[bytes] = []
         for prefix in (keys.BATCH_REPAIR, keys.BATCH_COMPLETION):
-            rows += [k for k, _ in await self.store.inner.scan(prefix, prefix_end(prefix), 10)]
+            rows += [k for k, _ in await self.inner.scan(prefix, prefix_end(prefix), 10)]
         return rows
 
 
@@ -132,54 +160,77 @@ async def _idle() -> None:
 
 async def _clean_calls(close_first: bool) -> list[Fault]:
     life = Life()
-    await life.svc.start()
+    await life.start()
     try:
         b, reported = await life.run(close_first)
         assert reported == (1 if close_first else 0)
         assert life.store.flips[b] == 1 and life.events == [b]
         assert await life.traces() == []
     finally:
-        await life.svc.stop()
+        await life.stop()
     return injection_points(life.store.calls)
 
 
-@pytest.mark.parametrize("sparing", [False, True], ids=["retry-all", "retry-unapplied"])
+CLIENTS = ["retry-all", "retry-unapplied", "crash"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize(
     "close_first", [True, False], ids=["last-ack-completes", "close-completes"]
 )
-async def test_every_window_completes_exactly_once(close_first: bool, sparing: bool) -> None:
+async def test_every_window_completes_exactly_once(close_first: bool, client: str) -> None:
+    """``retry-all`` retries every failed call; ``retry-unapplied`` retries an ack
+    only with the items whose clear did not apply; ``crash`` kills the node at
+    each cancelling fault (no cleanup of its own runs) and goes on through another."""
     points = await _clean_calls(close_first)
     assert len(points) > 100  # the life really goes through the windows
+    if client == "crash":
+        points = [p for p in points if p.mode.startswith("cancel")]
     failures: list[str] = []
     for fault in points:
-        life = Life()
-        await life.svc.start()
+        life = Life(crash=client == "crash")
+        await life.start()
         try:
             life.store.fault = fault
-            b, reported = await life.run(close_first, sparing)
+            b, reported = await life.run(close_first, sparing=client == "retry-unapplied")
             life.store.fault = None
             await life.repair()
-            h = await life.svc.get(b)
-            log = life.store.log
-            # A repeat is allowed only if the fault fell between a delivery and its announcement.
-            repeat_ok = "publish" in log and log.index("publish") < log.index("fault") < (
-                log.index("announced") if "announced" in log else len(log)
-            )
-            problems = [
-                f"complete={h.complete}" if not h.complete else "",
-                f"announced={h.announced}" if not h.announced else "",
-                f"pending={h.pending}" if h.pending else "",
-                f"adds={len(h.adds)}" if h.adds else "",
-                f"retiring={len(h.retiring)}" if h.retiring else "",
-                f"flips={life.store.flips[b]}" if life.store.flips[b] != 1 else "",
-                f"reported={reported}" if reported > 1 else "",
-                f"events={life.events}"
-                if set(life.events) != {b} or len(life.events) > (2 if repeat_ok else 1)
-                else "",
-                f"traces={len(await life.traces())}" if await life.traces() else "",
-            ]
-            if any(problems):
-                failures.append(f"{fault}: {' '.join(p for p in problems if p)}")
+            problems = await _problems(life, b, reported)
+            if problems:
+                failures.append(f"{fault}: {' '.join(problems)}")
         finally:
-            await life.svc.stop()
+            await life.stop()
     assert failures == [], "\n".join(failures)
+
+
+async def _problems(life: Life, b: int, reported: int) -> list[str]:
+    h = await life.svc.get(b)
+    flips = life.store.flips[b]
+    traces = len(await life.traces())
+    start, end = keys.batch_blocks(b)
+    unknown = [
+        k
+        for k, raw in await life.inner.scan(start, end, 100)
+        if uuid.UUID(bytes=k[-16:]) not in life.known and Block.decode(raw).bits
+    ]
+    if unknown:
+        # The one case left to the client, as any lost response: the node died
+        # after counting an add and before answering. Its blocks stay pending.
+        lost = life.store.dead and not h.complete and h.pending == len(unknown)
+        return [] if lost and not flips and not traces else [f"unknown blocks: {h}"]
+    log = life.store.log
+    # A repeat is allowed only if the fault fell between a delivery and its announcement.
+    announced_at = log.index("announced") if "announced" in log else len(log)
+    repeat_ok = "publish" in log and log.index("publish") < log.index("fault") < announced_at
+    checks = {
+        "complete": h.complete,
+        "announced": h.announced,
+        "pending=0": h.pending == 0,
+        "no adds": not h.adds,
+        "nothing retiring": not h.retiring,
+        "one flip": flips == 1,
+        "reported at most once": reported <= 1,
+        "delivered": set(life.events) == {b} and len(life.events) <= (2 if repeat_ok else 1),
+        "no traces": traces == 0,
+    }
+    return [f"not {name}" for name, ok in checks.items() if not ok]
