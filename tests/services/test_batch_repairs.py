@@ -9,6 +9,8 @@ completed; and old records still decode.
 from __future__ import annotations
 
 import asyncio
+import random
+from collections.abc import Sequence
 
 import msgpack
 import pytest
@@ -35,7 +37,7 @@ from dynaq.services.batches import (
     DecrIncomplete,
 )
 from dynaq.services.batches.records import Block
-from dynaq.storage.base import Store, prefix_end
+from dynaq.storage.base import Item, Store, prefix_end
 from dynaq.storage.memory import MemoryStore
 from tests.services.batch_faults import Fault, FaultyStore
 
@@ -242,3 +244,61 @@ async def test_a_refused_add_leaves_no_trace() -> None:
     assert await store.scan(keys.BATCH_REPAIR, prefix_end(keys.BATCH_REPAIR), 10) == []
     start, end = keys.batch_blocks(closed)
     assert await store.scan(start, end, 10) == []
+
+
+# two nodes at once -------------------------------------------------------------
+
+
+class _Interleaving(MemoryStore):
+    """A memory store whose calls yield to other tasks at random points, so two
+    services' multi-record steps interleave as on a real network."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self._rng = random.Random(seed)
+
+    async def _jitter(self) -> None:
+        for _ in range(self._rng.randrange(4)):
+            await asyncio.sleep(0)
+
+    async def get_many(self, keys_: Sequence[bytes]) -> list[Item | None]:
+        await self._jitter()
+        return await super().get_many(keys_)
+
+    async def get(self, key: bytes) -> Item | None:
+        await self._jitter()
+        return await super().get(key)
+
+    async def put_if_version(self, key: bytes, value: bytes, version: int) -> int | None:
+        await self._jitter()
+        got = await super().put_if_version(key, value, version)
+        await self._jitter()
+        return got
+
+
+@pytest.mark.parametrize("seed", range(8))
+async def test_two_nodes_acking_one_batch_at_once_complete_it_once(seed: int) -> None:
+    store = FaultyStore(_Interleaving(seed))  # no fault: it counts the flips
+    clock = ManualClock()
+    a, b = _service(store, clock), _service(store, clock)
+    batch = await a.open(EXACT, None)
+    refs = [
+        ItemRef(batch, blk, i)
+        for _ in range(6)
+        for blk, n in await b.add_items(batch, 5)
+        for i in range(n)
+    ]
+    rng = random.Random(seed)
+    work = refs + rng.sample(refs, 10)  # duplicates
+    rng.shuffle(work)
+    chunks = [work[i : i + 3] for i in range(0, len(work), 3)]
+    calls = [(a, b)[k % 2].ack(c) for k, c in enumerate(chunks)]
+    results = await asyncio.gather(a.close(batch, EXACT), *calls)
+    reported = sum(len(r) for r in results[1:] if isinstance(r, list))
+    h = await a.get(batch)
+    assert h.complete and h.pending == 0 and not h.retiring and not h.adds
+    assert store.flips[batch] == 1
+    # No ack can complete the batch before it is closed: if the close did not find
+    # it complete, the ack that completed it reported it.
+    assert reported == (0 if results[0] is True else 1)
+    assert await store.inner.scan(keys.BATCH_REPAIR, prefix_end(keys.BATCH_REPAIR), 10) == []
