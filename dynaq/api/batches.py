@@ -16,7 +16,14 @@ from dynaq.api.codec import json_response, read_body, read_raw
 from dynaq.api.params import is_decimal
 from dynaq.core.batch_items import parse_batch_id, parse_item_id
 from dynaq.errors import InvalidInput
-from dynaq.services.batches import ESTIMATED, EXACT, BatchHeader, BatchService, Completion
+from dynaq.services.batches import (
+    ESTIMATED,
+    EXACT,
+    BatchHeader,
+    BatchService,
+    Completion,
+    DecrIncomplete,
+)
 
 BATCHES = web.AppKey("batches", BatchService)
 
@@ -211,4 +218,16 @@ async def estimated_decr(request: web.Request) -> web.Response:
         if isinstance(by, bool) or not isinstance(by, int):
             raise InvalidInput(f"acks[{i}].by must be a positive integer")
         parsed.append((_batch_id(a.get("batchId"), f"acks[{i}].batchId"), by))
-    return json_response(_completions(await _service(request).decr(parsed)))
+    try:
+        done = await _service(request).decr(parsed)
+    except DecrIncomplete as exc:
+        # Carlyle's answer shape plus what failed: the applied decrements must
+        # not be retried (they would count twice), and their completions are
+        # reported here or nowhere.
+        body = {"error": exc.message, "code": exc.code, **_completions(exc.completions)}
+        body["failed"] = [
+            {"batchId": f.batch_id, "by": f.by, "code": f.error.code, "error": f.error.message}
+            for f in exc.failed
+        ]
+        return json_response(body, exc.status)
+    return json_response(_completions(done))

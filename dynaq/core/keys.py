@@ -25,6 +25,13 @@ DEDUP_BUCKETED = b"e/"
 """Dedup records by time bucket: a whole bucket expires at once, by one range delete."""
 BATCH_HEADER = b"b/h/"
 BATCH_BLOCK = b"b/g/"
+BATCH_REPAIR = b"b/r/"
+"""Repair markers: an exact-batch operation that spans several records (an add,
+an ack that empties blocks) leaves one while it runs, so the reaper finds and
+finishes what a crash interrupted without scanning every batch."""
+BATCH_COMPLETION = b"b/c/"
+"""Completion records: written before the header update that completes a batch
+and removed once the completion reached every listener (the relay's outbox)."""
 BATCH_REAPER_LEASE = b"b/reaper"
 """The batch reaper's lease (a :class:`~dynaq.core.leases.CasLease` record, JSON).
 Its earlier msgpack record lives on under ``b/lease``, which older nodes still
@@ -123,3 +130,18 @@ def batch_block(batch_id: int, block: bytes) -> bytes:
 def batch_blocks(batch_id: int) -> tuple[bytes, bytes]:
     """The key range ``[start, end)`` of every block of a batch."""
     return BATCH_BLOCK + _BID.pack(batch_id), BATCH_BLOCK + _BID.pack(batch_id + 1)
+
+
+def batch_repair(batch_id: int, nonce: bytes) -> bytes:
+    """A repair marker of a batch (``nonce``: 16 random bytes, one per operation)."""
+    return BATCH_REPAIR + _BID.pack(batch_id) + nonce
+
+
+def batch_completion(batch_id: int, nonce: bytes) -> bytes:
+    """A completion record of a batch (``nonce``: 16 random bytes, one per attempt)."""
+    return BATCH_COMPLETION + _BID.pack(batch_id) + nonce
+
+
+def batch_id_after(prefix: bytes, key: bytes) -> int:
+    """The batch id in a key ``prefix`` + batch id + ... (markers, completion records)."""
+    return int(_BID.unpack_from(key, len(prefix))[0])

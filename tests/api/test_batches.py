@@ -206,7 +206,7 @@ async def _reaper_rounds(node: Node, http: aiohttp.ClientSession, clock: ManualC
     closed = await _open(http)
     await _add(http, closed, 5)
     await _close(http, closed, EXACT)
-    clock.advance(7200 + 1)
+    clock.advance(7200 + 60 + 1)  # the age limit, plus the margin for clock skew
     fresh = await _open(http)
     assert await node.batches.reap_once() == (2, 10)
     for b in (empty_open, with_items):
@@ -340,3 +340,38 @@ def test_bench_batches_quick_reports_its_figures() -> None:
     assert result["completions"] == 1
     for figure in ("item_acks_per_s", "storage_bytes_per_item", "estimated_item_acks_per_s"):
         assert result[figure] > 0
+
+
+async def test_decr_that_fails_midway_answers_what_it_completed_and_what_to_retry(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    from dynaq.core import keys
+    from dynaq.storage.memory import MemoryStore
+    from tests.services.batch_faults import Fault, FaultyStore
+
+    store = FaultyStore(MemoryStore(), prefix=b"-")
+    n = Node(node_config(tmp_path), clock=clock, store=store)
+    await n.start()
+    try:
+        async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{n.port}") as http:
+            a, b = await _open(http, EST, "a"), await _open(http, EST, "b")
+            for batch in (a, b):
+                await _json(await http.post(f"{EST}/{batch}/incr?by=2"))
+                assert await _close(http, batch, EST) is False
+            # Validated first: one unknown batch and nothing is applied.
+            acks = [{"batchId": a, "by": 2}, {"batchId": b, "by": 1}, {"batchId": 1, "by": 1}]
+            r = await http.post(f"{EST}/decr", json={"acks": acks})
+            assert r.status == 404
+            store.prefix, store.fault = keys.batch_header(b), Fault("put_if_version", 1, "fail")
+            r = await http.post(f"{EST}/decr", json={"acks": acks[:2]})
+            body = await _json(r, 503)
+            assert body["code"] == "decr_incomplete"
+            assert [c["batchId"] for c in body["batchCompletions"]] == [a]
+            assert [(f["batchId"], f["by"], f["code"]) for f in body["failed"]] == [
+                (b, 1, "storage_unavailable")
+            ]
+            r = await http.post(f"{EST}/decr", json={"acks": [{"batchId": b, "by": 1}]})
+            assert (await _json(r))["batchCompletions"] == []
+            assert (await _json(await http.get(f"{EST}/{b}")))["pending"] == 1
+    finally:
+        await n.stop()

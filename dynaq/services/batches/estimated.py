@@ -5,11 +5,47 @@ Cheap, but an item acked twice is counted twice, so a batch can complete early.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from dynaq.errors import BatchClosed, InvalidInput, WrongBatchMode
+from dynaq.errors import (
+    BatchClosed,
+    BatchNotFound,
+    DynaqError,
+    InvalidInput,
+    StorageUnavailable,
+    WrongBatchMode,
+)
 from dynaq.services.batches.headers import Headers
 from dynaq.services.batches.records import ESTIMATED, BatchHeader, Completion
+
+
+@dataclass(frozen=True)
+class DecrFailure:
+    """One batch's decrement that was not applied, and why."""
+
+    batch_id: int
+    by: int
+    error: DynaqError
+
+
+class DecrIncomplete(StorageUnavailable):
+    """Some decrements of a request were applied and others were not.
+
+    Carries the completions the applied ones made (they are reported nowhere
+    else to the caller) and the failed ones, which alone are to be retried:
+    retrying the applied ones would count them twice.
+    """
+
+    code = "decr_incomplete"
+
+    def __init__(self, completions: list[Completion], failed: list[DecrFailure]) -> None:
+        super().__init__(
+            f"{len(failed)} of the request's batches were not decremented: retry only those"
+        )
+        self.completions = completions
+        self.failed = failed
 
 
 class EstimatedBatches:
@@ -36,22 +72,51 @@ class EstimatedBatches:
         return header
 
     async def decr(self, acks: Sequence[tuple[int, int]]) -> list[Completion]:
-        """Subtract every ``(batch_id, by)``; return the batches this call completed."""
+        """Subtract every ``(batch_id, by)``; return the batches this call completed.
+
+        All or nothing for what can be known up front: every step is checked,
+        and every batch read and checked to exist in estimated mode, before any
+        is applied; one bad entry fails the request and changes nothing. The
+        entries of one batch are applied together (one conditional put). If the
+        store fails some batches' updates after others applied, the call raises
+        :class:`DecrIncomplete` with the completions made and the entries to retry.
+        """
         for _, by in acks:
             self._check_step(by)
-        out: list[Completion] = []
+        totals: dict[int, int] = {}
         for batch_id, by in acks:
-
-            def change(h: BatchHeader, batch_id: int = batch_id, by: int = by) -> Completion | None:
-                if h.mode != ESTIMATED:
-                    raise WrongBatchMode(f"batch {batch_id} is an {h.mode} batch")
-                h.pending -= by
-                return self._headers.complete_if_done(batch_id, h)
-
-            _, done = await self._headers.update(batch_id, change)
-            if done is not None:
-                out.append(done)
+            totals[batch_id] = totals.get(batch_id, 0) + by
+        for batch_id, header in zip(totals, await self._headers.read_many(totals), strict=True):
+            if header is None:
+                raise BatchNotFound(f"batch {batch_id} does not exist")
+            if header.mode != ESTIMATED:
+                raise WrongBatchMode(f"batch {batch_id} is an {header.mode} batch")
+        results = await asyncio.gather(
+            *(self._apply(batch_id, by) for batch_id, by in totals.items()),
+            return_exceptions=True,
+        )
+        out: list[Completion] = []
+        failed: list[DecrFailure] = []
+        for (batch_id, by), result in zip(totals.items(), results, strict=True):
+            if isinstance(result, DynaqError):
+                failed.append(DecrFailure(batch_id, by, result))
+            elif isinstance(result, BaseException):
+                raise result  # a cancellation or a bug: not a per-entry outcome
+            elif result is not None:
+                out.append(result)
+        if failed:
+            raise DecrIncomplete(out, failed)
         return out
+
+    async def _apply(self, batch_id: int, by: int) -> Completion | None:
+        def change(h: BatchHeader) -> Completion | None:
+            if h.mode != ESTIMATED:
+                raise WrongBatchMode(f"batch {batch_id} is an {h.mode} batch")
+            h.pending -= by
+            return self._headers.complete_if_done(batch_id, h)
+
+        _, done = await self._headers.update(batch_id, change)
+        return done
 
     def _check_step(self, by: int) -> None:
         # The API has checked that ``by`` is an int; its range is the service's own.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Sequence
@@ -9,10 +10,10 @@ from typing import Protocol
 
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, ItemRef, parse_item_id
 from dynaq.core.messages import NewMessage
-from dynaq.errors import DynaqError
+from dynaq.errors import DynaqError, InvalidInput, NotFound, StorageUnavailable
 from dynaq.services.batches.records import Completion, CompletionListener
 from dynaq.services.catalog import QueueInfo
-from dynaq.services.queues import DeleteListener
+from dynaq.services.queues.service import BeforeDelete
 from dynaq.services.topics import TopicService
 
 log = logging.getLogger(__name__)
@@ -24,38 +25,73 @@ class ItemAcks(Protocol):
     async def ack(self, refs: Sequence[ItemRef]) -> list[Completion]: ...
 
 
-def batch_acks(batches: ItemAcks) -> DeleteListener:
-    """A queue delete listener: every deleted message with a batch item id acks that item.
+def batch_acks(batches: ItemAcks) -> BeforeDelete:
+    """A queue delete listener: every message deleted with a batch item id acks that item.
 
-    Runs after the delete is durable. A failed ack (the batch was deleted or
-    reaped, the store is briefly down) is logged and does not fail the delete:
-    the message is gone either way, and acks are idempotent.
+    Runs *before* the delete (:class:`~dynaq.services.queues.service.BeforeDelete`):
+    an acknowledged delete implies its item was acked. Exact acks are
+    idempotent, so the ack of a delete that is retried, or of a message
+    already deleted elsewhere, changes nothing. If an ack fails for a reason
+    that may pass (the store, a conflict, a cancellation), the delete fails
+    with a retriable :class:`~dynaq.errors.StorageUnavailable` (503) and
+    deletes nothing. An item that can never be acked (its batch was deleted or
+    reaped, or its id names no block or an index beyond it) does not hold its
+    message hostage: it is logged and the delete goes ahead.
     """
 
-    async def on_deleted(info: QueueInfo, deleted: list[tuple[int, dict[str, str]]]) -> None:
-        refs: list[ItemRef] = []
-        for message_id, attributes in deleted:
+    async def before_delete(info: QueueInfo, doomed: list[tuple[int, dict[str, str]]]) -> None:
+        by_batch: dict[int, list[ItemRef]] = {}
+        for message_id, attributes in doomed:
             item = attributes.get(BATCH_ITEM_ATTRIBUTE)
             if item is not None:
                 try:
-                    refs.append(parse_item_id(item))
+                    ref = parse_item_id(item)
                 except DynaqError:
                     log.warning("message %s has a malformed batch item id", message_id)
-        if not refs:
+                    continue
+                by_batch.setdefault(ref.batch_id, []).append(ref)
+        if not by_batch:
             return
-        try:
-            await batches.ack(refs)
-        except DynaqError as exc:
-            log.warning(
-                "batch item acks on delete failed",
-                extra={"queue": info.name, "items": len(refs), "error": str(exc)},
-            )
+        # One call per batch: a batch that is gone must not fail the acks of others.
+        results = await asyncio.gather(
+            *(_ack(batches, refs) for refs in by_batch.values()), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, DynaqError):
+                raise StorageUnavailable(
+                    f"acking the messages' batch items failed ({result.message}); "
+                    "nothing was deleted: retry the delete"
+                ) from result
+            if isinstance(result, BaseException):
+                raise result
 
-    return on_deleted
+    return BeforeDelete(before_delete)
+
+
+async def _ack(batches: ItemAcks, refs: list[ItemRef]) -> None:
+    """Ack one batch's items; items that can never be acked are logged and skipped."""
+    try:
+        await batches.ack(refs)
+        return
+    except (NotFound, InvalidInput) as exc:
+        if len(refs) == 1:
+            log.warning(
+                "a deleted message's batch item cannot be acked",
+                extra={"batch_id": refs[0].batch_id, "error": str(exc)},
+            )
+            return
+    # One bad id refuses the whole request: ack the items one by one.
+    for ref in refs:
+        await _ack(batches, [ref])
 
 
 def completion_publisher(topics: TopicService, topic: str) -> CompletionListener:
-    """Publish ``{batchId, userKey, completedAt}`` (JSON) to ``topic`` for every completion."""
+    """Publish ``{batchId, userKey, completedAt}`` (JSON) to ``topic`` for every completion.
+
+    The relay may call it again for a completion it already published (a
+    retry whose first delivery did succeed); the dedup id stores it once
+    within the topic's dedup window.
+    """
 
     async def publish(done: Completion) -> None:
         body = json.dumps(

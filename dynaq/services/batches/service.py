@@ -1,4 +1,4 @@
-"""The batch service: one facade over headers, the two modes and the reaper."""
+"""The batch service: one facade over headers, the two modes, the relay and the reaper."""
 
 from __future__ import annotations
 
@@ -9,13 +9,16 @@ from collections.abc import Mapping, Sequence
 from dynaq.clock import Clock
 from dynaq.core.batch_items import ItemRef
 from dynaq.core.membership import MembershipView
-from dynaq.errors import InvalidInput, WrongBatchMode
+from dynaq.errors import BatchNotFound, InvalidInput, WrongBatchMode
 from dynaq.metrics import Metrics
 from dynaq.services.batches.estimated import EstimatedBatches
 from dynaq.services.batches.exact import ExactBatches
 from dynaq.services.batches.headers import Headers
 from dynaq.services.batches.reaper import Reaper
+from dynaq.services.batches.reconcile import Reconciler
 from dynaq.services.batches.records import BatchHeader, Completion, CompletionListener
+from dynaq.services.batches.relay import CompletionRelay
+from dynaq.services.batches.settle import Settler
 from dynaq.storage.base import Store
 
 
@@ -24,7 +27,14 @@ class BatchService:
 
     ``max_items`` caps the items one request may add (and the estimated
     counter's steps). Completion listeners (the completion-topic publisher)
-    are called once per completed batch, on the node whose call completed it.
+    get every completion at least once: at once from the node whose call
+    completed the batch, retried by it while it runs, or from the reaper's
+    repair pass if it died (see :mod:`~dynaq.services.batches.relay`).
+
+    ``settle_s`` is how long an operation may leave a trace (a repair marker,
+    an add in flight, a completion record) before the reaper takes it for
+    interrupted and finishes or undoes it; ``skew_s`` is the margin for clocks
+    that disagree, added to that grace and to the reaper's age limits.
     """
 
     def __init__(
@@ -39,13 +49,21 @@ class BatchService:
         closed_max_age_s: float = 604_800.0,
         reap_interval_s: float = 60.0,
         reap_batch: int = 1000,
+        settle_s: float = 120.0,
+        skew_s: float = 60.0,
+        relay_retry_s: float = 1.0,
     ) -> None:
         self._clock = clock
         self._metrics = metrics
         self.max_items = max_items
         """The most items one request may add (read by the API's OpenAPI description)."""
         self._headers = Headers(store, clock, metrics)
-        self._exact = ExactBatches(store, self._headers, metrics, max_items)
+        self._relay = CompletionRelay(store, clock, self._headers, metrics, retry_s=relay_retry_s)
+        self._headers.on_complete = self._relay.deliver
+        settler = Settler(store, clock, self._headers)
+        self._exact = ExactBatches(
+            store, self._headers, settler, clock, metrics, max_items, add_deadline_s=settle_s / 2
+        )
         self._estimated = EstimatedBatches(self._headers, max_items)
         self._reaper = Reaper(
             store,
@@ -53,24 +71,28 @@ class BatchService:
             view,
             metrics,
             self._headers,
+            Reconciler(store, clock, settler, self._relay, grace_s=settle_s + skew_s),
             open_max_age_s=open_max_age_s,
             closed_max_age_s=closed_max_age_s,
             reap_interval_s=reap_interval_s,
             reap_batch=reap_batch,
+            skew_s=skew_s,
         )
 
     def on_completion(self, listener: CompletionListener) -> None:
-        """Call ``listener`` for every batch this node completes."""
-        self._headers.listeners.append(listener)
+        """Give ``listener`` every completion (at least once; it must tolerate a repeat)."""
+        self._relay.listeners.append(listener)
 
     # lifecycle -----------------------------------------------------------
 
     async def start(self) -> None:
+        self._relay.start()
         self._reaper.start()
 
     async def stop(self) -> None:
         await self._reaper.stop()
-        await self._exact.acks.drain()
+        await self._exact.drain()
+        await self._relay.stop()
 
     # both modes ----------------------------------------------------------
 
@@ -104,7 +126,10 @@ class BatchService:
 
     async def delete(self, batch_id: int, mode: str | None = None) -> int:
         """Delete a batch and its blocks; return how many items it held."""
-        header = await self._headers.get(batch_id, mode)
+        await self._headers.get(batch_id, mode)
+        header = await self._headers.mark_removing(batch_id)
+        if header is None:
+            raise BatchNotFound(f"batch {batch_id} does not exist")
         await self._headers.remove(batch_id)
         return header.items
 

@@ -22,6 +22,7 @@ ring view: :class:`QueueStates` (serving state, depth), :class:`Writer`,
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from dynaq.clock import Clock
 from dynaq.core import keys
@@ -47,6 +48,21 @@ QueueRef = str | QueueInfo
 DeleteListener = Callable[[QueueInfo, list[tuple[int, dict[str, str]]]], Awaitable[None]]
 """Called after messages were deleted (acknowledged), with ``(id, attributes)`` of
 each deleted message that had attributes."""
+
+
+@dataclass(frozen=True)
+class BeforeDelete:
+    """A delete listener that must succeed for the delete to happen.
+
+    It runs before the messages are deleted, with ``(id, attributes)`` of each
+    message about to be deleted that has attributes (one still stored, or in
+    flight here). If it raises, nothing is deleted and the error is the
+    delete's: the caller retries the delete and the listener runs again, so it
+    must be idempotent. This is how an effect is tied to a delete without a
+    window: an acknowledged delete implies the listener succeeded.
+    """
+
+    listener: DeleteListener
 
 
 class QueueService:
@@ -78,6 +94,7 @@ class QueueService:
         )
         self.upkeep = Upkeep(store, clock, catalog, dedup_window_s)
         self._delete_listeners: list[DeleteListener] = []
+        self._before_delete: list[DeleteListener] = []
         catalog.on_queue_change(self._queue_changed)
         catalog.on_queue_deleted(lambda tomb: self.upkeep.start_purge(tomb.number, tomb))
         view.on_change(self.states.relayout)
@@ -209,26 +226,38 @@ class QueueService:
 
     # deletes & visibility -------------------------------------------------------
 
-    def add_delete_listener(self, listener: DeleteListener) -> None:
-        """Be told about every deleted message with attributes, after the delete is durable.
+    def add_delete_listener(self, listener: DeleteListener | BeforeDelete) -> None:
+        """Be told about every deleted message with attributes: after the delete is
+        durable, or before it and able to stop it (:class:`BeforeDelete`).
 
         A message this node has in flight (it served it) carries its attributes
         in the in-flight table, so the usual receive-then-delete costs no read;
         other ids (deleted through a node that did not serve them, or never
         received) are read in one batch before the delete.
         """
-        self._delete_listeners.append(listener)
+        if isinstance(listener, BeforeDelete):
+            self._before_delete.append(listener.listener)
+        else:
+            self._delete_listeners.append(listener)
 
     async def delete(self, queue: QueueRef, ids: Iterable[int]) -> list[int]:
-        """Delete messages; return the ids that existed (and were removed)."""
+        """Delete messages; return the ids that existed (and were removed).
+
+        :class:`BeforeDelete` listeners run first; if one raises, nothing is
+        deleted and the error propagates.
+        """
         info = await self._info(queue)
         ids = list(dict.fromkeys(ids))
         if not ids:
             return []
         st = self.states.get(info.number)
         attrs: dict[int, dict[str, str]] = {}
-        if self._delete_listeners:
+        if self._delete_listeners or self._before_delete:
             attrs = await self._attributes(info, st, ids)
+        if self._before_delete and attrs:
+            doomed = [(i, attrs[i]) for i in ids if i in attrs]
+            for listener in self._before_delete:
+                await listener(info, doomed)
         existed = await self._store.write_batch([Delete(keys.message(info.number, i)) for i in ids])
         removed = [i for i, e in zip(ids, existed, strict=True) if e]
         if st is not None:
@@ -239,7 +268,7 @@ class QueueService:
         if removed:
             self.states.add_depth(info.number, -len(removed))
             self._metrics.incr(f"{info.name}.deleted.count", len(removed))
-            if attrs:
+            if attrs and self._delete_listeners:
                 deleted = [(i, attrs[i]) for i in removed if i in attrs]
                 if deleted:
                     for listener in self._delete_listeners:
