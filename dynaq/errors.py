@@ -29,10 +29,14 @@ codes.
     ├── NotServing              503  this node is starting or draining: retry (elsewhere)
     └── StorageError            503  the store failed; ``retriable`` says whether to retry
         └── StorageUnavailable  503
-            └── IdClockStalled  503  ids would outrun their persisted high-water mark
+            ├── IdClockStalled  503  ids would outrun their persisted high-water mark
+            └── DecrIncomplete  503  some decrements of a request applied, others did not
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 
 class DynaqError(Exception):
@@ -200,6 +204,22 @@ class StorageUnavailable(StorageError):
     retriable = True
 
 
+class DecrIncomplete(StorageUnavailable):
+    """Some decrements of an estimated-mode request were applied and others were not.
+
+    Carries the completions the applied ones made (reported nowhere else) and
+    the failed entries, which alone are to be retried: retrying the applied
+    ones would count them twice.
+    """
+
+    code = "decr_incomplete"
+
+    def __init__(self, message: str, completions: Sequence[Any], failed: Sequence[Any]) -> None:
+        super().__init__(message)
+        self.completions = list(completions)
+        self.failed = list(failed)
+
+
 class IdClockStalled(StorageUnavailable):
     """Ids would outrun the persisted high-water mark (its refresh is failing)."""
 
@@ -213,6 +233,7 @@ __all__ = [
     "BatchNotFound",
     "ClusterFull",
     "Conflict",
+    "DecrIncomplete",
     "DynaqError",
     "Forbidden",
     "IdClockStalled",

@@ -181,6 +181,7 @@ _ERRORS: dict[int, tuple[str, str, tuple[str, ...]]] = {
             "storage_error",
             "storage_unavailable",
             "id_clock_stalled",
+            "decr_incomplete",
             "node_not_serving",
             "cluster_full",
             "writer_slot_lost",

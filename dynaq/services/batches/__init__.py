@@ -47,7 +47,8 @@ the removal of idle batches and ``reconcile`` its repair pass, and ``hooks``
 the wiring to queues (item acks before deletes) and topics (completion events).
 """
 
-from dynaq.services.batches.estimated import DecrFailure, DecrIncomplete
+from dynaq.errors import DecrIncomplete
+from dynaq.services.batches.estimated import DecrFailure
 from dynaq.services.batches.records import (
     BLOCK_ITEMS,
     ESTIMATED,

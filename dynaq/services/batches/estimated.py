@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from dynaq.errors import (
     BatchClosed,
     BatchNotFound,
+    DecrIncomplete,
     DynaqError,
     InvalidInput,
-    StorageUnavailable,
     WrongBatchMode,
 )
 from dynaq.services.batches.headers import Headers
@@ -28,24 +28,6 @@ class DecrFailure:
     batch_id: int
     by: int
     error: DynaqError
-
-
-class DecrIncomplete(StorageUnavailable):
-    """Some decrements of a request were applied and others were not.
-
-    Carries the completions the applied ones made (they are reported nowhere
-    else to the caller) and the failed ones, which alone are to be retried:
-    retrying the applied ones would count them twice.
-    """
-
-    code = "decr_incomplete"
-
-    def __init__(self, completions: list[Completion], failed: list[DecrFailure]) -> None:
-        super().__init__(
-            f"{len(failed)} of the request's batches were not decremented: retry only those"
-        )
-        self.completions = completions
-        self.failed = failed
 
 
 class EstimatedBatches:
@@ -105,7 +87,11 @@ class EstimatedBatches:
             elif result is not None:
                 out.append(result)
         if failed:
-            raise DecrIncomplete(out, failed)
+            raise DecrIncomplete(
+                f"{len(failed)} of the request's batches were not decremented: retry only those",
+                out,
+                failed,
+            )
         return out
 
     async def _apply(self, batch_id: int, by: int) -> Completion | None:
