@@ -55,9 +55,11 @@ class Workload:
 
 
 def _outcome(status: int) -> Outcome:
+    """What an answer says about the write: 4xx and 507 (insufficient storage) are
+    refusals, nothing was stored; any other 5xx may have landed or not."""
     if status == 200:
         return "ok"
-    return "failed" if 400 <= status < 500 else "unknown"
+    return "failed" if 400 <= status < 500 or status == 507 else "unknown"
 
 
 class _Runner:
@@ -76,11 +78,17 @@ class _Runner:
         return self.w.endpoints[next(self._next_endpoint) % len(self.w.endpoints)]
 
     async def post(
-        self, http: aiohttp.ClientSession, path: str, body: dict[str, Any]
+        self, http: aiohttp.ClientSession, op: str, path: str, body: dict[str, Any]
     ) -> tuple[int, Any]:
-        async with http.post(self.endpoint() + path, json=body) as r:
-            data = await r.json(content_type=None) if r.status == 200 else None
-            return r.status, data
+        """POST through the next endpoint; every answer (or its absence) is counted."""
+        try:
+            async with http.post(self.endpoint() + path, json=body) as r:
+                data = await r.json(content_type=None) if r.status == 200 else None
+                self.h.responses[f"{op} {r.status}"] += 1
+                return r.status, data
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
+            self.h.responses[f"{op} exc"] += 1
+            raise
 
     async def produce(self, http: aiohttp.ClientSession, pid: int) -> None:
         seq = 0
@@ -122,8 +130,8 @@ class _Runner:
         items: list[dict[str, Any]],
     ) -> None:
         try:
-            status, data = await self.post(http, path, {"messages": items})
-        except (aiohttp.ClientError, TimeoutError, OSError):
+            status, data = await self.post(http, "enqueue", path, {"messages": items})
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
             status, data = 0, None
         now = self.h.now()
         outcome = _outcome(status) if status else "unknown"
@@ -154,8 +162,8 @@ class _Runner:
                 "wait_time_s": 0.5,
             }
             try:
-                status, data = await self.post(http, receive, body)
-            except (aiohttp.ClientError, TimeoutError, OSError):
+                status, data = await self.post(http, "receive", receive, body)
+            except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
                 await asyncio.sleep(0.05)
                 continue
             if status != 200 or not data["messages"]:
@@ -178,13 +186,16 @@ class _Runner:
             self.h.deliveries.extend(got)
             for d in got:
                 d.delete_invoked = self.h.now()
+            ids = {"ids": [str(d.message_id) for d in got]}
             try:
-                status, _ = await self.post(http, delete, {"ids": [str(d.message_id) for d in got]})
+                status, _ = await self.post(http, "delete", delete, ids)
                 outcome = _outcome(status)
-            except (aiohttp.ClientError, TimeoutError, OSError):
+            except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
                 outcome = "unknown"
+            done = self.h.now()
             for d in got:
                 d.delete_outcome = outcome
+                d.delete_completed = done
 
 
 async def run_workload(
