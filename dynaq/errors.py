@@ -25,8 +25,11 @@ codes.
     ├── SlotLost                503  another node took this node's writer slot: stop
     ├── NotServing              503  this node is starting or draining: retry (elsewhere)
     └── StorageError            503  the store failed; ``retriable`` says whether to retry
-        └── StorageUnavailable  503
-            └── IdClockStalled  503  ids would outrun their persisted high-water mark
+        ├── StorageUnavailable  503
+        │   └── IdClockStalled  503  ids would outrun their persisted high-water mark
+        └── InsufficientStorage 507  the store is full: writes that add messages are
+                                     refused until consumers drain it (receives and
+                                     deletes keep working)
 """
 
 from __future__ import annotations
@@ -174,6 +177,19 @@ class IdClockStalled(StorageUnavailable):
     code = "id_clock_stalled"
 
 
+class InsufficientStorage(StorageError):
+    """The store is (nearly) full: writes that add messages are refused.
+
+    The embedded store keeps a reserve of its map and of its disk for the
+    writes that free space (deletes) and small records, so consumers can
+    drain; once they have, writes succeed again: retry later.
+    """
+
+    status = 507
+    code = "insufficient_storage"
+    retriable = True
+
+
 __all__ = [
     "AlreadyExists",
     "BadRecord",
@@ -183,6 +199,7 @@ __all__ = [
     "Conflict",
     "DynaqError",
     "IdClockStalled",
+    "InsufficientStorage",
     "InvalidInput",
     "InvalidName",
     "NotFound",

@@ -62,6 +62,8 @@ def build_store(config: Config) -> Store:
             map_size=e.map_size_mb * 1024 * 1024,
             max_commit_ops=e.max_commit_ops,
             read_threads=e.read_threads,
+            fill_limit=e.fill_limit_percent / 100,
+            min_free_disk=e.min_free_disk_mb * 1024 * 1024,
         )
     if backend == "memory":
         from dynaq.storage.memory import MemoryStore
