@@ -98,8 +98,8 @@ class History:
     batches: set[str] = field(default_factory=set)
     """Batches that were closed with every item acknowledged: each must complete once."""
     responses: Counter[str] = field(default_factory=Counter)
-    """``"<operation> <status>"`` -> how many answers (``exc`` for a request that
-    got no answer): what the workload saw, e.g. the 503s of an outage."""
+    """``"<operation> <status> [<error code>]"`` -> how many answers (``exc`` for a
+    request that got no answer): what the workload saw, e.g. the 503s of an outage."""
 
     @staticmethod
     def now() -> float:

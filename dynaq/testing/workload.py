@@ -83,9 +83,15 @@ class _Runner:
         """POST through the next endpoint; every answer (or its absence) is counted."""
         try:
             async with http.post(self.endpoint() + path, json=body) as r:
-                data = await r.json(content_type=None) if r.status == 200 else None
-                self.h.responses[f"{op} {r.status}"] += 1
-                return r.status, data
+                if r.status == 200:
+                    self.h.responses[f"{op} 200"] += 1
+                    return r.status, await r.json(content_type=None)
+                try:
+                    code = (await r.json(content_type=None)).get("code", "")
+                except (ValueError, AttributeError, aiohttp.ContentTypeError):
+                    code = ""
+                self.h.responses[f"{op} {r.status} {code}".rstrip()] += 1
+                return r.status, None
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
             self.h.responses[f"{op} exc"] += 1
             raise
@@ -231,7 +237,7 @@ async def _create_queue(http: aiohttp.ClientSession, w: Workload) -> None:
         for base in w.endpoints:
             try:
                 async with http.put(f"{base}/v1/queues/{w.queue}") as r:
-                    if r.status not in (200, 201, 409):
+                    if r.status not in (200, 201, 422):  # 422: it exists already
                         continue
                 patch = {"visibility_timeout": w.visibility_timeout_s}
                 async with http.patch(f"{base}/v1/queues/{w.queue}", json=patch) as r:

@@ -56,7 +56,7 @@ async def test_kill9_loop_loses_nothing(tmp_path: Path) -> None:
         h = await run_workload(_workload(node, 4_000, 25.0, seed=1), faults)
         wall = time.monotonic() - t0
     assert sum(f.kind == "kill -9" for f in h.faults) == kills
-    assert_verdict("single node: kill -9 loop", h, wall, artifacts=tmp_path, kills=kills)
+    await assert_verdict("single node: kill -9 loop", h, wall, artifacts=tmp_path, kills=kills)
 
 
 async def test_restarts_with_the_clock_stepped_back_and_ahead_lose_nothing(
@@ -76,4 +76,4 @@ async def test_restarts_with_the_clock_stepped_back_and_ahead_lose_nothing(
         t0 = time.monotonic()
         h = await run_workload(_workload(node, 4_000, 20.0, seed=2), faults)
         wall = time.monotonic() - t0
-    assert_verdict("single node: clock steps", h, wall, artifacts=tmp_path, steps=steps)
+    await assert_verdict("single node: clock steps", h, wall, artifacts=tmp_path, steps=steps)

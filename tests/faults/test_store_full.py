@@ -138,7 +138,7 @@ async def _fill_drain_refill(
     assert during.get("enqueue 200", 0) > 0, during  # writes resumed while consumers drained
     assert server_errors(h, allowed=frozenset({507})) == {}, (h.responses, log[-3000:])
     assert not any(k.startswith(("delete 5", "receive 5")) for k in h.responses), h.responses
-    assert_verdict(name, h, wall, artifacts=tmp_path, filled_before_507=filled)
+    await assert_verdict(name, h, wall, artifacts=tmp_path, filled_before_507=filled)
 
 
 async def test_a_full_lmdb_map_answers_507_and_drains(tmp_path: Path) -> None:

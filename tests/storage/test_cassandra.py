@@ -156,6 +156,37 @@ async def test_multi_partition_batch_is_applied_whole(cassandra_store: Cassandra
     assert len(await s.list_keys(b"m" + (1).to_bytes(4, "big"), 100)) == 8
 
 
+async def test_a_node_with_its_clock_behind_still_deletes_and_overwrites(
+    cassandra: CassandraServer,
+) -> None:
+    """Regression (tests/faults, clock skew): write timestamps are the coordinator's.
+
+    With the driver's client-side timestamps a node whose clock was an hour
+    behind wrote tombstones older than the messages it deleted: its deletes
+    (and its puts over newer values, such as id high-water marks) silently
+    did nothing.
+    """
+    keyspace = new_keyspace()
+    ahead, behind = (CassandraStore([cassandra.host], keyspace=keyspace) for _ in range(2))
+    await ahead.open()
+    await behind.open()
+    try:
+        hour_us = 3600 * 1_000_000
+        clock = behind._cluster.timestamp_generator
+        behind._cluster.timestamp_generator = lambda: clock() - hour_us  # its clock: -1 h
+        message = keys.message(1, lane_start(3) + 32)
+        await ahead.put(message, b"body")
+        assert await behind.write_batch([Delete(message)]) == [True]
+        assert await ahead.get(message) is None  # the delete took effect
+        await ahead.put(b"c/mark", b"1")
+        await behind.put(b"c/mark", b"2")
+        item = await ahead.get(b"c/mark")
+        assert item is not None and item.value == b"2"  # the later put won
+    finally:
+        await ahead.close()
+        await behind.close()
+
+
 async def test_delete_range_spanning_lanes(cassandra_store: CassandraStore) -> None:
     s = cassandra_store
     await s.write_batch(
