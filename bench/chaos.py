@@ -109,7 +109,12 @@ async def _target(a: argparse.Namespace, tmp: Path) -> AsyncIterator[_Target]:
     if hosts is None:
         progress("starting Cassandra")
     async with run_cluster(
-        3, "cassandra", cassandra_hosts=hosts, keyspace="chaos", directory=tmp, timeout_s=120
+        3,
+        "cassandra",
+        cassandra_hosts=hosts,
+        keyspace=f"chaos_{int(time.time())}",
+        directory=tmp,
+        timeout_s=120,
     ) as ring:
         yield _Ring(ring)
 

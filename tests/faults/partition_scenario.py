@@ -92,8 +92,8 @@ async def _scenario(args: argparse.Namespace) -> dict[str, Any]:
 
             workload = Workload(
                 endpoints=[n.url for n in ring.nodes],
-                messages=3_000,
-                duration_s=25.0,
+                messages=2_000,
+                duration_s=15.0,
                 visibility_timeout_s=3.0,
                 request_timeout_s=5.0,
                 drain_max_s=90.0,
