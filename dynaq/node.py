@@ -247,7 +247,7 @@ class Node:
         # mark, so a clock stepped back never redraws (and overwrites) an id.
         self.id_floor = IdFloor(self.store, self.clock, ids)
         await self.id_floor.start()
-        self.queues.set_ids(ids)
+        self.queues.set_ids(ids, self.id_floor.refresh)
         await self.queues.start()
         await self.batches.start()
         await self.metrics.start()

@@ -105,6 +105,20 @@ class IdGenerator:
         self._left_in_lane -= count
         return self._lane
 
+    def observe(self, lane: int, message_id: int) -> None:
+        """Continue ``lane`` after ``message_id``, an id any writer drew there.
+
+        The next id this generator draws in the lane is larger, whatever the
+        clocks say: a hybrid logical clock across writers. A message group
+        lives in one lane and is served in id order, so a writer observes the
+        lane's newest id before it draws a group's ids: a message sent after
+        another was acknowledged then sorts after it even when the two went
+        through nodes whose clocks disagree.
+        """
+        units = (message_id >> CLOCK_SHIFT) & _CLOCK_MASK
+        if units > self._last.get(lane, -1):
+            self._last[lane] = units
+
     def set_bounds(self, floor_ms: int, ceiling_ms: int | None) -> None:
         """Issue no id below ``floor_ms`` or above ``ceiling_ms`` (wall ms).
 

@@ -297,6 +297,29 @@ class CassandraStore(Store):
         end = prefix_end(prefix) if prefix else b"\xff" * 64 + b"\xff"
         return await self._scan(start, end, limit, with_values=False)
 
+    async def last_key(self, start: bytes, end: bytes) -> bytes | None:
+        """Within one lane of one queue, one reversed clustering read (skipping bare
+        row markers); any other range falls back to the contract's scans."""
+        lo, hi = msg_pos(start), msg_pos(end)
+        q = lo >> ID_BITS
+        if not (is_message(start) and lo < hi and (hi - 1) >> ID_BITS == q):
+            return await super().last_key(start, end)
+        base = q << ID_BITS
+        id_lo, id_hi = lo - base, hi - 1 - base
+        lane = id_lo >> LANE_SHIFT
+        if id_hi >> LANE_SHIFT != lane:
+            return await super().last_key(start, end)
+        stmt, page = self._stmts().m_last, 16
+        while id_hi >= id_lo:
+            rows = await self._run(stmt, (q, lane, id_lo, id_hi, page))
+            for row in rows:
+                if row[-1] is not None:
+                    return msg_key(q, row[0])
+            if len(rows) < page:
+                return None
+            id_hi = rows[-1][0] - 1
+        return None
+
     async def _scan(self, start: bytes, end: bytes, limit: int, *, with_values: bool) -> list[Any]:
         if limit <= 0 or start >= end:
             return []

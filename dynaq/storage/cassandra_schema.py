@@ -49,6 +49,10 @@ class Statements:
         self.m_keys = p(
             f"SELECT id, version FROM {m} WHERE queue=? AND lane=? AND id>=? AND id<=? LIMIT ?"
         )
+        self.m_last = p(
+            f"SELECT id, version FROM {m} WHERE queue=? AND lane=? AND id>=? AND id<=? "
+            "ORDER BY id DESC LIMIT ?"
+        )
         self.m_put = p(f"UPDATE {m} SET value=?, version=? WHERE queue=? AND lane=? AND id=?")
         self.m_del = p(f"DELETE value, version FROM {m} WHERE queue=? AND lane=? AND id=?")
         self.m_put_new = p(

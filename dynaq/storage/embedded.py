@@ -395,6 +395,21 @@ class LmdbStore(Store):
         result: list[tuple[bytes, bytes]] = await self._read(fn)
         return result
 
+    async def last_key(self, start: bytes, end: bytes) -> bytes | None:
+        if start >= end:
+            return None
+
+        def fn(txn: Any) -> bytes | None:
+            cur = txn.cursor()
+            found = cur.prev() if cur.set_range(end) else cur.last()
+            if not found:
+                return None
+            key = bytes(cur.key())
+            return key if key >= start else None
+
+        result: bytes | None = await self._read(fn)
+        return result
+
     async def list_keys(
         self, prefix: bytes, limit: int, start_after: bytes | None = None
     ) -> list[bytes]:

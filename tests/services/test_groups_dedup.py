@@ -176,3 +176,39 @@ async def test_cancelled_enqueue_with_dedup_id_still_blocks_its_retry(node: Node
     await asyncio.sleep(0.1)  # the cancelled caller's write has landed by now
     msgs = await node.queues.receive("dd", 10)
     assert [m.id for m in msgs] == [again]
+
+
+async def test_group_order_holds_across_writers_whose_clocks_disagree(tmp_path: Any) -> None:
+    """Regression (tests/faults, ring with skewed clocks): a group's message sent after
+    another was acknowledged sorts after it, even through a writer whose clock is an
+    hour behind the first one's (ids carry each writer's clock)."""
+    from dynaq.storage.memory import MemoryStore
+    from tests.fixtures.nodes import node_config
+
+    store = MemoryStore()
+    ahead, behind = ManualClock(), ManualClock()
+    ahead.step_wall(3_600_000)
+    nodes = [
+        Node(node_config(tmp_path / name, node={"name": name}), clock=clock, store=store)
+        for name, clock in (("ahead", ahead), ("behind", behind))
+    ]
+    for n in nodes:
+        await n.start()
+    try:
+        first, second = nodes
+        await first.catalog.create_queue("q")
+        await second.catalog.reload()
+        sent: list[int] = []
+        for i in range(6):  # alternate writers, each send after the last was acknowledged
+            writer = nodes[i % 2]
+            sent += await writer.queues.enqueue("q", [NewMessage(b"%d" % i, group="g")])
+        assert sent == sorted(sent), sent
+        got: list[bytes] = []
+        for _ in range(6):
+            (m,) = await second.queues.receive("q", 10)
+            got.append(m.body)
+            await second.queues.delete("q", [m.id])
+        assert got == [b"%d" % i for i in range(6)]
+    finally:
+        for n in nodes:
+            await n.stop()

@@ -87,9 +87,13 @@ class QueueService:
     def limits(self) -> Limits:
         return self.writer.limits
 
-    def set_ids(self, ids: IdGenerator) -> None:
-        """Draw ids from ``ids`` from now on (a cluster node's leased writer slot)."""
+    def set_ids(
+        self, ids: IdGenerator, refresh: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Draw ids from ``ids`` from now on (a cluster node's leased writer slot);
+        ``refresh`` persists a new high-water mark when drawing stalls against it."""
         self.writer.ids = ids
+        self.writer.refresh_ids = refresh
 
     def set_peer_hints(self, peers: PeerHints) -> None:
         """Forward enqueue/delete hints to the owners of other slices."""

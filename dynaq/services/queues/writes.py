@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -22,9 +22,9 @@ import msgpack
 from dynaq.clock import Clock
 from dynaq.core import keys
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, parse_item_id
-from dynaq.core.ids import IdGenerator, group_lane, lane_of
+from dynaq.core.ids import IdGenerator, group_lane, lane_of, lane_start
 from dynaq.core.messages import NewMessage, encode
-from dynaq.errors import InvalidInput, PayloadTooLarge
+from dynaq.errors import IdClockStalled, InvalidInput, PayloadTooLarge
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.queues.handover import HintRouter
@@ -80,6 +80,9 @@ class Writer:
         self.limits = limits
         self.dedup_window_s = dedup_window_s
         self._dedup_locks: dict[int, asyncio.Lock] = {}
+        self.refresh_ids: Callable[[], Awaitable[None]] | None = None
+        """Persists a new id high-water mark (the node's :class:`IdFloor`), called when
+        drawing ids stalls against the mark."""
 
     def check_message(self, msg: NewMessage) -> None:
         """Refuse a message over the size limit (body and attributes count, as SQS
@@ -153,14 +156,16 @@ class Writer:
                 fresh.append((i, m))
                 if m.dedup_id is not None:
                     known[m.dedup_id] = -1 - i  # later copies in this batch point here
-        plain = [i for i, m in fresh if m.group is None]
-        if plain:
-            lane = self.ids.next_lane(len(plain))
-            for i, mid in zip(plain, self.ids.allocate(lane, len(plain)), strict=True):
-                ids[i] = mid
-        for i, m in fresh:
-            if m.group is not None:
-                ids[i] = self.ids.allocate(group_lane(m.group), 1)[0]
+        await self._observe_group_lanes(info, [m.group for _, m in fresh if m.group is not None])
+        try:
+            self._allocate(fresh, ids)
+        except IdClockStalled:
+            if self.refresh_ids is None:
+                raise
+            # Observing a lane can move the id clock past the persisted high-water
+            # mark (a peer's clock is ahead): persist a new mark now, then retry once.
+            await self.refresh_ids()
+            self._allocate(fresh, ids)
         compress = info.settings.compressed_messages
         expires_ms = now_ms + int(self.dedup_window_s * 1000)
         ops: list[Put] = []
@@ -183,6 +188,43 @@ class Writer:
             assert mid is not None and mid >= 0
             out.append(mid)
         return PreparedWrite(info, out, ops, written)
+
+    def _allocate(self, fresh: list[tuple[int, NewMessage]], ids: list[int | None]) -> None:
+        """Draw ids for the messages to write: the plain ones share a lane, each
+        grouped one goes to its group's lane."""
+        plain = [i for i, m in fresh if m.group is None]
+        if plain:
+            lane = self.ids.next_lane(len(plain))
+            for i, mid in zip(plain, self.ids.allocate(lane, len(plain)), strict=True):
+                ids[i] = mid
+        for i, m in fresh:
+            if m.group is not None:
+                ids[i] = self.ids.allocate(group_lane(m.group), 1)[0]
+
+    async def _observe_group_lanes(self, info: QueueInfo, groups: list[str]) -> None:
+        """Draw group ids after the newest id stored in each group's lane.
+
+        Group order is id order; ids carry each writer's clock, so without this
+        a message sent through a node whose clock is behind (or after one sent
+        through a node ahead) would sort before an earlier message of its group.
+        One reversed index read per lane; the writes that follow a durable write
+        see it, so a send that follows an acknowledged one always sorts after it.
+        """
+        lanes = sorted({group_lane(g) for g in groups})
+        if not lanes:
+            return
+        lasts = await asyncio.gather(
+            *(
+                self._store.last_key(
+                    keys.message(info.number, lane_start(lane)),
+                    keys.message(info.number, lane_start(lane + 1)),
+                )
+                for lane in lanes
+            )
+        )
+        for lane, last in zip(lanes, lasts, strict=True):
+            if last is not None:
+                self.ids.observe(lane, keys.message_id(last))
 
     def note_written(self, w: PreparedWrite) -> None:
         """Account for a prepared write once it is durable."""
