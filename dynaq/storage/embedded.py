@@ -188,9 +188,9 @@ class LmdbStore(Store):
     def _commit(self, batch: list[_WriteRequest]) -> None:
         try:
             with self._env.begin(write=True, db=self._db) as txn:
-                room = self._room(txn) if any(_message_bytes(r) for r in batch) else None
-                for req in batch:
-                    grows = _message_bytes(req)
+                sizes = [_message_bytes(r) for r in batch]
+                room = self._room(txn) if any(sizes) else None
+                for req, grows in zip(batch, sizes, strict=True):
                     if grows and room is not None:
                         left, why = room
                         if grows > left:

@@ -84,8 +84,9 @@ class _Runner:
         try:
             async with http.post(self.endpoint() + path, json=body) as r:
                 if r.status == 200:
+                    data = await r.json(content_type=None)
                     self.h.responses[f"{op} 200"] += 1
-                    return r.status, await r.json(content_type=None)
+                    return r.status, data
                 try:
                     code = (await r.json(content_type=None)).get("code", "")
                 except (ValueError, AttributeError, aiohttp.ContentTypeError):
