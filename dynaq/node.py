@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import signal
 import socket
 from collections.abc import Callable
@@ -79,6 +80,8 @@ def build_store(config: Config) -> Store:
             replication_factor=c.replication_factor,
             protocol_version=c.protocol_version,
             pool_size=c.pool_size,
+            # Dedup windows timed by Cassandra's clock, not by each node's.
+            expire_prefixes={keys.DEDUP: math.ceil(config.queues.dedup_window_s)},
         )
     raise InvalidInput(
         f"unknown storage backend {backend!r}; use 'embedded', 'cassandra' or 'memory'"

@@ -115,6 +115,12 @@ class Store(abc.ABC):
     ) -> list[bytes]:
         """Return up to ``limit`` keys that begin with ``prefix``, ascending, after ``start_after``."""
 
+    def expires_itself(self, key: bytes) -> bool:
+        """Whether the store removes ``key`` by itself a set time after each write,
+        timed by the store's own clock (callers then trust a present key instead
+        of comparing their clocks). ``False`` unless a backend was told so."""
+        return False
+
     async def last_key(self, start: bytes, end: bytes) -> bytes | None:
         """The greatest key ``k`` with ``start <= k < end``, or ``None``.
 

@@ -11,7 +11,7 @@ import random
 import re
 import socket
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 from dynaq.errors import InvalidInput, StorageError, StorageUnavailable
@@ -99,6 +99,7 @@ class CassandraStore(Store):
         request_timeout_s: float = 12.0,
         connect_timeout_s: float = 10.0,
         messages_gc_grace_s: int = 900,
+        expire_prefixes: Mapping[bytes, int] | None = None,
     ) -> None:
         if not _KEYSPACE.match(keyspace):
             raise InvalidInput(f"invalid Cassandra keyspace name {keyspace!r}")
@@ -112,6 +113,8 @@ class CassandraStore(Store):
         self._timeout_s = request_timeout_s
         self._connect_timeout_s = connect_timeout_s
         self._gc_grace_s = messages_gc_grace_s
+        # Keys (never message keys) that Cassandra expires itself: prefix -> TTL s.
+        self._ttl = {k: max(1, int(v)) for k, v in (expire_prefixes or {}).items()}
         self._cluster: Any = None
         self._session: Any = None
         self._st: Statements | None = None
@@ -297,6 +300,24 @@ class CassandraStore(Store):
         end = prefix_end(prefix) if prefix else b"\xff" * 64 + b"\xff"
         return await self._scan(start, end, limit, with_values=False)
 
+    def expires_itself(self, key: bytes) -> bool:
+        return self._ttl_of(key) is not None
+
+    def _ttl_of(self, key: bytes) -> int | None:
+        for prefix, ttl in self._ttl.items():
+            if key.startswith(prefix) and not is_message(key):
+                return ttl
+        return None
+
+    def _kv_put(self, key: bytes, value: bytes, version: int) -> tuple[Any, tuple[Any, ...]]:
+        """The statement that writes a kv key: with ``USING TTL`` for an expiring prefix."""
+        st = self._stmts()
+        p, ck = kv_part(key)
+        ttl = self._ttl_of(key)
+        if ttl is None:
+            return st.kv_put, (value, version, p, ck)
+        return st.kv_put_ttl, (ttl, value, version, p, ck)
+
     async def last_key(self, start: bytes, end: bytes) -> bytes | None:
         """Within one lane of one queue, one reversed clustering read (skipping bare
         row markers); any other range falls back to the contract's scans."""
@@ -404,8 +425,7 @@ class CassandraStore(Store):
             q, lane, mid = msg_parts(key)
             await self._run(st.m_put, (value, v, q, lane, mid))
         else:
-            p, ck = kv_part(key)
-            await self._run(st.kv_put, (value, v, p, ck))
+            await self._run(*self._kv_put(key, value, v))
         return v
 
     async def put_if_absent(self, key: bytes, value: bytes) -> int | None:
@@ -487,7 +507,7 @@ class CassandraStore(Store):
                 p, ck = kv_part(op.key)
                 parts.add((p,))
                 if isinstance(op, Put):
-                    stmts.append((st.kv_put, (op.value, self._next_version(), p, ck)))
+                    stmts.append(self._kv_put(op.key, op.value, self._next_version()))
                 else:
                     stmts.append((st.kv_del, (p, ck)))
         await self._apply(stmts, logged=len(parts) > 1)

@@ -73,6 +73,7 @@ class Statements:
         self.kv_keys = p(f"SELECT k, version FROM {kv} WHERE p=? AND k>=? AND k<? LIMIT ?")
         self.kv_keys_open = p(f"SELECT k, version FROM {kv} WHERE p=? AND k>=? LIMIT ?")
         self.kv_put = p(f"UPDATE {kv} SET value=?, version=? WHERE p=? AND k=?")
+        self.kv_put_ttl = p(f"UPDATE {kv} USING TTL ? SET value=?, version=? WHERE p=? AND k=?")
         self.kv_del = p(f"DELETE value, version FROM {kv} WHERE p=? AND k=?")
         self.kv_del_ver = p(f"DELETE value, version FROM {kv} WHERE p=? AND k=? IF version=?")
         self.kv_put_new = p(

@@ -84,34 +84,21 @@ def verdict_figures(v: Verdict, h: History, wall_s: float, **extra: Any) -> dict
 
 
 async def assert_verdict(
-    name: str,
-    h: History,
-    wall_s: float,
-    *,
-    artifacts: Path | None = None,
-    known_limits: frozenset[str] = frozenset(),
-    **extra: Any,
+    name: str, h: History, wall_s: float, *, artifacts: Path | None = None, **extra: Any
 ) -> Verdict:
     """Check ``h``, print its figures, and fail on any must-be-zero figure.
 
-    ``known_limits`` names figures (``order_violations``, ``dedup_violations``)
-    that this fault is known to break by design: they are printed, not
-    asserted (see the test's docstring for why). On failure the whole history
-    is written to ``artifacts/history.json``.
+    On failure the whole history is written to ``artifacts/history.json``.
     """
     v = check(h)
     figures = verdict_figures(v, h, wall_s, **extra)
-    if known_limits:
-        figures["known_limits"] = sorted(known_limits)
     print(f"\nFAULT-RESULT {json.dumps({'fault': name, **figures})}")
     if not v.ok and artifacts is not None:
         await asyncio.to_thread((artifacts / "history.json").write_text, h.dump())
     assert v.acked > 0, f"{name}: nothing was acknowledged: {figures}"
     assert v.lost == 0, f"{name}: acknowledged messages lost: {v.examples}"
-    if "order_violations" not in known_limits:
-        assert v.order_violations == 0, f"{name}: group order violated: {v.examples}"
-    if "dedup_violations" not in known_limits:
-        assert v.dedup_violations == 0, f"{name}: dedup violated: {v.examples}"
+    assert v.order_violations == 0, f"{name}: group order violated: {v.examples}"
+    assert v.dedup_violations == 0, f"{name}: dedup violated: {v.examples}"
     assert v.id_reuse == 0, f"{name}: ids reused: {v.examples}"
     assert v.batch_violations == 0, f"{name}: batches completed other than once: {v.examples}"
     unexplained = v.duplicate_causes.get("unexplained", 0)

@@ -212,3 +212,37 @@ async def test_group_order_holds_across_writers_whose_clocks_disagree(tmp_path: 
     finally:
         for n in nodes:
             await n.stop()
+
+
+async def test_dedup_holds_across_writers_whose_clocks_disagree(tmp_path: Any) -> None:
+    """Regression (tests/faults, ring with skewed clocks): on a store that expires
+    dedup records itself (Cassandra's TTL), a retry through a node an hour ahead of
+    the one that took the first copy is still a dedup hit (comparing the two
+    clocks ended the window at once)."""
+    from dynaq.storage.memory import MemoryStore
+    from tests.fixtures.nodes import node_config
+
+    class ExpiringStore(MemoryStore):
+        def expires_itself(self, key: bytes) -> bool:
+            return key.startswith(keys.DEDUP)
+
+    store = ExpiringStore()
+    ahead, behind = ManualClock(), ManualClock()
+    ahead.step_wall(3_600_000)
+    nodes = [
+        Node(node_config(tmp_path / name, node={"name": name}), clock=clock, store=store)
+        for name, clock in (("behind", behind), ("ahead", ahead))
+    ]
+    for n in nodes:
+        await n.start()
+    try:
+        first, retry = nodes
+        await first.catalog.create_queue("q")
+        await retry.catalog.reload()
+        (a,) = await first.queues.enqueue("q", [NewMessage(b"x", dedup_id="k")])
+        (b,) = await retry.queues.enqueue("q", [NewMessage(b"x", dedup_id="k")])
+        assert a == b
+        assert await retry.queues.sweep_dedup() == 0  # the store expires them, not a sweep
+    finally:
+        for n in nodes:
+            await n.stop()

@@ -187,6 +187,26 @@ async def test_a_node_with_its_clock_behind_still_deletes_and_overwrites(
         await behind.close()
 
 
+async def test_expiring_prefixes_are_removed_by_cassandra_itself(
+    cassandra: CassandraServer,
+) -> None:
+    """Dedup records (``d/``) are written with a TTL: their window is timed by
+    Cassandra's clock, not by the clocks of the nodes that write and read them."""
+    s = CassandraStore([cassandra.host], keyspace=new_keyspace(), expire_prefixes={b"d/": 1})
+    await s.open()
+    try:
+        assert s.expires_itself(b"d/x") and not s.expires_itself(b"c/x")
+        assert not s.expires_itself(keys.message(1, 5))
+        await s.write_batch([Put(b"d/x", b"1"), Put(b"c/x", b"1")])
+        await s.put(b"d/y", b"2")
+        assert await s.get(b"d/x") is not None and await s.get(b"d/y") is not None
+        await asyncio.sleep(2.5)
+        assert await s.get(b"d/x") is None and await s.get(b"d/y") is None
+        assert await s.get(b"c/x") is not None
+    finally:
+        await s.close()
+
+
 async def test_delete_range_spanning_lanes(cassandra_store: CassandraStore) -> None:
     s = cassandra_store
     await s.write_batch(

@@ -142,11 +142,15 @@ class Writer:
         wanted = list(dict.fromkeys(m.dedup_id for m in messages if m.dedup_id))
         now_ms = self._clock.wall_ms()
         if wanted:
-            items = await self._store.get_many([keys.dedup(info.number, d) for d in wanted])
-            for d, item in zip(wanted, items, strict=True):
+            records = [keys.dedup(info.number, d) for d in wanted]
+            items = await self._store.get_many(records)
+            for d, key, item in zip(wanted, records, items, strict=True):
                 if item is not None:
                     mid, expires_ms = msgpack.unpackb(item.value)
-                    if expires_ms > now_ms:
+                    # A store that expires records itself (Cassandra's TTL) times the
+                    # window by one clock; comparing this node's clock with the
+                    # writer's would end it early when the two disagree.
+                    if expires_ms > now_ms or self._store.expires_itself(key):
                         known[d] = int(mid)
         fresh: list[tuple[int, NewMessage]] = []
         for i, m in enumerate(messages):
