@@ -1,7 +1,8 @@
 """Chaos soak: kill -9 a node every few seconds under load, then judge the whole history.
 
 ``python -m bench chaos [--duration S] [--interval S] [--storage embedded|cassandra]
-[--cassandra HOST:PORT] [--messages M] [--producers P] [--consumers C] [--seed N]``
+[--cassandra HOST:PORT] [--messages M] [--producers P] [--consumers C] [--seed N]
+[--dir DIR]``
 
 * ``--storage embedded`` (default): one node on LMDB, killed with SIGKILL
   every ``--interval`` seconds and restarted on the same port and data dir.
@@ -42,14 +43,23 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--storage", choices=("embedded", "cassandra"), default="embedded")
     p.add_argument("--cassandra", help="host:port of a running Cassandra (else one is started)")
     p.add_argument("--messages", type=int, default=1_000_000, help="most messages sent")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="most messages/s sent (default: 400 embedded, 100 cassandra); 0 = unpaced",
+    )
     p.add_argument("--producers", type=int, default=4)
     p.add_argument("--consumers", type=int, default=4)
     p.add_argument("--visibility-timeout", type=float, default=5.0)
     p.add_argument("--drain-max", type=float, default=180.0, help="longest drain, seconds")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--dir", help="keep the nodes' data and logs here (default: a temp dir)")
     a = p.parse_args(argv)
     if a.duration <= 0 or a.interval <= 0:
         p.error("--duration and --interval must be positive")
+    if a.rate is None:  # below what consumers sustain here under kills, so drains end
+        a.rate = 400.0 if a.storage == "embedded" else 100.0
     return a
 
 
@@ -143,6 +153,7 @@ async def _run(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             visibility_timeout_s=a.visibility_timeout,
             drain_max_s=a.drain_max,
             seed=a.seed,
+            max_rate_per_s=a.rate or None,
         )
         t0 = time.monotonic()
         h = await run_workload(workload, faults)
@@ -168,6 +179,8 @@ async def _run(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "duration_s": a.duration,
         "interval_s": a.interval,
         "wall_s": round(wall, 1),
+        "drained": h.drained,
+        "rate_limit_per_s": a.rate or None,
         "acked_per_s": round(v.acked / wall, 1) if wall > 0 else 0.0,
         "responses": dict(sorted(h.responses.items())),
         "examples": v.examples,
@@ -176,5 +189,8 @@ async def _run(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
 def main(argv: list[str]) -> dict[str, Any]:
     a = parse(argv)
+    if a.dir:
+        Path(a.dir).mkdir(parents=True, exist_ok=True)
+        return asyncio.run(_run(a, Path(a.dir)))
     with tempfile.TemporaryDirectory(prefix="bench-chaos-") as tmp:
         return asyncio.run(_run(a, Path(tmp)))

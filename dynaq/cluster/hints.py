@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 import aiohttp
 
 from dynaq.core.hints import HINTS_PATH, HandoverEntry, HintsMessage, QueueHints, encode_hints
+from dynaq.core.ids import lane_of
 from dynaq.core.membership import Member
 from dynaq.tasks import cancel_and_wait
 
@@ -32,25 +34,32 @@ class HttpPeerHints:
     def __init__(self, flush_after_s: float = 0.005, timeout_s: float = 2.0) -> None:
         self._flush_after_s = flush_after_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._pending: dict[str, dict[str, tuple[list[int], set[int]]]] = {}
+        # peer -> queue -> (deleted ids, lanes written, lane -> lowest group id written)
+        self._pending: dict[str, dict[str, tuple[list[int], set[int], dict[int, int]]]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
         self.sent = 0
 
-    def _slot(self, owner: Member, queue: str) -> tuple[list[int], set[int]]:
+    def _slot(self, owner: Member, queue: str) -> tuple[list[int], set[int], dict[int, int]]:
         per_peer = self._pending.setdefault(owner.http_addr, {})
         slot = per_peer.get(queue)
         if slot is None:
-            slot = per_peer[queue] = ([], set())
+            slot = per_peer[queue] = ([], set(), {})
         self._wake.set()
         return slot
 
     def deleted(self, owner: Member, queue: str, ids: list[int]) -> None:
         self._slot(owner, queue)[0].extend(ids)
 
-    def enqueued(self, owner: Member, queue: str, lanes: list[int]) -> None:
-        self._slot(owner, queue)[1].update(lanes)
+    def enqueued(
+        self, owner: Member, queue: str, lanes: list[int], rewind: Sequence[int] = ()
+    ) -> None:
+        _, written, lowest = self._slot(owner, queue)
+        written.update(lanes)
+        for i in rewind:
+            lane = lane_of(i)
+            lowest[lane] = min(i, lowest.get(lane, i))
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(timeout=self._timeout)
@@ -79,10 +88,15 @@ class HttpPeerHints:
             return
         await asyncio.gather(*(self._send(addr, queues) for addr, queues in pending.items()))
 
-    async def _send(self, addr: str, queues: dict[str, tuple[list[int], set[int]]]) -> None:
+    async def _send(
+        self, addr: str, queues: dict[str, tuple[list[int], set[int], dict[int, int]]]
+    ) -> None:
         assert self._session is not None
         message = HintsMessage(
-            {q: QueueHints(tuple(d), tuple(sorted(lanes))) for q, (d, lanes) in queues.items()}
+            {
+                q: QueueHints(tuple(d), tuple(sorted(lanes)), tuple(sorted(lowest.values())))
+                for q, (d, lanes, lowest) in queues.items()
+            }
         )
         try:
             async with self._session.post(

@@ -136,6 +136,16 @@ class QueueState:
             p.wake()
         self.signal.set()
 
+    def note_group_written(self, message_id: int) -> None:
+        """A group message was written: the next scan of its partition starts no
+        later than it. Its id may have been drawn before, and committed after, a
+        larger id in its lane that a scan already passed; found only when the
+        scan wrapped around, the group's later messages would be served first."""
+        p = self.partition_of_lane(lane_of(message_id))
+        if p is not None:
+            p.rewind_to(message_id)
+        self.signal.set()
+
     def poke(self, lane: int) -> None:
         """Something in ``lane`` became visible (released): wake its partition and waiters."""
         self.note_enqueued(lane)

@@ -97,6 +97,10 @@ class History:
     """Batch id -> completion events seen (for batch-tracking workloads)."""
     batches: set[str] = field(default_factory=set)
     """Batches that were closed with every item acknowledged: each must complete once."""
+    drained: bool | None = None
+    """Whether consumers drained the queue until it stayed quiet (``False``: the drain
+    hit its time bound while messages were still arriving, so what was not
+    delivered may be a backlog rather than lost; ``None``: not recorded)."""
     responses: Counter[str] = field(default_factory=Counter)
     """``"<operation> <status> [<error code>]"`` -> how many answers (``exc`` for a
     request that got no answer): what the workload saw, e.g. the 503s of an outage."""
@@ -125,6 +129,7 @@ class History:
                 "completions": dict(self.completions),
                 "batches": sorted(self.batches),
                 "responses": dict(self.responses),
+                "drained": self.drained,
             }
         )
 

@@ -52,6 +52,9 @@ class Workload:
     drain_max_s: float = 120.0
     create_queue: bool = True
     seed: int | None = None
+    max_rate_per_s: float | None = None
+    """Most messages per second all producers send together (``None``: as fast as
+    answered). A soak keeps it below what consumers sustain, or the drain cannot end."""
 
 
 def _outcome(status: int) -> Outcome:
@@ -99,9 +102,16 @@ class _Runner:
 
     async def produce(self, http: aiohttp.ClientSession, pid: int) -> None:
         seq = 0
-        deadline = self.h.now() + self.w.duration_s
+        started = self.h.now()
+        deadline = started + self.w.duration_s
         path = f"/v2/queues/{self.w.queue}/messages"
+        rate = self.w.max_rate_per_s
         while self.left > 0 and self.h.now() < deadline:
+            if rate:  # pace: this producer's share of the rate
+                ahead = seq / (rate / self.w.producers) - (self.h.now() - started)
+                if ahead > 0:
+                    await asyncio.sleep(min(ahead, max(0.0, deadline - self.h.now())))
+                    continue
             n = min(self.left, self.rng.randint(1, self.w.batch))
             self.left -= n
             sent: list[Enqueue] = []
@@ -160,7 +170,10 @@ class _Runner:
             now = self.h.now()
             if self.draining:
                 drain_started = drain_started or now
-                if now - self.last_delivery > quiet_s or now - drain_started > w.drain_max_s:
+                if now - self.last_delivery > quiet_s:
+                    return
+                if now - drain_started > w.drain_max_s:
+                    self.h.drained = False  # still delivering: undelivered may be a backlog
                     return
             invoked = self.h.now()
             body = {
@@ -224,6 +237,8 @@ async def run_workload(
             await asyncio.gather(*jobs)
             runner.draining = True
             await asyncio.gather(*consumers)
+            if h.drained is None:
+                h.drained = True
         finally:
             for c in consumers:
                 c.cancel()

@@ -78,6 +78,7 @@ def verdict_figures(v: Verdict, h: History, wall_s: float, **extra: Any) -> dict
         "id_reuse": v.id_reuse,
         "faults": v.faults,
         "responses": dict(sorted(h.responses.items())),
+        "drained": h.drained,
         "wall_s": round(wall_s, 1),
         **extra,
     }

@@ -19,7 +19,11 @@ pytestmark = [pytest.mark.soak, pytest.mark.timeout(900)]
 
 def _assert_clean(result: dict[str, object]) -> None:
     print(f"\nFAULT-RESULT {json.dumps({'fault': 'soak', **result})}")
+    assert result["drained"] is True, result  # else "lost" may be a backlog
     assert result["ok"] is True, result
+    responses = result["responses"]
+    assert isinstance(responses, dict)
+    assert not [k for k in responses if k.split(" ")[1] in ("500", "502", "504")], responses
     assert result["lost"] == 0 and result["id_reuse"] == 0, result
     assert result["order_violations"] == 0 and result["dedup_violations"] == 0, result
 

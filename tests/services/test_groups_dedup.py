@@ -246,3 +246,28 @@ async def test_dedup_holds_across_writers_whose_clocks_disagree(tmp_path: Any) -
     finally:
         for n in nodes:
             await n.stop()
+
+
+async def test_a_group_message_landing_behind_the_scan_cursor_is_served_first(
+    node: Node,
+) -> None:
+    """Regression (tests/faults, chaos soak on a Cassandra ring: 130 order violations):
+    a group message whose id was drawn before, and committed after, larger ids in its
+    lane that a scan had already passed was found only when the scan wrapped around,
+    so its group's later message was served before it."""
+    from dynaq.core.ids import group_lane
+
+    await node.catalog.create_queue("q")
+    info = await node.catalog.update_queue("q", {"max_partitions": 1})  # no split resets it
+    writer = node.queues.writer
+    lane = group_lane("a")
+    late = await writer.prepare(info, [NewMessage(b"j", group="a")])  # id drawn, not written
+    writer.ids._lane, writer.ids._left_in_lane = lane, 10_000  # plain messages: same lane
+    await node.queues.enqueue("q", [NewMessage(b"p%d" % i) for i in range(3)])
+    (first,) = await node.queues.receive("q", 1)  # the scan's cursor moves past j's id
+    assert first.body == b"p0" and first.id > late.ids[0]
+    await node.store.write_batch(late.ops)  # j lands late, behind the cursor
+    writer.note_written(late)
+    await node.queues.enqueue("q", [NewMessage(b"k", group="a")])
+    bodies = [m.body for m in await node.queues.receive("q", 10)]
+    assert b"j" in bodies and b"k" not in bodies, bodies  # k waits for j

@@ -99,9 +99,16 @@ class QueueService:
         """Forward enqueue/delete hints to the owners of other slices."""
         self.hints.set_peers(peers)
 
-    def apply_hints(self, queue: str, deleted: Sequence[int], lanes: Sequence[int]) -> None:
-        """Apply hints from a peer: messages deleted there, lanes written there."""
-        self.hints.apply_hints(queue, deleted, lanes)
+    def apply_hints(
+        self,
+        queue: str,
+        deleted: Sequence[int],
+        lanes: Sequence[int],
+        rewind: Sequence[int] = (),
+    ) -> None:
+        """Apply hints from a peer: messages deleted there, lanes and group messages
+        written there."""
+        self.hints.apply_hints(queue, deleted, lanes, rewind)
 
     def handover(self) -> Handover:
         """This node's in-flight messages per next owner (sent before a graceful leave)."""

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgpack
@@ -55,6 +55,8 @@ class PreparedWrite:
     ops: list[Put]
     written: list[int]
     """Ids of the messages this write actually adds."""
+    grouped: list[int] = field(default_factory=list)
+    """Those of them that belong to a message group."""
 
 
 class Writer:
@@ -174,11 +176,14 @@ class Writer:
         expires_ms = now_ms + int(self.dedup_window_s * 1000)
         ops: list[Put] = []
         written: list[int] = []
+        grouped: list[int] = []
         for i, m in fresh:
             mid = ids[i]
             assert mid is not None
             ops.append(Put(keys.message(info.number, mid), encode(m, now_ms, compress)))
             written.append(mid)
+            if m.group is not None:
+                grouped.append(mid)
             if m.dedup_id is not None:
                 record = msgpack.packb([mid, expires_ms])
                 ops.append(Put(keys.dedup(info.number, m.dedup_id), record))
@@ -191,7 +196,7 @@ class Writer:
                 mid = ids[-1 - first] if first < 0 else first
             assert mid is not None and mid >= 0
             out.append(mid)
-        return PreparedWrite(info, out, ops, written)
+        return PreparedWrite(info, out, ops, written, grouped)
 
     def _allocate(self, fresh: list[tuple[int, NewMessage]], ids: list[int | None]) -> None:
         """Draw ids for the messages to write: the plain ones share a lane, each
@@ -241,7 +246,9 @@ class Writer:
         if st is not None:
             for lane in lanes:
                 st.note_enqueued(lane)
-        self._hints.enqueued(info, lanes)
+            for mid in w.grouped:
+                st.note_group_written(mid)
+        self._hints.enqueued(info, lanes, w.grouped)
         self._metrics.incr(f"{info.name}.sent.count", len(w.written))
 
     async def write(self, info: QueueInfo, messages: Sequence[NewMessage]) -> list[int]:
