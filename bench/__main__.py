@@ -1,7 +1,8 @@
 """Run one benchmark scenario: ``python -m bench <scenario> [options]``.
 
 Without a scenario, lists the available ones. The last line of stdout is the
-scenario's result as one JSON object.
+scenario's result as one JSON object. A result holding ``"ok": false`` (a
+verdict, as ``chaos`` gives) makes the exit code 1.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def main(argv: list[str]) -> int:
     result: dict[str, Any] = run(argv[1:])
     sys.stdout.flush()
     print(json.dumps(result), flush=True)
-    return 0
+    return 1 if result.get("ok") is False else 0
 
 
 if __name__ == "__main__":

@@ -94,6 +94,8 @@ class EmbeddedConfig:
     map_size_mb: int = 64 * 1024
     max_commit_ops: int = 50_000
     read_threads: int = 4
+    fill_limit_percent: int = 90
+    min_free_disk_mb: int = 64
 
 
 @dataclass(frozen=True)
@@ -284,6 +286,8 @@ _RANGES: dict[str, tuple[float, float]] = {
     "embedded.map_size_mb": (1, 64 * 1024 * 1024),
     "embedded.max_commit_ops": (1, 10_000_000),
     "embedded.read_threads": (1, 256),
+    "embedded.fill_limit_percent": (10, 100),
+    "embedded.min_free_disk_mb": (0, 1024 * 1024),
     "cassandra.replication_factor": (1, 32),
     "cassandra.protocol_version": (3, 5),
     "cassandra.pool_size": (1, 256),

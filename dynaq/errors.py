@@ -28,9 +28,12 @@ codes.
     ├── SlotLost                503  another node took this node's writer slot: stop
     ├── NotServing              503  this node is starting or draining: retry (elsewhere)
     └── StorageError            503  the store failed; ``retriable`` says whether to retry
-        └── StorageUnavailable  503
-            ├── IdClockStalled  503  ids would outrun their persisted high-water mark
-            └── DecrIncomplete  503  some decrements of a request applied, others did not
+        ├── StorageUnavailable  503
+        │   ├── IdClockStalled  503  ids would outrun their persisted high-water mark
+        │   └── DecrIncomplete  503  some decrements of a request applied, others did not
+        └── InsufficientStorage 507  the store is full: writes that add messages are
+                                     refused until consumers drain it (receives and
+                                     deletes keep working)
 """
 
 from __future__ import annotations
@@ -226,6 +229,19 @@ class IdClockStalled(StorageUnavailable):
     code = "id_clock_stalled"
 
 
+class InsufficientStorage(StorageError):
+    """The store is (nearly) full: writes that add messages are refused.
+
+    The embedded store keeps a reserve of its map and of its disk for the
+    writes that free space (deletes) and small records, so consumers can
+    drain; once they have, writes succeed again: retry later.
+    """
+
+    status = 507
+    code = "insufficient_storage"
+    retriable = True
+
+
 __all__ = [
     "AlreadyExists",
     "BadRecord",
@@ -237,6 +253,7 @@ __all__ = [
     "DynaqError",
     "Forbidden",
     "IdClockStalled",
+    "InsufficientStorage",
     "InvalidInput",
     "InvalidName",
     "NotFound",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import signal
 import socket
 from collections.abc import Callable
@@ -65,6 +66,8 @@ def build_store(config: Config) -> Store:
             map_size=e.map_size_mb * 1024 * 1024,
             max_commit_ops=e.max_commit_ops,
             read_threads=e.read_threads,
+            fill_limit=e.fill_limit_percent / 100,
+            min_free_disk=e.min_free_disk_mb * 1024 * 1024,
         )
     if backend == "memory":
         from dynaq.storage.memory import MemoryStore
@@ -80,6 +83,8 @@ def build_store(config: Config) -> Store:
             replication_factor=c.replication_factor,
             protocol_version=c.protocol_version,
             pool_size=c.pool_size,
+            # Dedup windows timed by Cassandra's clock, not by each node's.
+            expire_prefixes={keys.DEDUP: math.ceil(config.queues.dedup_window_s)},
         )
     raise InvalidInput(
         f"unknown storage backend {backend!r}; use 'embedded', 'cassandra' or 'memory'"
@@ -294,7 +299,7 @@ class Node:
         # mark, so a clock stepped back never redraws (and overwrites) an id.
         self.id_floor = IdFloor(self.store, self.clock, ids)
         await self.id_floor.start()
-        self.queues.set_ids(ids)
+        self.queues.set_ids(ids, self.id_floor.refresh)
         await self.queues.start()
         await self.batches.start()
         await self.metrics.start()

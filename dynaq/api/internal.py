@@ -61,7 +61,7 @@ async def receive_hints(request: web.Request) -> web.Response:
     message = decode_hints(await read_raw(request))
     service = request.app[QUEUES]
     for queue, hints in message.queues.items():
-        service.apply_hints(queue, hints.deleted, hints.lanes)
+        service.apply_hints(queue, hints.deleted, hints.lanes, hints.rewind)
     for queue, entries in message.handover.items():
         service.apply_handover(queue, entries)
     return json_response({"ok": True})

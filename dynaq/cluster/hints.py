@@ -20,10 +20,12 @@ import asyncio
 import logging
 import ssl
 import time
+from collections.abc import Sequence
 
 import aiohttp
 
 from dynaq.core.hints import HINTS_PATH, HandoverEntry, HintsMessage, QueueHints, encode_hints
+from dynaq.core.ids import lane_of
 from dynaq.core.membership import Member
 from dynaq.core.peer_auth import PEER_AUTH_HEADER, PeerSigner
 from dynaq.tasks import cancel_and_wait
@@ -47,7 +49,8 @@ class HttpPeerHints:
         self._ssl = ssl_context
         self._flush_after_s = flush_after_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._pending: dict[Member, dict[str, tuple[list[int], set[int]]]] = {}
+        # peer -> queue -> (deleted ids, lanes written, lane -> lowest group id written)
+        self._pending: dict[Member, dict[str, tuple[list[int], set[int], dict[int, int]]]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -55,19 +58,25 @@ class HttpPeerHints:
         self.sent = 0
         self.refused = 0
 
-    def _slot(self, owner: Member, queue: str) -> tuple[list[int], set[int]]:
+    def _slot(self, owner: Member, queue: str) -> tuple[list[int], set[int], dict[int, int]]:
         per_peer = self._pending.setdefault(owner, {})
         slot = per_peer.get(queue)
         if slot is None:
-            slot = per_peer[queue] = ([], set())
+            slot = per_peer[queue] = ([], set(), {})
         self._wake.set()
         return slot
 
     def deleted(self, owner: Member, queue: str, ids: list[int]) -> None:
         self._slot(owner, queue)[0].extend(ids)
 
-    def enqueued(self, owner: Member, queue: str, lanes: list[int]) -> None:
-        self._slot(owner, queue)[1].update(lanes)
+    def enqueued(
+        self, owner: Member, queue: str, lanes: list[int], rewind: Sequence[int] = ()
+    ) -> None:
+        _, written, lowest = self._slot(owner, queue)
+        written.update(lanes)
+        for i in rewind:
+            lane = lane_of(i)
+            lowest[lane] = min(i, lowest.get(lane, i))
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(timeout=self._timeout)
@@ -105,10 +114,15 @@ class HttpPeerHints:
             self._warned_at[peer.name] = now
             log.warning("peer refused hints", extra={"peer": peer.name, "status": status})
 
-    async def _send(self, peer: Member, queues: dict[str, tuple[list[int], set[int]]]) -> None:
+    async def _send(
+        self, peer: Member, queues: dict[str, tuple[list[int], set[int], dict[int, int]]]
+    ) -> None:
         assert self._session is not None
         message = HintsMessage(
-            {q: QueueHints(tuple(d), tuple(sorted(lanes))) for q, (d, lanes) in queues.items()}
+            {
+                q: QueueHints(tuple(d), tuple(sorted(lanes)), tuple(sorted(lowest.values())))
+                for q, (d, lanes, lowest) in queues.items()
+            }
         )
         try:
             status = await post_signed(

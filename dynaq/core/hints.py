@@ -5,10 +5,12 @@ deleted, lanes written) and, when it leaves gracefully, hands over the
 in-flight messages the owner must keep invisible. On the wire one message is
 a msgpack map::
 
-    {"queues":   {queue: {"deleted": [id, ...], "lanes": [lane, ...]}},
+    {"queues":   {queue: {"deleted": [id, ...], "lanes": [lane, ...], "rewind": [id, ...]}},
      "handover": {queue: [[id, seconds_left, receive_count, group, attributes], ...]}}
 
-(``attributes`` was added later: an entry of four elements has none.)
+(``attributes`` was added later: an entry of four elements has none. ``rewind``
+was added later too, and may be absent: ids of group messages just written, so
+the owner's next scan starts no later than each, see :class:`QueueHints`.)
 
 :func:`decode_hints` checks every field's type and range and raises
 :class:`~dynaq.errors.InvalidInput` for anything else, so a receiver never
@@ -36,6 +38,11 @@ class QueueHints:
 
     deleted: tuple[int, ...] = ()
     lanes: tuple[int, ...] = ()
+    rewind: tuple[int, ...] = ()
+    """Group messages written there, lowest id per lane: one may have landed behind
+    the owner's scan cursor (its id was drawn before, and committed after, a
+    larger one in its lane), and its group's later messages must not be served
+    before it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +71,11 @@ def encode_hints(message: HintsMessage) -> bytes:
         msgpack.packb(
             {
                 "queues": {
-                    q: {"deleted": list(h.deleted), "lanes": list(h.lanes)}
+                    q: {
+                        "deleted": list(h.deleted),
+                        "lanes": list(h.lanes),
+                        "rewind": list(h.rewind),
+                    }
                     for q, h in message.queues.items()
                 },
                 "handover": {
@@ -150,6 +161,7 @@ def decode_hints(raw: bytes) -> HintsMessage:
         queues[_name(q)] = QueueHints(
             tuple(_int(i, 0, MAX_ID, "id") for i in _list(h.get("deleted", []), "deleted")),
             tuple(_int(x, 0, LANES - 1, "lane") for x in _list(h.get("lanes", []), "lanes")),
+            tuple(_int(i, 0, MAX_ID, "id") for i in _list(h.get("rewind", []), "rewind")),
         )
     handover = {
         _name(q): tuple(_entry(e) for e in _list(entries, "a handover"))

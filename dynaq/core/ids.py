@@ -109,6 +109,20 @@ class IdGenerator:
         self._left_in_lane -= count
         return self._lane
 
+    def observe(self, lane: int, message_id: int) -> None:
+        """Continue ``lane`` after ``message_id``, an id any writer drew there.
+
+        The next id this generator draws in the lane is larger, whatever the
+        clocks say: a hybrid logical clock across writers. A message group
+        lives in one lane and is served in id order, so a writer observes the
+        lane's newest id before it draws a group's ids: a message sent after
+        another was acknowledged then sorts after it even when the two went
+        through nodes whose clocks disagree.
+        """
+        units = (message_id >> CLOCK_SHIFT) & _CLOCK_MASK
+        if units > self._last.get(lane, -1):
+            self._last[lane] = units
+
     def set_bounds(self, floor_ms: int, ceiling_ms: int | None) -> None:
         """Issue no id below ``floor_ms`` or above ``ceiling_ms`` (wall ms).
 
@@ -142,22 +156,6 @@ class IdGenerator:
             # id time waits at the mark until it is refreshed, rather than fail.
             now = self._ceiling & ~0xFF
         return max(self._last.get(lane, -1) + 1, now, self._floor)
-
-    def next_id(self, lane: int) -> int:
-        """The smallest id the next :meth:`allocate` in ``lane`` could return (any writer's
-        id from here up is newer than what this writer would draw)."""
-        return (lane << LANE_SHIFT) | (self._first(lane) << CLOCK_SHIFT)
-
-    def observe(self, lane: int, message_id: int) -> None:
-        """Another writer drew ``message_id`` in ``lane``: draw only later ids there.
-
-        A message group lives in one lane, so this keeps a group's ids in the
-        order its messages were acknowledged even when they were enqueued
-        through nodes whose clocks disagree.
-        """
-        units = (message_id >> CLOCK_SHIFT) & _CLOCK_MASK
-        if units > self._last.get(lane, -1):
-            self._last[lane] = units
 
     def allocate(self, lane: int, count: int) -> range:
         """Reserve ``count`` consecutive ids in ``lane``, ascending."""

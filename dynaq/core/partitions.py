@@ -30,7 +30,7 @@ import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from dynaq.core.ids import lane_of
+from dynaq.core.ids import LANE_SHIFT, lane_of
 from dynaq.core.keyspace import LaneRange, partition_ranges
 
 
@@ -136,6 +136,21 @@ class QueueState:
         p = self.partition_of_lane(lane)
         if p is not None:
             p.wake()
+        self.signal.set()
+
+    def note_group_written(self, message_id: int) -> None:
+        """A group message was written. If it landed behind its partition's scan
+        cursor (its id was drawn before, and committed after, a larger id in its
+        lane that a scan already passed), the next scan restarts at the start of
+        its lane: found only when the scan wrapped around, its group's later
+        messages ahead of the cursor would be served first. Not at the message
+        itself: earlier messages of its group may wait behind the cursor too
+        (skipped while their group was blocked), and a group lives in one lane."""
+        p = self.partition_of_lane(lane_of(message_id))
+        if p is None:
+            return
+        if p.cursor is not None and message_id < p.cursor:
+            p.rewind_to(max(p.lanes.bottom_id, lane_of(message_id) << LANE_SHIFT))
         self.signal.set()
 
     def poke(self, lane: int) -> None:

@@ -49,6 +49,9 @@ class IdFloor:
         self._refresh_s = refresh_s
         self._key = keys.id_high_water(ids.writer)
         self._task: asyncio.Task[None] | None = None
+        # The periodic refresh and a writer's (see Writer.refresh_ids) never
+        # interleave: the ceiling set last is then the mark stored last.
+        self._lock = asyncio.Lock()
 
     async def start(self) -> None:
         """Read the slot's mark, continue after it, and persist a new one before any id is drawn."""
@@ -73,9 +76,10 @@ class IdFloor:
 
     async def refresh(self) -> None:
         """Persist a mark ``ahead_s`` past the newest id, then let ids run up to it."""
-        mark = self._ids.high_water_ms() + self._ahead_ms
-        await self._store.put(self._key, str(mark).encode())
-        self._ids.set_bounds(0, mark)
+        async with self._lock:
+            mark = self._ids.high_water_ms() + self._ahead_ms
+            await self._store.put(self._key, str(mark).encode())
+            self._ids.set_bounds(0, mark)
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)

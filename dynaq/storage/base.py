@@ -129,6 +129,31 @@ class Store(abc.ABC):
     ) -> list[bytes]:
         """Return up to ``limit`` keys that begin with ``prefix``, ascending, after ``start_after``."""
 
+    def expires_itself(self, key: bytes) -> bool:
+        """Whether the store removes ``key`` by itself a set time after each write,
+        timed by the store's own clock (callers then trust a present key instead
+        of comparing their clocks). ``False`` unless a backend was told so."""
+        return False
+
+    async def last_key(self, start: bytes, end: bytes) -> bytes | None:
+        """The greatest key ``k`` with ``start <= k < end``, or ``None``.
+
+        This default pages through :meth:`list_keys`-like scans; backends answer
+        from an index in one step (LMDB's cursor, Cassandra's reversed clustering
+        order within one lane).
+        """
+        last: bytes | None = None
+        page = 1000
+        while start < end:
+            rows = await self.scan(start, end, page)
+            if not rows:
+                break
+            last = rows[-1][0]
+            if len(rows) < page:
+                break
+            start = last + b"\x00"
+        return last
+
     async def delete_range(self, start: bytes, end: bytes, chunk: int = 10_000) -> int:
         """Delete every key in ``[start, end)`` in chunks; return how many were removed.
 

@@ -10,11 +10,11 @@ import asyncio
 import random
 import re
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 from dynaq.errors import InvalidInput, StorageUnavailable
-from dynaq.storage.base import LANE_SHIFT, Delete, Item, Op, Put, Store, id_time_ms
+from dynaq.storage.base import LANE_SHIFT, Delete, Item, Op, Put, Store
 from dynaq.storage.cassandra_layout import (
     ID_BITS,
     ID_MASK,
@@ -59,6 +59,7 @@ class CassandraStore(Store):
         request_timeout_s: float = 12.0,
         connect_timeout_s: float = 10.0,
         messages_gc_grace_s: int = 900,
+        expire_prefixes: Mapping[bytes, int] | None = None,
     ) -> None:
         if not _KEYSPACE.match(keyspace):
             raise InvalidInput(f"invalid Cassandra keyspace name {keyspace!r}")
@@ -74,6 +75,8 @@ class CassandraStore(Store):
             connect_timeout_s=connect_timeout_s,
             messages_gc_grace_s=messages_gc_grace_s,
         )
+        # Keys (never message keys) that Cassandra expires itself: prefix -> TTL s.
+        self._ttl = {k: max(1, int(v)) for k, v in (expire_prefixes or {}).items()}
         self._known: set[tuple[int, int]] = set()
         self._salt = random.getrandbits(10)
         self._last_us = 0
@@ -191,6 +194,47 @@ class CassandraStore(Store):
         end = prefix_end(prefix) if prefix else b"\xff" * 64 + b"\xff"
         return await self._scan(start, end, limit, with_values=False)
 
+    def expires_itself(self, key: bytes) -> bool:
+        return self._ttl_of(key) is not None
+
+    def _ttl_of(self, key: bytes) -> int | None:
+        for prefix, ttl in self._ttl.items():
+            if key.startswith(prefix) and not is_message(key):
+                return ttl
+        return None
+
+    def _kv_put(self, key: bytes, value: bytes, version: int) -> tuple[Any, tuple[Any, ...]]:
+        """The statement that writes a kv key: with ``USING TTL`` for an expiring prefix."""
+        st = self._stmts()
+        p, ck = kv_part(key)
+        ttl = self._ttl_of(key)
+        if ttl is None:
+            return st.kv_put, (value, version, p, ck)
+        return st.kv_put_ttl, (ttl, value, version, p, ck)
+
+    async def last_key(self, start: bytes, end: bytes) -> bytes | None:
+        """Within one lane of one queue, one reversed clustering read (skipping bare
+        row markers); any other range falls back to the contract's scans."""
+        lo, hi = msg_pos(start), msg_pos(end)
+        q = lo >> ID_BITS
+        if not (is_message(start) and lo < hi and (hi - 1) >> ID_BITS == q):
+            return await super().last_key(start, end)
+        base = q << ID_BITS
+        id_lo, id_hi = lo - base, hi - 1 - base
+        lane = id_lo >> LANE_SHIFT
+        if id_hi >> LANE_SHIFT != lane:
+            return await super().last_key(start, end)
+        stmt, page = self._stmts().m_last, 16
+        while id_hi >= id_lo:
+            rows = await self._run(stmt, (q, lane, id_lo, id_hi, page))
+            for row in rows:
+                if row[-1] is not None:
+                    return msg_key(q, row[0])
+            if len(rows) < page:
+                return None
+            id_hi = rows[-1][0] - 1
+        return None
+
     async def _scan(self, start: bytes, end: bytes, limit: int, *, with_values: bool) -> list[Any]:
         if limit <= 0 or start >= end:
             return []
@@ -273,10 +317,9 @@ class CassandraStore(Store):
         v = self._next_version()
         if is_message(key):
             q, lane, mid = msg_parts(key)
-            await self._run(st.m_put, (_write_us(mid), value, v, q, lane, mid))
+            await self._run(st.m_put, (value, v, q, lane, mid))
         else:
-            p, ck = kv_part(key)
-            await self._run(st.kv_put, (value, v, p, ck))
+            await self._run(*self._kv_put(key, value, v))
         return v
 
     async def put_if_absent(self, key: bytes, value: bytes) -> int | None:
@@ -351,15 +394,14 @@ class CassandraStore(Store):
                 q, lane, mid = msg_parts(op.key)
                 parts.add((q, lane))
                 if isinstance(op, Put):
-                    put = (_write_us(mid), op.value, self._next_version(), q, lane, mid)
-                    stmts.append((st.m_put, put))
+                    stmts.append((st.m_put, (op.value, self._next_version(), q, lane, mid)))
                 else:
-                    stmts.append((st.m_del, (_delete_us(mid), q, lane, mid)))
+                    stmts.append((st.m_del, (q, lane, mid)))
             else:
                 p, ck = kv_part(op.key)
                 parts.add((p,))
                 if isinstance(op, Put):
-                    stmts.append((st.kv_put, (op.value, self._next_version(), p, ck)))
+                    stmts.append(self._kv_put(op.key, op.value, self._next_version()))
                 else:
                     stmts.append((st.kv_del, (p, ck)))
         await self._apply(stmts, logged=len(parts) > 1)
@@ -392,7 +434,7 @@ class CassandraStore(Store):
                 for op in part_ops:
                     if is_message(op.key):
                         q, lane, mid = msg_parts(op.key)
-                        stmts.append((st.m_del, (_delete_us(mid), q, lane, mid)))
+                        stmts.append((st.m_del, (q, lane, mid)))
                     else:
                         stmts.append((st.kv_del, kv_part(op.key)))
                 calls.append(self._apply(stmts, logged=False))
@@ -403,16 +445,6 @@ class CassandraStore(Store):
 
 async def _nothing() -> list[Any]:
     return []
-
-
-def _write_us(message_id: int) -> int:
-    """A message write's timestamp: the id's own time (µs), the same on every node."""
-    return id_time_ms(message_id) * 1000
-
-
-def _delete_us(message_id: int) -> int:
-    """A delete's timestamp: now, and never earlier than just after its message's write."""
-    return max(time.time_ns() // 1000, _write_us(message_id) + 1)
 
 
 __all__ = ["CassandraStore"]

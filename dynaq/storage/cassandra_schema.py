@@ -49,15 +49,12 @@ class Statements:
         self.m_keys = p(
             f"SELECT id, version FROM {m} WHERE queue=? AND lane=? AND id>=? AND id<=? LIMIT ?"
         )
-        # Plain message writes carry the id's own time as their timestamp, and
-        # deletes one later (at least): a delete always beats its message's
-        # write, whatever the clocks of the nodes that made them.
-        self.m_put = p(
-            f"UPDATE {m} USING TIMESTAMP ? SET value=?, version=? WHERE queue=? AND lane=? AND id=?"
+        self.m_last = p(
+            f"SELECT id, version FROM {m} WHERE queue=? AND lane=? AND id>=? AND id<=? "
+            "ORDER BY id DESC LIMIT ?"
         )
-        self.m_del = p(
-            f"DELETE value, version FROM {m} USING TIMESTAMP ? WHERE queue=? AND lane=? AND id=?"
-        )
+        self.m_put = p(f"UPDATE {m} SET value=?, version=? WHERE queue=? AND lane=? AND id=?")
+        self.m_del = p(f"DELETE value, version FROM {m} WHERE queue=? AND lane=? AND id=?")
         self.m_put_new = p(
             f"INSERT INTO {m} (queue, lane, id, value, version) VALUES (?,?,?,?,?) IF NOT EXISTS"
         )
@@ -76,6 +73,7 @@ class Statements:
         self.kv_keys = p(f"SELECT k, version FROM {kv} WHERE p=? AND k>=? AND k<? LIMIT ?")
         self.kv_keys_open = p(f"SELECT k, version FROM {kv} WHERE p=? AND k>=? LIMIT ?")
         self.kv_put = p(f"UPDATE {kv} SET value=?, version=? WHERE p=? AND k=?")
+        self.kv_put_ttl = p(f"UPDATE {kv} USING TTL ? SET value=?, version=? WHERE p=? AND k=?")
         self.kv_del = p(f"DELETE value, version FROM {kv} WHERE p=? AND k=?")
         self.kv_del_ver = p(f"DELETE value, version FROM {kv} WHERE p=? AND k=? IF version=?")
         self.kv_put_new = p(

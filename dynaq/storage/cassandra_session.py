@@ -192,6 +192,11 @@ class CassandraSession:
             cluster.set_core_connections_per_host(HostDistance.LOCAL, self._pool_size)
         try:
             session = cluster.connect()
+            # Write timestamps from the coordinator, never from this node's clock:
+            # a node whose clock is behind would write tombstones older than the
+            # messages they delete (the delete silently does nothing), and one
+            # ahead would shadow every later write to its keys.
+            session.use_client_timestamp = False
             create_schema(session, self._ks, self._rf, self._gc_grace_s)
             return cluster, session, Statements(session, self._ks)
         except BaseException:

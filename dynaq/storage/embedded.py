@@ -9,6 +9,21 @@ commit, and each caller is answered only after that commit returned. Reads run
 on a small thread pool with a fresh read transaction each (cheap in LMDB), so
 no LMDB call ever runs on the event loop.
 
+**A full store.** LMDB copies on write: even a delete needs free pages for
+the new copies of the pages it changes, so a store filled to the last page
+cannot delete either, and consumers could not drain it. Two reserves keep
+that from happening. A write that adds messages (a batch with a message
+put) is refused with :class:`~dynaq.errors.InsufficientStorage` (HTTP 507)
+when the pages in use plus its own size would pass ``fill_limit`` of the map
+(the pages in use are read from the B-tree's stats in the write
+transaction, so pages freed by deletes count as free again), or when the
+disk under the store has less than ``min_free_disk`` bytes left (LMDB grows
+its file as it needs pages, and a write the file system cannot take fails
+the whole commit). Deletes and small records (id high-water marks, leases,
+config) use the reserve; once consumers have drained the queue, message
+writes succeed again. An LMDB ``MapFullError``, or a commit failing while the
+disk is short, is also answered as ``InsufficientStorage``.
+
 Every value is stored as an 8-byte big-endian version followed by the payload.
 Versions come from a per-process hybrid clock (wall-clock microseconds, bumped
 to stay strictly increasing), so a key's version changes on every write, even
@@ -31,8 +46,8 @@ from typing import Any
 
 import lmdb
 
-from dynaq.errors import StorageError, StorageUnavailable
-from dynaq.storage.base import Item, Op, Put, Store
+from dynaq.errors import DynaqError, InsufficientStorage, StorageError, StorageUnavailable
+from dynaq.storage.base import MESSAGE_PREFIX, Item, Op, Put, Store
 
 _VERSION = struct.Struct(">Q")
 _VLEN = _VERSION.size
@@ -43,6 +58,13 @@ _PUT = 1
 _PUT_IF_ABSENT = 2
 _PUT_IF_VERSION = 3
 _DELETE = 4
+
+# B-tree page counts in an LMDB stat: what a database occupies.
+_PAGE_KINDS = ("branch_pages", "leaf_pages", "overflow_pages")
+# Per-entry cost beyond key and value (node header, version) when estimating a write.
+_ENTRY_OVERHEAD = 24
+# Pages LMDB needs besides the data tree (two meta pages, the main DB, the free list).
+_BASE_PAGES = 8
 
 
 @dataclass(slots=True)
@@ -64,6 +86,9 @@ class LmdbStore(Store):
 
     ``path`` is a directory; ``map_size`` is address space, not disk, so it
     can be large. ``max_commit_ops`` caps how many operations one commit takes.
+    Writes that add messages are refused (:class:`InsufficientStorage`) past
+    ``fill_limit`` (a fraction) of the map or when less than ``min_free_disk``
+    bytes are left on the disk: the rest is the reserve deletes need.
     """
 
     def __init__(
@@ -73,9 +98,15 @@ class LmdbStore(Store):
         map_size: int = 64 * 1024**3,
         max_commit_ops: int = 50_000,
         read_threads: int = 4,
+        fill_limit: float = 0.9,
+        min_free_disk: int = 64 * 1024**2,
     ) -> None:
+        if not 0 < fill_limit <= 1:
+            raise ValueError("fill_limit must be in (0, 1]")
         self._path = os.fspath(path)
         self._map_size = map_size
+        self._fill_bytes = int(map_size * fill_limit)
+        self._min_free_disk = min_free_disk
         self._max_commit_ops = max_commit_ops
         self._read_threads = read_threads
         self._env: Any = None
@@ -157,20 +188,75 @@ class LmdbStore(Store):
     def _commit(self, batch: list[_WriteRequest]) -> None:
         try:
             with self._env.begin(write=True, db=self._db) as txn:
-                for req in batch:
+                sizes = [_message_bytes(r) for r in batch]
+                room = self._room(txn) if any(sizes) else None
+                for req, grows in zip(batch, sizes, strict=True):
+                    if grows and room is not None:
+                        left, why = room
+                        if grows > left:
+                            req.error = InsufficientStorage(why)
+                            continue
+                        room = (left - grows, why)
                     req.result = self._apply(txn, req)
             self.commits += 1
-            self.committed_ops += sum(r.size for r in batch)
+            self.committed_ops += sum(r.size for r in batch if r.error is None)
             return
         except lmdb.Error as exc:
             if len(batch) == 1:
-                batch[0].error = exc
+                batch[0].error = self._translate(exc)
                 return
         # One request spoiled the shared transaction (e.g. the map is full):
         # retry each on its own so the others still commit.
         for req in batch:
             req.error = None
             self._commit([req])
+
+    def _room(self, txn: Any) -> tuple[int, str]:
+        """Bytes message writes may still add before the reserve, and what limits them.
+
+        The map: pages in use (the B-tree's own stats, so pages freed by deletes
+        are free again) against ``fill_limit``. The disk: what the file system
+        has left plus the free pages inside the file (it never shrinks, LMDB
+        reuses them), less ``min_free_disk``.
+        """
+        stat = txn.stat(self._db)
+        psize = stat["psize"]
+        used = (sum(stat[k] for k in _PAGE_KINDS) + _BASE_PAGES) * psize
+        room = self._fill_bytes - used
+        why = (
+            f"the store is full ({self._fill_bytes * 100 // self._map_size}% of its "
+            f"{self._map_size // 1024**2} MiB map): message writes are refused until "
+            "consumers drain the queue"
+        )
+        disk = self._disk_free()
+        if disk is not None:
+            in_file = max(0, (self._env.info()["last_pgno"] + 1) * psize - used)
+            disk_room = disk + in_file - self._min_free_disk
+            if disk_room < room:
+                room = disk_room
+                why = (
+                    f"the disk under the store is nearly full (a reserve of "
+                    f"{self._min_free_disk // 1024**2} MiB is kept for deletes): message "
+                    "writes are refused until consumers drain the queue"
+                )
+        return max(0, room), why
+
+    def _disk_free(self) -> int | None:
+        """Bytes the file system under the store has left for us (``None``: unknown)."""
+        try:
+            st = os.statvfs(self._path)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
+
+    def _translate(self, exc: lmdb.Error) -> BaseException:
+        """An LMDB write error as the caller sees it: a full map or disk is a 507."""
+        if isinstance(exc, lmdb.MapFullError):
+            return InsufficientStorage(f"the store's LMDB map is full: {exc}")
+        disk = self._disk_free()
+        if disk is not None and disk < max(self._min_free_disk, 1024**2):
+            return InsufficientStorage(f"the disk under the store is full: {exc}")
+        return exc
 
     def _apply(self, txn: Any, req: _WriteRequest) -> Any:
         kind, p = req.kind, req.payload
@@ -309,6 +395,21 @@ class LmdbStore(Store):
         result: list[tuple[bytes, bytes]] = await self._read(fn)
         return result
 
+    async def last_key(self, start: bytes, end: bytes) -> bytes | None:
+        if start >= end:
+            return None
+
+        def fn(txn: Any) -> bytes | None:
+            cur = txn.cursor()
+            found = cur.prev() if cur.set_range(end) else cur.last()
+            if not found:
+                return None
+            key = bytes(cur.key())
+            return key if key >= start else None
+
+        result: bytes | None = await self._read(fn)
+        return result
+
     async def list_keys(
         self, prefix: bytes, limit: int, start_after: bytes | None = None
     ) -> list[bytes]:
@@ -332,11 +433,28 @@ class LmdbStore(Store):
         return result
 
 
+def _message_bytes(req: _WriteRequest) -> int:
+    """About how many bytes ``req`` adds as messages (0 when it adds none)."""
+    if req.kind == _BATCH:
+        return sum(
+            len(op.key) + len(op.value) + _ENTRY_OVERHEAD
+            for op in req.payload
+            if type(op) is Put and op.key[:1] == MESSAGE_PREFIX
+        )
+    if req.kind in (_PUT, _PUT_IF_ABSENT):
+        key, value = req.payload
+        if key[:1] == MESSAGE_PREFIX:
+            return len(key) + len(value) + _ENTRY_OVERHEAD
+    return 0
+
+
 def _resolve_all(reqs: list[_WriteRequest]) -> None:
     for req in reqs:
         if req.future.done():
             continue
-        if req.error is not None:
+        if isinstance(req.error, DynaqError):
+            req.future.set_exception(req.error)
+        elif req.error is not None:
             err = StorageError(f"LMDB write failed: {req.error}")
             err.__cause__ = req.error
             req.future.set_exception(err)

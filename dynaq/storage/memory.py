@@ -88,6 +88,11 @@ class MemoryStore(Store):
                 results.append(self._remove(op.key))
         return results
 
+    async def last_key(self, start: bytes, end: bytes) -> bytes | None:
+        self._check()
+        i = bisect.bisect_left(self._keys, end) - 1
+        return self._keys[i] if i >= 0 and self._keys[i] >= start else None
+
     async def scan(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         self._check()
         i = bisect.bisect_left(self._keys, start)

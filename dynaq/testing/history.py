@@ -9,9 +9,17 @@ gives a :class:`Verdict`:
 * **lost** -- acknowledged enqueues never delivered. Must be 0.
 * **duplicates** -- deliveries beyond the first, each attributed to a cause
   the README allows: ``visibility_expiry`` (the earlier delivery's visibility
-  timeout passed before its delete was acknowledged), ``delete_unacknowledged``
-  (the earlier delete failed or its answer was lost), ``node_fault`` (a fault
-  was injected between the two deliveries), or ``unexplained`` (must be 0).
+  timeout could have passed before the later receive was served, and its
+  delete had not been acknowledged before that receive was sent),
+  ``delete_unacknowledged`` (the earlier delete failed or its answer was lost,
+  and the timeout could have passed), ``node_fault`` (a fault was injected
+  between the two deliveries), ``resent`` (the same token stored as a second
+  message: a send whose answer was lost, sent again), or ``unexplained`` (must
+  be 0). A message served again after its delete was acknowledged, by a
+  receive sent after that acknowledgement, is ``unexplained`` even across a
+  fault: an acknowledged delete is durable.
+* **id_reuse** -- one message id acknowledged for two different messages (not
+  copies under one dedup id): the later write overwrote the earlier. Must be 0.
 * **order_violations** -- within a message group, a message delivered before
   an earlier message of the group (acknowledged before the later one was
   sent) had even been asked to be deleted. Must be 0.
@@ -64,6 +72,8 @@ class Delivery:
     receive_count: int = 0
     delete_invoked: float | None = None
     delete_outcome: Outcome | None = None
+    delete_completed: float | None = None
+    """When the delete's answer arrived (or its request failed)."""
 
 
 @dataclass(slots=True)
@@ -87,6 +97,13 @@ class History:
     """Batch id -> completion events seen (for batch-tracking workloads)."""
     batches: set[str] = field(default_factory=set)
     """Batches that were closed with every item acknowledged: each must complete once."""
+    drained: bool | None = None
+    """Whether consumers drained the queue until it stayed quiet (``False``: the drain
+    hit its time bound while messages were still arriving, so what was not
+    delivered may be a backlog rather than lost; ``None``: not recorded)."""
+    responses: Counter[str] = field(default_factory=Counter)
+    """``"<operation> <status> [<error code>]"`` -> how many answers (``exc`` for a
+    request that got no answer): what the workload saw, e.g. the 503s of an outage."""
 
     @staticmethod
     def now() -> float:
@@ -111,6 +128,8 @@ class History:
                 "faults": [asdict(f) for f in self.faults],
                 "completions": dict(self.completions),
                 "batches": sorted(self.batches),
+                "responses": dict(self.responses),
+                "drained": self.drained,
             }
         )
 
@@ -129,6 +148,7 @@ class Verdict:
     order_violations: int = 0
     dedup_violations: int = 0
     batch_violations: int = 0
+    id_reuse: int = 0
     faults: int = 0
     examples: dict[str, list[Any]] = field(default_factory=dict)
     """A few offending tokens per kind of violation, for the failure message."""
@@ -140,6 +160,7 @@ class Verdict:
             or self.order_violations
             or self.dedup_violations
             or self.batch_violations
+            or self.id_reuse
             or self.duplicate_causes.get("unexplained", 0)
         )
 
@@ -155,17 +176,30 @@ def _example(v: Verdict, kind: str, item: Any) -> None:
         bucket.append(item)
 
 
+_SLACK = 0.9
+"""Share of a visibility timeout after which a redelivery counts as possibly expired
+(the node's clock and the workload's run at the same rate, but not in lockstep)."""
+
+
 def _duplicate_cause(first: Delivery, second: Delivery, faults: list[Fault]) -> str:
+    """Why ``second`` (a later delivery of the same token) could legally happen."""
+    if first.message_id != second.message_id:
+        return "resent"  # two stored messages: a send whose answer was lost, sent again
+    # The earliest the first lock could expire: the receive was served after it was sent.
+    expired = second.received >= first.invoked + first.visibility_timeout_s * _SLACK
     if first.delete_invoked is None or first.delete_outcome != "ok":
         # Never deleted, or the delete's answer was lost: redelivery is allowed
         # once the visibility timeout has passed (or a node holding it died).
         if any(_between(f, first.received, second.received) for f in faults):
             return "node_fault"
-        if second.invoked >= first.invoked + first.visibility_timeout_s * 0.9:
+        if expired:
             return "delete_unacknowledged" if first.delete_invoked else "visibility_expiry"
         return "unexplained"
-    if first.delete_invoked > first.invoked + first.visibility_timeout_s * 0.9:
-        return "visibility_expiry"  # deleted too late: it was visible again
+    acked = first.delete_completed
+    if acked is not None and second.invoked > acked:
+        return "unexplained"  # asked for after the delete was acknowledged: it is durable
+    if expired:
+        return "visibility_expiry"  # deleted too late: it was visible again meanwhile
     if any(_between(f, first.invoked, second.received) for f in faults):
         return "node_fault"
     return "unexplained"
@@ -189,12 +223,35 @@ def check(history: History) -> Verdict:
     v.unacked_sent = len({e.token for e in history.enqueues} - acked_tokens)
 
     # Lost: acknowledged, never delivered. A dedup hit shares its first copy's
-    # message, so a token counts as delivered when its message id was.
-    delivered_ids = {d.message_id for d in history.deliveries}
-    lost = {e.token for e in acked if e.token not in by_token and e.message_id not in delivered_ids}
+    # message, so a token also counts as delivered when its message was
+    # delivered under another token with the same dedup id (never merely
+    # because its id was delivered: a reused id carries another body).
+    dedup_of = {e.token: e.dedup_id for e in history.enqueues if e.dedup_id is not None}
+    tokens_by_id: dict[int, set[str]] = defaultdict(set)
+    for d in history.deliveries:
+        tokens_by_id[d.message_id].add(d.token)
+
+    def delivered(e: Enqueue) -> bool:
+        if e.token in by_token:
+            return True
+        if e.dedup_id is None or e.message_id is None:
+            return False
+        return any(dedup_of.get(t) == e.dedup_id for t in tokens_by_id.get(e.message_id, ()))
+
+    lost = {e.token for e in acked if not delivered(e)}
     v.lost = len(lost)
     for token in sorted(lost)[:5]:
         _example(v, "lost", token)
+
+    # Id reuse: one id acknowledged for messages that are not dedup copies of each other.
+    acked_by_id: dict[int, set[str]] = defaultdict(set)
+    for e in acked:
+        if e.message_id is not None:
+            acked_by_id[e.message_id].add(e.dedup_id if e.dedup_id is not None else e.token)
+    for mid, owners in acked_by_id.items():
+        if len(owners) > 1:
+            v.id_reuse += len(owners) - 1
+            _example(v, "id_reuse", [mid, sorted(owners)])
 
     # Duplicates, with their causes.
     causes: Counter[str] = Counter()

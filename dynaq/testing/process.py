@@ -117,11 +117,16 @@ class NodeProcess:
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    """The address clients (and :meth:`wait_healthy`) reach the node at."""
+    command_prefix: list[str] = field(default_factory=list)
+    """Run the node under this command, e.g. ``["ip", "netns", "exec", "ns1"]`` (it must
+    exec the node, so that :meth:`kill` signals the node itself)."""
 
     @property
     def url(self) -> str:
-        """The node's base URL, ``http://127.0.0.1:<port>``."""
-        return f"http://127.0.0.1:{self.port}"
+        """The node's base URL, ``http://<host>:<port>`` (``127.0.0.1`` unless told)."""
+        return f"http://{self.host}:{self.port}"
 
     def alive(self) -> bool:
         """Whether the process was started and has not exited."""
@@ -131,7 +136,7 @@ class NodeProcess:
         """Start the process without waiting for it (see :meth:`wait_healthy`)."""
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "dynaq", "server"],
+                [*self.command_prefix, sys.executable, "-m", "dynaq", "server"],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -54,12 +54,17 @@ class Workload:
     seed: int | None = None
     token: str | None = None
     """Bearer token sent with every request (nodes with ``auth.tokens``)."""
+    max_rate_per_s: float | None = None
+    """Most messages per second all producers send together (``None``: as fast as
+    answered). A soak keeps it below what consumers sustain, or the drain cannot end."""
 
 
 def _outcome(status: int) -> Outcome:
+    """What an answer says about the write: 4xx and 507 (insufficient storage) are
+    refusals, nothing was stored; any other 5xx may have landed or not."""
     if status == 200:
         return "ok"
-    return "failed" if 400 <= status < 500 else "unknown"
+    return "failed" if 400 <= status < 500 or status == 507 else "unknown"
 
 
 class _Runner:
@@ -78,17 +83,37 @@ class _Runner:
         return self.w.endpoints[next(self._next_endpoint) % len(self.w.endpoints)]
 
     async def post(
-        self, http: aiohttp.ClientSession, path: str, body: dict[str, Any]
+        self, http: aiohttp.ClientSession, op: str, path: str, body: dict[str, Any]
     ) -> tuple[int, Any]:
-        async with http.post(self.endpoint() + path, json=body) as r:
-            data = await r.json(content_type=None) if r.status == 200 else None
-            return r.status, data
+        """POST through the next endpoint; every answer (or its absence) is counted."""
+        try:
+            async with http.post(self.endpoint() + path, json=body) as r:
+                if r.status == 200:
+                    data = await r.json(content_type=None)
+                    self.h.responses[f"{op} 200"] += 1
+                    return r.status, data
+                try:
+                    code = (await r.json(content_type=None)).get("code", "")
+                except (ValueError, AttributeError, aiohttp.ContentTypeError):
+                    code = ""
+                self.h.responses[f"{op} {r.status} {code}".rstrip()] += 1
+                return r.status, None
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
+            self.h.responses[f"{op} exc"] += 1
+            raise
 
     async def produce(self, http: aiohttp.ClientSession, pid: int) -> None:
         seq = 0
-        deadline = self.h.now() + self.w.duration_s
+        started = self.h.now()
+        deadline = started + self.w.duration_s
         path = f"/v2/queues/{self.w.queue}/messages"
+        rate = self.w.max_rate_per_s
         while self.left > 0 and self.h.now() < deadline:
+            if rate:  # pace: this producer's share of the rate
+                ahead = seq / (rate / self.w.producers) - (self.h.now() - started)
+                if ahead > 0:
+                    await asyncio.sleep(min(ahead, max(0.0, deadline - self.h.now())))
+                    continue
             n = min(self.left, self.rng.randint(1, self.w.batch))
             self.left -= n
             sent: list[Enqueue] = []
@@ -124,8 +149,8 @@ class _Runner:
         items: list[dict[str, Any]],
     ) -> None:
         try:
-            status, data = await self.post(http, path, {"messages": items})
-        except (aiohttp.ClientError, TimeoutError, OSError):
+            status, data = await self.post(http, "enqueue", path, {"messages": items})
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
             status, data = 0, None
         now = self.h.now()
         outcome = _outcome(status) if status else "unknown"
@@ -147,7 +172,10 @@ class _Runner:
             now = self.h.now()
             if self.draining:
                 drain_started = drain_started or now
-                if now - self.last_delivery > quiet_s or now - drain_started > w.drain_max_s:
+                if now - self.last_delivery > quiet_s:
+                    return
+                if now - drain_started > w.drain_max_s:
+                    self.h.drained = False  # still delivering: undelivered may be a backlog
                     return
             invoked = self.h.now()
             body = {
@@ -156,8 +184,8 @@ class _Runner:
                 "wait_time_s": 0.5,
             }
             try:
-                status, data = await self.post(http, receive, body)
-            except (aiohttp.ClientError, TimeoutError, OSError):
+                status, data = await self.post(http, "receive", receive, body)
+            except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
                 await asyncio.sleep(0.05)
                 continue
             if status != 200 or not data["messages"]:
@@ -180,13 +208,16 @@ class _Runner:
             self.h.deliveries.extend(got)
             for d in got:
                 d.delete_invoked = self.h.now()
+            ids = {"ids": [str(d.message_id) for d in got]}
             try:
-                status, _ = await self.post(http, delete, {"ids": [str(d.message_id) for d in got]})
+                status, _ = await self.post(http, "delete", delete, ids)
                 outcome = _outcome(status)
-            except (aiohttp.ClientError, TimeoutError, OSError):
+            except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
                 outcome = "unknown"
+            done = self.h.now()
             for d in got:
                 d.delete_outcome = outcome
+                d.delete_completed = done
 
 
 async def run_workload(
@@ -209,6 +240,8 @@ async def run_workload(
             await asyncio.gather(*jobs)
             runner.draining = True
             await asyncio.gather(*consumers)
+            if h.drained is None:
+                h.drained = True
         finally:
             for c in consumers:
                 c.cancel()
@@ -223,7 +256,7 @@ async def _create_queue(http: aiohttp.ClientSession, w: Workload) -> None:
         for base in w.endpoints:
             try:
                 async with http.put(f"{base}/v1/queues/{w.queue}") as r:
-                    if r.status not in (200, 201, 409):
+                    if r.status not in (200, 201, 422):  # 422: it exists already
                         continue
                 patch = {"visibility_timeout": w.visibility_timeout_s}
                 async with http.patch(f"{base}/v1/queues/{w.queue}", json=patch) as r:

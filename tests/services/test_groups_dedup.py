@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from dynaq.clock import ManualClock
 from dynaq.core import keys
-from dynaq.core.ids import IdGenerator
 from dynaq.core.messages import NewMessage
 from dynaq.node import Node
 from dynaq.storage.base import prefix_end
@@ -211,29 +209,99 @@ async def test_legacy_dedup_records_are_honoured_and_swept_past_any_backlog(
     assert [k for k, _ in left] == [keys.dedup(info.number, "live")]
 
 
-async def test_group_order_holds_across_nodes_whose_clocks_disagree(tmp_path: Path) -> None:
-    """m1 is acknowledged through a node whose clock is 10 s ahead, then m2 is sent
-    through a node on time: m2 must still come after m1 in the group."""
+async def test_group_order_holds_across_writers_whose_clocks_disagree(tmp_path: Any) -> None:
+    """Regression (tests/faults, ring with skewed clocks): a group's message sent after
+    another was acknowledged sorts after it, even through a writer whose clock is an
+    hour behind the first one's (ids carry each writer's clock)."""
     from dynaq.storage.memory import MemoryStore
     from tests.fixtures.nodes import node_config
 
     store = MemoryStore()
-    ahead, on_time = ManualClock(wall_ms=1_790_000_010_000), ManualClock()
-    a = Node(node_config(tmp_path / "a", node={"name": "a"}), clock=ahead, store=store)
-    b = Node(node_config(tmp_path / "b", node={"name": "b"}), clock=on_time, store=store)
-    await a.start()
-    await b.start()
-    b.queues.set_ids(IdGenerator(on_time, writer=1))
+    ahead, behind = ManualClock(), ManualClock()
+    ahead.step_wall(3_600_000)
+    nodes = [
+        Node(node_config(tmp_path / name, node={"name": name}), clock=clock, store=store)
+        for name, clock in (("ahead", ahead), ("behind", behind))
+    ]
+    for n in nodes:
+        await n.start()
     try:
-        await a.catalog.create_queue("q")
-        (m1,) = await a.queues.enqueue("q", [NewMessage(b"1", group="g")])
-        (m2,) = await b.queues.enqueue("q", [NewMessage(b"2", group="g")])
-        assert m2 > m1
-        first = await b.queues.receive("q", 10)
-        assert [m.body for m in first] == [b"1"]
+        first, second = nodes
+        await first.catalog.create_queue("q")
+        await second.catalog.reload()
+        sent: list[int] = []
+        for i in range(6):  # alternate writers, each send after the last was acknowledged
+            writer = nodes[i % 2]
+            sent += await writer.queues.enqueue("q", [NewMessage(b"%d" % i, group="g")])
+        assert sent == sorted(sent), sent
+        got: list[bytes] = []
+        for _ in range(6):
+            (m,) = await second.queues.receive("q", 10)
+            got.append(m.body)
+            await second.queues.delete("q", [m.id])
+        assert got == [b"%d" % i for i in range(6)]
     finally:
-        await b.stop()
-        await a.stop()
+        for n in nodes:
+            await n.stop()
+
+
+async def test_dedup_holds_across_writers_whose_clocks_disagree(tmp_path: Any) -> None:
+    """Regression (tests/faults, ring with skewed clocks): on a store that expires
+    dedup records itself (Cassandra's TTL), a retry through a node an hour ahead of
+    the one that took the first copy is still a dedup hit (comparing the two
+    clocks ended the window at once)."""
+    from dynaq.storage.memory import MemoryStore
+    from tests.fixtures.nodes import node_config
+
+    class ExpiringStore(MemoryStore):
+        def expires_itself(self, key: bytes) -> bool:
+            return key.startswith(keys.DEDUP)
+
+    store = ExpiringStore()
+    ahead, behind = ManualClock(), ManualClock()
+    ahead.step_wall(3_600_000)
+    nodes = [
+        Node(node_config(tmp_path / name, node={"name": name}), clock=clock, store=store)
+        for name, clock in (("behind", behind), ("ahead", ahead))
+    ]
+    for n in nodes:
+        await n.start()
+    try:
+        first, retry = nodes
+        await first.catalog.create_queue("q")
+        await retry.catalog.reload()
+        (a,) = await first.queues.enqueue("q", [NewMessage(b"x", dedup_id="k")])
+        (b,) = await retry.queues.enqueue("q", [NewMessage(b"x", dedup_id="k")])
+        assert a == b
+        assert await retry.queues.sweep_dedup() == 0  # the store expires them, not a sweep
+    finally:
+        for n in nodes:
+            await n.stop()
+
+
+async def test_a_group_message_landing_behind_the_scan_cursor_is_served_first(
+    node: Node,
+) -> None:
+    """Regression (tests/faults, chaos soak on a Cassandra ring: 130 order violations):
+    a group message whose id was drawn before, and committed after, larger ids in its
+    lane that a scan had already passed was found only when the scan wrapped around,
+    so its group's later message was served before it."""
+    from dynaq.core.ids import group_lane
+
+    await node.catalog.create_queue("q")
+    info = await node.catalog.update_queue("q", {"max_partitions": 1})  # no split resets it
+    writer = node.queues.writer
+    lane = group_lane("a")
+    late = await writer.prepare(info, [NewMessage(b"j", group="a")])  # id drawn, not written
+    writer.ids._lane, writer.ids._left_in_lane = lane, 10_000  # plain messages: same lane
+    await node.queues.enqueue("q", [NewMessage(b"p%d" % i) for i in range(3)])
+    (first,) = await node.queues.receive("q", 1)  # the scan's cursor moves past j's id
+    assert first.body == b"p0" and first.id > late.ids[0]
+    await node.store.write_batch(late.ops)  # j lands late, behind the cursor
+    writer.note_written(late)
+    await node.queues.enqueue("q", [NewMessage(b"k", group="a")])
+    bodies = [m.body for m in await node.queues.receive("q", 10)]
+    assert b"j" in bodies and b"k" not in bodies, bodies  # k waits for j
 
 
 async def test_a_blocked_group_backlog_costs_each_receive_a_bounded_walk(node: Node) -> None:

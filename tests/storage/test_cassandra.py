@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from dynaq.core import keys
-from dynaq.core.ids import LANE_SHIFT, MAX_ID, IdGenerator, lane_of, lane_start
+from dynaq.core.ids import LANE_SHIFT, MAX_ID, lane_start
 from dynaq.errors import InvalidInput, StorageUnavailable
 from dynaq.storage.base import Delete, Op, Put, Store
 from dynaq.storage.memory import MemoryStore
@@ -44,46 +44,6 @@ async def test_message_keys_go_to_lane_partitions(cassandra_store: CassandraStor
     assert await _raw(s, f'SELECT k FROM "{s.keyspace}".kv') == []
     await s.put(b"c/q/name", b"cfg")
     assert await _raw(s, f'SELECT p, k FROM "{s.keyspace}".kv') == [(ord("c"), b"c/q/name")]
-
-
-async def test_a_delete_beats_a_write_from_a_node_whose_clock_runs_ahead(
-    cassandra_store: CassandraStore,
-) -> None:
-    """A node an hour ahead draws ids an hour ahead, and its driver stamped its writes
-    with its own clock: a delete from a node on time must still win (it once lost,
-    and the deleted message came back)."""
-    s = cassandra_store
-    ahead_ms = int(time.time() * 1000) + 3_600_000
-    ahead = IdGenerator(_FixedClock(ahead_ms))
-    (mid,) = ahead.allocate(5, 1)
-    await _raw(
-        s,
-        f'UPDATE "{s.keyspace}".messages USING TIMESTAMP {ahead_ms * 1000} '
-        "SET value=%s, version=%s WHERE queue=%s AND lane=%s AND id=%s",
-        b"late",
-        1,
-        9,
-        lane_of(mid),
-        mid,
-    )
-    assert await s.get(keys.message(9, mid)) is not None
-    assert await s.write_batch([Delete(keys.message(9, mid))]) == [True]
-    assert await s.get(keys.message(9, mid)) is None
-    assert await s.scan(*keys.queue_messages(9), 10) == []
-
-
-class _FixedClock:
-    def __init__(self, wall_ms: int) -> None:
-        self._wall_ms = wall_ms
-
-    def monotonic(self) -> float:
-        return 0.0
-
-    def wall_ms(self) -> int:
-        return self._wall_ms
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
 
 
 async def test_messages_table_schema(cassandra_store: CassandraStore) -> None:
@@ -194,6 +154,58 @@ async def test_multi_partition_batch_is_applied_whole(cassandra_store: Cassandra
     res = await s.write_batch(ops)
     assert res == [True] * 8 + [True, True, False]
     assert len(await s.list_keys(b"m" + (1).to_bytes(4, "big"), 100)) == 8
+
+
+async def test_a_node_with_its_clock_behind_still_deletes_and_overwrites(
+    cassandra: CassandraServer,
+) -> None:
+    """Regression (tests/faults, clock skew): write timestamps are the coordinator's.
+
+    With the driver's client-side timestamps a node whose clock was an hour
+    behind wrote tombstones older than the messages it deleted: its deletes
+    (and its puts over newer values, such as id high-water marks) silently
+    did nothing.
+    """
+    keyspace = new_keyspace()
+    ahead, behind = (CassandraStore([cassandra.host], keyspace=keyspace) for _ in range(2))
+    await ahead.open()
+    await behind.open()
+    try:
+        hour_us = 3600 * 1_000_000
+        cluster = behind._db._cluster
+        clock = cluster.timestamp_generator
+        cluster.timestamp_generator = lambda: clock() - hour_us  # its clock: -1 h
+        message = keys.message(1, lane_start(3) + 32)
+        await ahead.put(message, b"body")
+        assert await behind.write_batch([Delete(message)]) == [True]
+        assert await ahead.get(message) is None  # the delete took effect
+        await ahead.put(b"c/mark", b"1")
+        await behind.put(b"c/mark", b"2")
+        item = await ahead.get(b"c/mark")
+        assert item is not None and item.value == b"2"  # the later put won
+    finally:
+        await ahead.close()
+        await behind.close()
+
+
+async def test_expiring_prefixes_are_removed_by_cassandra_itself(
+    cassandra: CassandraServer,
+) -> None:
+    """Dedup records (``d/``) are written with a TTL: their window is timed by
+    Cassandra's clock, not by the clocks of the nodes that write and read them."""
+    s = CassandraStore([cassandra.host], keyspace=new_keyspace(), expire_prefixes={b"d/": 1})
+    await s.open()
+    try:
+        assert s.expires_itself(b"d/x") and not s.expires_itself(b"c/x")
+        assert not s.expires_itself(keys.message(1, 5))
+        await s.write_batch([Put(b"d/x", b"1"), Put(b"c/x", b"1")])
+        await s.put(b"d/y", b"2")
+        assert await s.get(b"d/x") is not None and await s.get(b"d/y") is not None
+        await asyncio.sleep(2.5)
+        assert await s.get(b"d/x") is None and await s.get(b"d/y") is None
+        assert await s.get(b"c/x") is not None
+    finally:
+        await s.close()
 
 
 async def test_delete_range_spanning_lanes(cassandra_store: CassandraStore) -> None:

@@ -180,3 +180,23 @@ async def test_embedded_store_persists_across_reopen(tmp_path: Path) -> None:
         assert item is not None and item.value == b"v"
     finally:
         await s2.close()
+
+
+async def test_last_key_is_the_greatest_key_in_a_range(store: Store) -> None:
+    from dynaq.core import keys
+    from dynaq.core.ids import lane_start
+
+    q = 7
+    ids = [lane_start(5) + 32 * i for i in range(1, 40)] + [lane_start(6) + 32]
+    await store.write_batch([Put(keys.message(q, i), b"x") for i in ids])
+    await store.put(b"c/z", b"1")
+    lane5 = (keys.message(q, lane_start(5)), keys.message(q, lane_start(6)))
+    assert await store.last_key(*lane5) == keys.message(q, ids[-2])
+    await store.write_batch([Delete(keys.message(q, ids[-2]))])
+    assert await store.last_key(*lane5) == keys.message(q, ids[-3])  # deleted: skipped
+    lane7 = (keys.message(q, lane_start(7)), keys.message(q, lane_start(8)))
+    assert await store.last_key(*lane7) is None
+    last_lane = (keys.message(q, lane_start(1023)), keys.message(q, 1 << 63))
+    assert await store.last_key(*last_lane) is None
+    assert await store.last_key(b"c/", b"c0") == b"c/z"  # any range, not only one lane
+    assert await store.last_key(b"c0", b"c/") is None

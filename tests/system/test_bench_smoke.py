@@ -88,3 +88,32 @@ def test_queue_quick_reports_named_positive_figures() -> None:
     assert counts["js_consume"] == counts["js_batch"] > 0
     # Progress went to stderr, so stdout is exactly the JSON line.
     assert "dynaq enqueue" in done.stderr
+
+
+def test_chaos_short_run_reports_a_clean_verdict() -> None:
+    """``python -m bench chaos`` for 4 s (two kill -9s of an LMDB node), end to end."""
+    done = _run("chaos", "--duration", "4", "--interval", "1.5", "--seed", "3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["scenario"] == "chaos" and result["storage"] == "embedded"
+    assert result["ok"] is True and result["kills"] >= 1
+    assert result["acked"] > 0 and result["lost"] == 0
+    for name in ("order_violations", "dedup_violations", "id_reuse"):
+        assert result[name] == 0, name
+    assert sum(result["duplicate_causes"].values()) == result["duplicates"]
+    assert "kill 1" in done.stderr  # progress went to stderr
+
+
+def test_a_verdict_that_is_not_ok_is_the_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import types
+
+    from bench import __main__ as bench_main
+
+    failing = types.SimpleNamespace(main=lambda argv: {"scenario": "fake", "ok": False})
+    monkeypatch.setattr(bench_main, "scenarios", lambda: ["fake"])
+    monkeypatch.setattr(importlib, "import_module", lambda name: failing)
+    assert bench_main.main(["fake"]) == 1
+    passing = types.SimpleNamespace(main=lambda argv: {"scenario": "fake", "ok": True})
+    monkeypatch.setattr(importlib, "import_module", lambda name: passing)
+    assert bench_main.main(["fake"]) == 0

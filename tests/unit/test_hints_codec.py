@@ -11,7 +11,7 @@ from dynaq.errors import InvalidInput
 
 def test_round_trip() -> None:
     message = HintsMessage(
-        {"q": QueueHints((1, 2**62), (0, 1023))},
+        {"q": QueueHints((1, 2**62), (0, 1023), (2**53 + 32,))},
         {"q": (HandoverEntry(5, 12.5, 3, "g", {"k": "v"}), HandoverEntry(6, 0.0, 1, None))},
     )
     assert decode_hints(encode_hints(message)) == message
@@ -38,6 +38,7 @@ def test_wire_shape_is_unchanged() -> None:
         msgpack.packb({"queues": {"q": {"deleted": [-1]}}}),
         msgpack.packb({"queues": {"q": {"deleted": [2**63]}}}),
         msgpack.packb({"queues": {"q": {"lanes": [1024]}}}),
+        msgpack.packb({"queues": {"q": {"rewind": [2**63]}}}),
         msgpack.packb({"queues": {"q": {"lanes": [True]}}}),
         msgpack.packb({"queues": {"": {}}}),
         msgpack.packb({"queues": {1: {}}}),

@@ -27,7 +27,9 @@ class PeerHints(Protocol):
 
     def deleted(self, owner: Member, queue: str, ids: list[int]) -> None: ...
 
-    def enqueued(self, owner: Member, queue: str, lanes: list[int]) -> None: ...
+    def enqueued(
+        self, owner: Member, queue: str, lanes: list[int], rewind: Sequence[int] = ()
+    ) -> None: ...
 
 
 Handover = dict[Member, dict[str, list[HandoverEntry]]]
@@ -58,12 +60,15 @@ class HintRouter:
                 out.setdefault(self._view.owner_of_lane(lane), []).append(lane)
         return out
 
-    def enqueued(self, info: QueueInfo, lanes: Iterable[int]) -> None:
-        """Messages were written into ``lanes``: wake their owners."""
+    def enqueued(self, info: QueueInfo, lanes: Iterable[int], rewind: Sequence[int] = ()) -> None:
+        """Messages were written into ``lanes``: wake their owners; ``rewind``: ids of
+        group messages written, which their owners' scans must not have passed."""
         if self._peers is None:
             return
         for owner, owned in self._remote_owners(lanes).items():
-            self._peers.enqueued(owner, info.name, owned)
+            mine = set(owned)
+            back = [i for i in rewind if lane_of(i) in mine]
+            self._peers.enqueued(owner, info.name, owned, back)
 
     def deleted(self, info: QueueInfo, removed: Sequence[int]) -> None:
         """Messages were deleted here: tell their owners, which may have them in flight."""
@@ -75,8 +80,15 @@ class HintRouter:
         for owner, owned in self._remote_owners(by_lane).items():
             self._peers.deleted(owner, info.name, [i for ln in owned for i in by_lane[ln]])
 
-    def apply_hints(self, queue: str, deleted: Sequence[int], lanes: Sequence[int]) -> None:
-        """Apply hints from a peer: messages deleted there, lanes written there."""
+    def apply_hints(
+        self,
+        queue: str,
+        deleted: Sequence[int],
+        lanes: Sequence[int],
+        rewind: Sequence[int] = (),
+    ) -> None:
+        """Apply hints from a peer: messages deleted there, lanes written there, group
+        messages written there (scans restart no later than each)."""
         info = self._catalog.cached_queue(queue)
         if info is None:
             return
@@ -89,6 +101,8 @@ class HintRouter:
                 st.forget(i)
         for lane in lanes:
             st.note_enqueued(lane)
+        for i in rewind:
+            st.note_group_written(i)
 
     def handover(self) -> Handover:
         """This node's in-flight messages, grouped by the member that serves each

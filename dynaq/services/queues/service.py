@@ -104,17 +104,28 @@ class QueueService:
     def limits(self) -> Limits:
         return self.writer.limits
 
-    def set_ids(self, ids: IdGenerator) -> None:
-        """Draw ids from ``ids`` from now on (a cluster node's leased writer slot)."""
+    def set_ids(
+        self, ids: IdGenerator, refresh: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Draw ids from ``ids`` from now on (a cluster node's leased writer slot);
+        ``refresh`` persists a new high-water mark when drawing stalls against it."""
         self.writer.ids = ids
+        self.writer.refresh_ids = refresh
 
     def set_peer_hints(self, peers: PeerHints) -> None:
         """Forward enqueue/delete hints to the owners of other slices."""
         self.hints.set_peers(peers)
 
-    def apply_hints(self, queue: str, deleted: Sequence[int], lanes: Sequence[int]) -> None:
-        """Apply hints from a peer: messages deleted there, lanes written there."""
-        self.hints.apply_hints(queue, deleted, lanes)
+    def apply_hints(
+        self,
+        queue: str,
+        deleted: Sequence[int],
+        lanes: Sequence[int],
+        rewind: Sequence[int] = (),
+    ) -> None:
+        """Apply hints from a peer: messages deleted there, lanes and group messages
+        written there."""
+        self.hints.apply_hints(queue, deleted, lanes, rewind)
 
     def handover(self) -> Handover:
         """This node's in-flight messages per next owner (sent before a graceful leave)."""

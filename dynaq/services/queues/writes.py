@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgpack
@@ -22,9 +22,9 @@ import msgpack
 from dynaq.clock import Clock
 from dynaq.core import keys
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, parse_item_id
-from dynaq.core.ids import LANE_SHIFT, IdGenerator, group_lane, lane_of
+from dynaq.core.ids import IdGenerator, group_lane, lane_of, lane_start
 from dynaq.core.messages import NewMessage, encode
-from dynaq.errors import InvalidInput, PayloadTooLarge
+from dynaq.errors import IdClockStalled, InvalidInput, PayloadTooLarge
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.queues.handover import HintRouter
@@ -55,6 +55,8 @@ class PreparedWrite:
     ops: list[Put]
     written: list[int]
     """Ids of the messages this write actually adds."""
+    grouped: list[int] = field(default_factory=list)
+    """Those of them that belong to a message group."""
 
 
 def dedup_bucket(wall_ms: int, window_s: float) -> int:
@@ -85,6 +87,9 @@ class Writer:
         self.limits = limits
         self.dedup_window_s = dedup_window_s
         self._dedup_locks: dict[int, asyncio.Lock] = {}
+        self.refresh_ids: Callable[[], Awaitable[None]] | None = None
+        """Persists a new id high-water mark (the node's :class:`IdFloor`), called when
+        drawing ids stalls against the mark."""
 
     def check_message(self, msg: NewMessage) -> None:
         """Refuse a message over the size limit (body and attributes count, as SQS
@@ -151,23 +156,18 @@ class Writer:
         now_ms = self._clock.wall_ms()
         bucket = dedup_bucket(now_ms, self.dedup_window_s)
         if wanted:
-            # A record younger than the window is in this bucket or the one
-            # before (or, written by an earlier release, under the old key).
-            lookups = [
-                k
-                for d in wanted
-                for k in (
-                    keys.dedup_in_bucket(bucket, info.number, d),
-                    keys.dedup_in_bucket(bucket - 1, info.number, d),
-                    keys.dedup(info.number, d),
-                )
-            ]
-            items = await self._store.get_many(lookups)
+            items = await self._store.get_many(
+                [k for d in wanted for k in self._dedup_lookups(info.number, bucket, d)]
+            )
+            per = len(items) // len(wanted)
             for i, d in enumerate(wanted):
-                for item in items[3 * i : 3 * i + 3]:
+                for item in items[per * i : per * (i + 1)]:
                     if item is not None:
                         mid, expires_ms = msgpack.unpackb(item.value)
-                        if expires_ms > now_ms:
+                        # A store that expires records itself (Cassandra's TTL) times the
+                        # window by one clock; comparing this node's clock with the
+                        # writer's would end it early when the two disagree.
+                        if expires_ms > now_ms or self._self_expiring:
                             known[d] = int(mid)
                             break
         fresh: list[tuple[int, NewMessage]] = []
@@ -178,29 +178,31 @@ class Writer:
                 fresh.append((i, m))
                 if m.dedup_id is not None:
                     known[m.dedup_id] = -1 - i  # later copies in this batch point here
-        plain = [i for i, m in fresh if m.group is None]
-        if plain:
-            lane = self.ids.next_lane(len(plain))
-            for i, mid in zip(plain, self.ids.allocate(lane, len(plain)), strict=True):
-                ids[i] = mid
-        grouped = {group_lane(m.group) for _, m in fresh if m.group is not None}
-        if grouped:
-            await asyncio.gather(*(self._catch_up(info, lane) for lane in grouped))
-        for i, m in fresh:
-            if m.group is not None:
-                ids[i] = self.ids.allocate(group_lane(m.group), 1)[0]
+        await self._observe_group_lanes(info, [m.group for _, m in fresh if m.group is not None])
+        try:
+            self._allocate(fresh, ids)
+        except IdClockStalled:
+            if self.refresh_ids is None:
+                raise
+            # Observing a lane can move the id clock past the persisted high-water
+            # mark (a peer's clock is ahead): persist a new mark now, then retry once.
+            await self.refresh_ids()
+            self._allocate(fresh, ids)
         compress = info.settings.compressed_messages
         expires_ms = now_ms + int(self.dedup_window_s * 1000)
         ops: list[Put] = []
         written: list[int] = []
+        grouped: list[int] = []
         for i, m in fresh:
             mid = ids[i]
             assert mid is not None
             ops.append(Put(keys.message(info.number, mid), encode(m, now_ms, compress)))
             written.append(mid)
+            if m.group is not None:
+                grouped.append(mid)
             if m.dedup_id is not None:
                 record = msgpack.packb([mid, expires_ms])
-                ops.append(Put(keys.dedup_in_bucket(bucket, info.number, m.dedup_id), record))
+                ops.append(Put(self._dedup_key(info.number, bucket, m.dedup_id), record))
         out: list[int] = []
         for i, m in enumerate(messages):
             mid = ids[i]
@@ -210,36 +212,67 @@ class Writer:
                 mid = ids[-1 - first] if first < 0 else first
             assert mid is not None and mid >= 0
             out.append(mid)
-        return PreparedWrite(info, out, ops, written)
+        return PreparedWrite(info, out, ops, written, grouped)
 
-    async def _catch_up(self, info: QueueInfo, lane: int) -> None:
-        """Draw a group lane's next ids after any another node has drawn there.
+    def _allocate(self, fresh: list[tuple[int, NewMessage]], ids: list[int | None]) -> None:
+        """Draw ids for the messages to write: the plain ones share a lane, each
+        grouped one goes to its group's lane."""
+        plain = [i for i, m in fresh if m.group is None]
+        if plain:
+            lane = self.ids.next_lane(len(plain))
+            for i, mid in zip(plain, self.ids.allocate(lane, len(plain)), strict=True):
+                ids[i] = mid
+        for i, m in fresh:
+            if m.group is not None:
+                ids[i] = self.ids.allocate(group_lane(m.group), 1)[0]
 
-        Ids order a group's messages, and each node's ids follow its own clock:
-        a message enqueued through a node whose clock is behind would get a
-        smaller id than one acknowledged earlier through another node. One
-        read of the lane from where this node would draw finds any such id.
+    async def _observe_group_lanes(self, info: QueueInfo, groups: list[str]) -> None:
+        """Draw group ids after the newest id stored in each group's lane.
+
+        Group order is id order; ids carry each writer's clock, so without this
+        a message sent through a node whose clock is behind (or after one sent
+        through a node ahead) would sort before an earlier message of its group.
+        One reversed index read per lane; the writes that follow a durable write
+        see it, so a send that follows an acknowledged one always sorts after it.
         """
-        start = self.ids.next_id(lane)
-        end = ((lane + 1) << LANE_SHIFT) - 1
-        if start > end:
+        lanes = sorted({group_lane(g) for g in groups})
+        if not lanes:
             return
-        rows = await self._store.scan(
-            keys.message(info.number, start), keys.message(info.number, end + 1), 1
-        )
-        if rows:
-            newest = await self._newest_in_lane(info, keys.message_id(rows[0][0]), end)
-            self.ids.observe(lane, newest)
-
-    async def _newest_in_lane(self, info: QueueInfo, found: int, end: int) -> int:
-        """The largest id at or after ``found`` in the lane (pages forward: rare, short)."""
-        while True:
-            rows = await self._store.scan(
-                keys.message(info.number, found + 1), keys.message(info.number, end + 1), 256
+        lasts = await asyncio.gather(
+            *(
+                self._store.last_key(
+                    keys.message(info.number, lane_start(lane)),
+                    keys.message(info.number, lane_start(lane + 1)),
+                )
+                for lane in lanes
             )
-            if not rows:
-                return found
-            found = keys.message_id(rows[-1][0])
+        )
+        for lane, last in zip(lanes, lasts, strict=True):
+            if last is not None:
+                self.ids.observe(lane, keys.message_id(last))
+
+    @property
+    def _self_expiring(self) -> bool:
+        return self._store.expires_itself(keys.DEDUP)
+
+    def _dedup_key(self, number: int, bucket: int, dedup_id: str) -> bytes:
+        """Where a dedup record is written: one key per id on a store that expires it
+        by its own clock (Cassandra's TTL), else in the current time bucket (a whole
+        bucket expires by one range delete)."""
+        if self._self_expiring:
+            return keys.dedup(number, dedup_id)
+        return keys.dedup_in_bucket(bucket, number, dedup_id)
+
+    def _dedup_lookups(self, number: int, bucket: int, dedup_id: str) -> tuple[bytes, ...]:
+        """Where a record younger than the window may be: this bucket or the one before
+        (or, written by an earlier release, under the one-key-per-id layout)."""
+        if self._self_expiring:
+            return (keys.dedup(number, dedup_id),)
+        return (
+            keys.dedup_in_bucket(bucket, number, dedup_id),
+            keys.dedup_in_bucket(bucket - 1, number, dedup_id),
+            keys.dedup(number, dedup_id),
+        )
 
     def note_written(self, w: PreparedWrite) -> None:
         """Account for a prepared write once it is durable."""
@@ -252,7 +285,9 @@ class Writer:
         if st is not None:
             for lane in lanes:
                 st.note_enqueued(lane)
-        self._hints.enqueued(info, lanes)
+            for mid in w.grouped:
+                st.note_group_written(mid)
+        self._hints.enqueued(info, lanes, w.grouped)
         self._metrics.incr(f"{info.name}.sent.count", len(w.written))
 
     async def write(self, info: QueueInfo, messages: Sequence[NewMessage]) -> list[int]:

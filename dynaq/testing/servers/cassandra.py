@@ -77,11 +77,13 @@ class CassandraServer:
     jmx_port: int
     directory: Path
     proc: subprocess.Popen[bytes]
+    host_address: str = "127.0.0.1"
+    """The address it listens on."""
 
     @property
     def host(self) -> str:
         """``host:port`` of the native CQL transport, as dynaq's config spells it."""
-        return f"127.0.0.1:{self.native_port}"
+        return f"{self.host_address}:{self.native_port}"
 
     @property
     def log_path(self) -> Path:
@@ -174,7 +176,9 @@ def available() -> str | None:
     return None
 
 
-def _config(tmp: Path, native: int, storage: int, ssl_storage: int, rpc: int) -> dict[str, object]:
+def _config(
+    tmp: Path, native: int, storage: int, ssl_storage: int, rpc: int, host: str = "127.0.0.1"
+) -> dict[str, object]:
     return {
         "cluster_name": "dynaq-test",
         "num_tokens": 1,
@@ -196,7 +200,7 @@ def _config(tmp: Path, native: int, storage: int, ssl_storage: int, rpc: int) ->
         "seed_provider": [
             {
                 "class_name": "org.apache.cassandra.locator.SimpleSeedProvider",
-                "parameters": [{"seeds": "127.0.0.1"}],
+                "parameters": [{"seeds": host}],
             }
         ],
         "concurrent_reads": 8,
@@ -208,13 +212,13 @@ def _config(tmp: Path, native: int, storage: int, ssl_storage: int, rpc: int) ->
         "row_cache_size_in_mb": 0,
         "counter_cache_size_in_mb": 0,
         "index_summary_capacity_in_mb": 4,
-        "listen_address": "127.0.0.1",
+        "listen_address": host,
         "storage_port": storage,
         "ssl_storage_port": ssl_storage,
         "start_native_transport": True,
         "native_transport_port": native,
         "start_rpc": False,
-        "rpc_address": "127.0.0.1",
+        "rpc_address": host,
         "rpc_port": rpc,
         "incremental_backups": False,
         "snapshot_before_compaction": False,
@@ -233,14 +237,14 @@ def _config(tmp: Path, native: int, storage: int, ssl_storage: int, rpc: int) ->
     }
 
 
-def _probe(port: int, timeout_s: float) -> None:
-    """Raise unless a CQL query answers on ``port``."""
+def _probe(port: int, timeout_s: float, host: str = "127.0.0.1") -> None:
+    """Raise unless a CQL query answers on ``host:port``."""
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import RoundRobinPolicy
 
     profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=timeout_s)
     cluster = Cluster(
-        [("127.0.0.1", port)],
+        [(host, port)],
         protocol_version=3,
         connect_timeout=timeout_s,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
@@ -252,11 +256,15 @@ def _probe(port: int, timeout_s: float) -> None:
         cluster.shutdown()
 
 
-def start_cassandra(tmp: Path, timeout_s: float = 120.0) -> CassandraServer:
+def start_cassandra(
+    tmp: Path, timeout_s: float = 120.0, *, host: str = "127.0.0.1"
+) -> CassandraServer:
     """Start Cassandra with its files in ``tmp``; return once CQL answers.
 
-    Raises ``RuntimeError`` (with the server log's tail) if it exits or does
-    not answer within ``timeout_s``.
+    ``host`` is the address it listens on (CQL and storage), ``127.0.0.1``
+    unless a test runs it inside a network namespace of its own. Raises
+    ``RuntimeError`` (with the server log's tail) if it exits or does not
+    answer within ``timeout_s``.
     """
     tmp.mkdir(parents=True, exist_ok=True)
     native, storage, ssl_storage, rpc, jmx = (free_port() for _ in range(5))
@@ -265,7 +273,7 @@ def start_cassandra(tmp: Path, timeout_s: float = 120.0) -> CassandraServer:
         (tmp / d).mkdir(exist_ok=True)
     # YAML is a superset of JSON, so no YAML writer is needed.
     (conf / "cassandra.yaml").write_text(
-        json.dumps(_config(tmp, native, storage, ssl_storage, rpc), indent=1)
+        json.dumps(_config(tmp, native, storage, ssl_storage, rpc, host), indent=1)
     )
     (conf / "logback.xml").write_text(_LOGBACK.format(log=tmp / "system.log"))
     cmd = [
@@ -302,7 +310,7 @@ def start_cassandra(tmp: Path, timeout_s: float = 120.0) -> CassandraServer:
         cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp
     )
     out.close()
-    server = CassandraServer(native, storage, jmx, tmp, proc)
+    server = CassandraServer(native, storage, jmx, tmp, proc, host_address=host)
     try:
         _wait_ready(server, timeout_s)
     except BaseException:
@@ -323,7 +331,7 @@ def _wait_ready(server: CassandraServer, timeout_s: float) -> None:
             )
         if b"Starting listening for CQL clients" in _read(server.log_path):
             try:
-                _probe(native, 10.0)
+                _probe(native, 10.0, server.host_address)
                 return
             except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
                 last_error = exc

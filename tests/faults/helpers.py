@@ -1,0 +1,117 @@
+"""Shared by the fault tests: the verdict assertion, its printed figures, and libfaketime.
+
+Every fault test runs :func:`dynaq.testing.run_workload` with a fault plan and
+ends with :func:`assert_verdict`, which prints one ``FAULT-RESULT {json}``
+line (``pytest -s`` shows it; the README's fault table is made from them) and
+fails the test on any lost message, order or dedup violation, reused id or
+unexplained duplicate. Duplicates are allowed, counted and printed with their
+causes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dynaq.testing.history import History, Verdict, check
+
+FAKETIME_LIBS = (
+    Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"),
+    Path("/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1"),
+    Path("/usr/lib/faketime/libfaketime.so.1"),
+)
+
+
+def missing(reason: str) -> None:
+    """Skip the test on a laptop; fail it in CI (``CI=true``), where everything must run."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (required in CI)")
+    pytest.skip(reason)
+
+
+def faketime_lib() -> Path:
+    """Debian's libfaketime (``scripts/deps/faketime.sh``); skips or fails when absent."""
+    for lib in FAKETIME_LIBS:
+        if lib.is_file():
+            return lib
+    missing("libfaketime is not installed (scripts/deps/faketime.sh: apt-get install libfaketime)")
+    raise AssertionError("unreachable")
+
+
+def faketime_env(offset: str) -> dict[str, str]:
+    """Environment that runs a process with its clock shifted by ``offset`` (``"-1h"``,
+    ``"+1h"``), through libfaketime.
+
+    libfaketime shifts the monotonic clock too (it then reads as the shifted
+    wall clock): still steady, so intervals are right. It is not left alone
+    (``FAKETIME_DONT_FAKE_MONOTONIC``): measured with libfaketime 0.9.10, that
+    mode slows every clock call enough that a node on Cassandra answered
+    receives in 4-8 s instead of 0.1 s, and the drain, not the code, failed.
+    """
+    return {
+        "LD_PRELOAD": str(faketime_lib()),
+        "FAKETIME": offset if offset[0] in "+-" else f"+{offset}",
+    }
+
+
+def have(program: str) -> bool:
+    return shutil.which(program) is not None or Path("/usr/sbin", program).exists()
+
+
+def verdict_figures(v: Verdict, h: History, wall_s: float, **extra: Any) -> dict[str, Any]:
+    """The figures one fault run reports (what the README's table lists)."""
+    return {
+        "acked": v.acked,
+        "unacked_sent": v.unacked_sent,
+        "delivered": v.delivered,
+        "lost": v.lost,
+        "duplicates": v.duplicates,
+        "duplicate_causes": v.duplicate_causes,
+        "order_violations": v.order_violations,
+        "dedup_violations": v.dedup_violations,
+        "id_reuse": v.id_reuse,
+        "faults": v.faults,
+        "responses": dict(sorted(h.responses.items())),
+        "drained": h.drained,
+        "wall_s": round(wall_s, 1),
+        **extra,
+    }
+
+
+async def assert_verdict(
+    name: str, h: History, wall_s: float, *, artifacts: Path | None = None, **extra: Any
+) -> Verdict:
+    """Check ``h``, print its figures, and fail on any must-be-zero figure.
+
+    On failure the whole history is written to ``artifacts/history.json``.
+    """
+    v = check(h)
+    figures = verdict_figures(v, h, wall_s, **extra)
+    print(f"\nFAULT-RESULT {json.dumps({'fault': name, **figures})}")
+    if not v.ok and artifacts is not None:
+        await asyncio.to_thread((artifacts / "history.json").write_text, h.dump())
+    assert v.acked > 0, f"{name}: nothing was acknowledged: {figures}"
+    assert v.lost == 0, f"{name}: acknowledged messages lost: {v.examples}"
+    assert v.order_violations == 0, f"{name}: group order violated: {v.examples}"
+    assert v.dedup_violations == 0, f"{name}: dedup violated: {v.examples}"
+    assert v.id_reuse == 0, f"{name}: ids reused: {v.examples}"
+    assert v.batch_violations == 0, f"{name}: batches completed other than once: {v.examples}"
+    unexplained = v.duplicate_causes.get("unexplained", 0)
+    assert unexplained == 0, f"{name}: {unexplained} unexplained duplicates: {v.examples}"
+    return v
+
+
+def server_errors(h: History, allowed: frozenset[int] = frozenset({503})) -> dict[str, int]:
+    """Answers with a 5xx status other than ``allowed`` (a 500 is always a defect)."""
+    out: dict[str, int] = {}
+    for key, n in h.responses.items():
+        status = key.split(" ")[1]
+        if status.isdigit() and int(status) >= 500 and int(status) not in allowed:
+            out[key] = n
+    return out

@@ -1,0 +1,79 @@
+"""Faults on one node on the embedded LMDB store: kill -9 under load, clock steps.
+
+The node is a real process restarted on the same port and data dir after each
+fault; producers and consumers run the recorded workload throughout, and the
+history checker judges the whole run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+
+from dynaq.testing import History, Workload, run_node, run_workload
+from dynaq.testing.runners import NodeServer
+from tests.faults.helpers import assert_verdict, faketime_env
+
+VT_S = 3.0
+
+
+def _workload(node: NodeServer, messages: int, duration_s: float, seed: int) -> Workload:
+    return Workload(
+        endpoints=[node.url],
+        messages=messages,
+        duration_s=duration_s,
+        visibility_timeout_s=VT_S,
+        request_timeout_s=5.0,
+        drain_max_s=60.0,
+        seed=seed,
+    )
+
+
+async def _restart(node: NodeServer, h: History, kind: str, env: dict[str, str]) -> None:
+    """kill -9 and start again on the same data dir with ``env`` (a clock offset, or none)."""
+    f = h.fault(kind, f"{node.name} {env.get('FAKETIME', '')}".strip())
+    await node.kill()
+    for key in ("LD_PRELOAD", "FAKETIME"):
+        node.process.env.pop(key, None)
+    node.process.env.update(env)
+    await node.start(timeout_s=60)
+    f.ended = h.now()
+
+
+async def test_kill9_loop_loses_nothing(tmp_path: Path) -> None:
+    kills = 5
+    rng = random.Random(11)
+    async with run_node(directory=tmp_path) as node:
+
+        async def faults(h: History) -> None:
+            for _ in range(kills):
+                await asyncio.sleep(rng.uniform(1.5, 3.0))
+                await _restart(node, h, "kill -9", {})
+
+        t0 = time.monotonic()
+        h = await run_workload(_workload(node, 4_000, 25.0, seed=1), faults)
+        wall = time.monotonic() - t0
+    assert sum(f.kind == "kill -9" for f in h.faults) == kills
+    await assert_verdict("single node: kill -9 loop", h, wall, artifacts=tmp_path, kills=kills)
+
+
+async def test_restarts_with_the_clock_stepped_back_and_ahead_lose_nothing(
+    tmp_path: Path,
+) -> None:
+    """Restarted with its clock 1 h behind (twice: the second start must know the ids the
+    first drew), then 1 h ahead, then on time again (1 h behind its newest ids)."""
+    steps = ["-1h", "-1h", "+1h", ""]
+    envs = [await asyncio.to_thread(faketime_env, o) if o else {} for o in steps]
+    async with run_node(directory=tmp_path) as node:
+
+        async def faults(h: History) -> None:
+            for offset, env in zip(steps, envs, strict=True):
+                await asyncio.sleep(2.5)
+                await _restart(node, h, f"kill -9, clock {offset or 'reset'}", env)
+
+        t0 = time.monotonic()
+        h = await run_workload(_workload(node, 4_000, 20.0, seed=2), faults)
+        wall = time.monotonic() - t0
+    await assert_verdict("single node: clock steps", h, wall, artifacts=tmp_path, steps=steps)
