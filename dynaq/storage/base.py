@@ -12,9 +12,8 @@ Guarantees every backend gives:
   ``end`` exclusive, at most ``limit`` of them.
 * Conditional puts are linearizable per key.
 * A message key (see the key shape below) is written once: ids are never
-  reused, so a backend may order a message's writes by its id's time (the
-  Cassandra store does, so a delete always beats its message's write whatever
-  the nodes' clocks); a put of a message key after its delete need not show.
+  reused (the domain guarantees it), so backends need not order a re-put
+  after a delete of the same message key.
 
 Backends translate their driver's exceptions into
 :class:`dynaq.errors.StorageError` subclasses at this boundary.
@@ -67,15 +66,9 @@ MESSAGE_KEY_LEN = 13
 LANE_BITS = 10
 LANE_SHIFT = 53
 ID_TIME_SHIFT = 13
-"""An id's bits from here up to the lane hold wall milliseconds since ``ID_EPOCH_MS``
-(when it was drawn); a backend may stamp the message's writes with it."""
+"""An id's bits from here up to the lane hold wall milliseconds since ``ID_EPOCH_MS``."""
 ID_TIME_BITS = 40
 ID_EPOCH_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z
-
-
-def id_time_ms(message_id: int) -> int:
-    """The Unix ms an id was drawn at (its hybrid clock, never behind the writer's wall clock)."""
-    return ((message_id >> ID_TIME_SHIFT) & ((1 << ID_TIME_BITS) - 1)) + ID_EPOCH_MS
 
 
 class Store(abc.ABC):
