@@ -30,6 +30,7 @@ import logging
 from collections.abc import Callable
 
 from dynaq.clock import Clock
+from dynaq.core import keys
 from dynaq.core.ids import MAX_WRITERS
 from dynaq.core.leases import CasLease, LeaseState
 from dynaq.errors import ClusterFull, SlotLost, StorageError
@@ -38,7 +39,7 @@ from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-SLOT_PREFIX = b"w/slot/"
+SLOT_PREFIX = keys.WRITER_SLOT
 
 
 def slot_key(slot: int) -> bytes:

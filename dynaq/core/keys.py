@@ -37,6 +37,8 @@ BATCH_REAPER_LEASE = b"b/reaper"
 Its earlier msgpack record lives on under ``b/lease``, which older nodes still
 read and could not decode as JSON; under its own key the two never meet."""
 ID_HIGH_WATER = b"w/hwm/"
+WRITER_SLOT = b"w/slot/"
+"""Writer-slot leases (``cluster/slots.py``)."""
 SCHEMA = b"c/schema"
 """The store's schema version (written by ``dynaq migrate``)."""
 

@@ -165,3 +165,22 @@ def test_a_queue_called_internal_is_still_served(
     status, _ = _raw(lb, "PUT", "/v1/queues/internal/message", b"x")
     assert status == 502  # forwarded (and the stand-in died)
     assert sum(n.count("PUT", "/v1/queues/internal/message") for n in nodes) == 1
+
+
+def test_a_slowly_trickled_request_head_is_cut_off_by_haproxy(
+    balanced: tuple[LocalCluster, HaproxyProcess],
+) -> None:
+    """aiohttp has no header-read timeout; HAProxy's ``timeout http-request`` is that
+    bound: a client that never finishes its request head gets a 408 and the connection
+    closes, without reaching a node."""
+    import socket
+
+    _, lb = balanced
+    host, _, port = lb.url.removeprefix("http://").rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+        t0 = time.monotonic()
+        answer = s.recv(4096)
+        waited = time.monotonic() - t0
+    assert answer.startswith(b"HTTP/1.1 408") or answer == b"", answer[:80]
+    assert 5 < waited < 15, waited
