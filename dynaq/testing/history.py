@@ -169,6 +169,12 @@ class Verdict:
         out["ok"] = self.ok
         return out
 
+    def figures(self) -> dict[str, Any]:
+        """The counts a fault run or soak reports (no examples)."""
+        out = self.as_dict()
+        out.pop("examples")
+        return out
+
 
 def _example(v: Verdict, kind: str, item: Any) -> None:
     bucket = v.examples.setdefault(kind, [])

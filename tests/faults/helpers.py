@@ -67,16 +67,7 @@ def have(program: str) -> bool:
 def verdict_figures(v: Verdict, h: History, wall_s: float, **extra: Any) -> dict[str, Any]:
     """The figures one fault run reports (what the README's table lists)."""
     return {
-        "acked": v.acked,
-        "unacked_sent": v.unacked_sent,
-        "delivered": v.delivered,
-        "lost": v.lost,
-        "duplicates": v.duplicates,
-        "duplicate_causes": v.duplicate_causes,
-        "order_violations": v.order_violations,
-        "dedup_violations": v.dedup_violations,
-        "id_reuse": v.id_reuse,
-        "faults": v.faults,
+        **v.figures(),
         "responses": dict(sorted(h.responses.items())),
         "drained": h.drained,
         "wall_s": round(wall_s, 1),
