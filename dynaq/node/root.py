@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import signal
-import socket
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -25,17 +21,22 @@ from aiohttp import web
 from dynaq.api.app import build_app
 from dynaq.api.tls import peer_ssl_context, server_ssl_context
 from dynaq.clock import Clock, SystemClock
-from dynaq.cluster.base import Membership, StaticMembership
 from dynaq.cluster.hints import HttpPeerHints, hand_over
-from dynaq.cluster.slots import WriterSlots
 from dynaq.config import Config
-from dynaq.core import keys
 from dynaq.core.access import access_policy
 from dynaq.core.ids import IdGenerator
 from dynaq.core.membership import Member, MembershipView
-from dynaq.core.peer_auth import PeerSigner, PeerVerifier, derive_peer_key
-from dynaq.errors import InvalidInput
-from dynaq.metrics import Metrics, NullMetrics, StatsdMetrics
+from dynaq.node.builders import (
+    advertised_http,
+    build_membership,
+    build_metrics,
+    build_peer_auth,
+    build_store,
+    build_writer_slots,
+    check_ring_store,
+    gossip_enabled,
+    migrate,
+)
 from dynaq.services.batches import BatchService
 from dynaq.services.batches.hooks import batch_acks, completion_publisher
 from dynaq.services.catalog import Catalog
@@ -49,141 +50,6 @@ if TYPE_CHECKING:
     from dynaq.outbox.relay import OutboxRelay
 
 log = logging.getLogger(__name__)
-
-SCHEMA_VERSION = b"1"
-_ANY_HOST = ("", "0.0.0.0", "::", "[::]")
-
-
-def build_store(config: Config) -> Store:
-    """The store the config names (backends are imported only when chosen)."""
-    backend = config.storage.backend
-    if backend == "embedded":
-        from dynaq.storage.embedded import LmdbStore
-
-        e = config.embedded
-        return LmdbStore(
-            Path(config.data.dir) / "lmdb",
-            map_size=e.map_size_mb * 1024 * 1024,
-            max_commit_ops=e.max_commit_ops,
-            read_threads=e.read_threads,
-            fill_limit=e.fill_limit_percent / 100,
-            min_free_disk=e.min_free_disk_mb * 1024 * 1024,
-        )
-    if backend == "memory":
-        from dynaq.storage.memory import MemoryStore
-
-        return MemoryStore()
-    if backend == "cassandra":
-        from dynaq.storage.cassandra import CassandraStore
-
-        c = config.cassandra
-        return CassandraStore(
-            c.hosts,
-            keyspace=c.keyspace,
-            replication_factor=c.replication_factor,
-            protocol_version=c.protocol_version,
-            pool_size=c.pool_size,
-            # Dedup windows timed by Cassandra's clock, not by each node's.
-            expire_prefixes={keys.DEDUP: math.ceil(config.queues.dedup_window_s)},
-        )
-    raise InvalidInput(
-        f"unknown storage backend {backend!r}; use 'embedded', 'cassandra' or 'memory'"
-    )
-
-
-def build_metrics(config: Config, clock: Clock) -> Metrics:
-    s = config.stats
-    if s.type == "none":
-        return NullMetrics()
-    if s.type == "statsd":
-        return StatsdMetrics(s.address, s.prefix, s.flush_interval_s, clock)
-    raise InvalidInput(f"unknown stats type {s.type!r}; use 'statsd' or 'none'")
-
-
-def gossip_enabled(config: Config) -> bool:
-    """Whether this node joins a ring (gossip on, or seeds given)."""
-    return config.gossip.enabled or bool(config.gossip.seeds)
-
-
-def check_ring_store(config: Config, *, store_given: bool) -> None:
-    """Refuse a ring on node-local stores: each node would serve only its slice of
-    what it stored itself, stranding the rest (unless membership alone is tested)."""
-    local = config.storage.backend in ("embedded", "memory") and not store_given
-    if gossip_enabled(config) and local and not config.gossip.allow_node_local_store:
-        raise InvalidInput(
-            f"a ring needs one shared store: storage.backend = {config.storage.backend!r} keeps "
-            "messages on each node, and each node serves only its slice of the ring. Use "
-            "backend = 'cassandra' (set gossip.allow_node_local_store = true only to test "
-            "membership)"
-        )
-
-
-def advertised_http(config: Config, port: int) -> str:
-    """The HTTP address other nodes use to reach this one (``gossip.advertise_http``,
-    else ``http.host:port``, with a wildcard host replaced by this machine's name)."""
-    override = config.gossip.advertise_http
-    if override:
-        return override if ":" in override else f"{override}:{port}"
-    host = config.http.host
-    if host in _ANY_HOST:
-        host = socket.gethostname()
-    return f"{host}:{port}"
-
-
-def build_peer_auth(config: Config, clock: Clock) -> tuple[PeerSigner, PeerVerifier] | None:
-    """Signer and verifier of node-to-node requests, keyed from ``gossip.key``; ``None``
-    without a key (``/internal/`` then refuses everything, and no hints are sent)."""
-    if not config.gossip.key:
-        if gossip_enabled(config):
-            log.warning(
-                "gossip.key is not set: hints and the in-flight handover between nodes are "
-                "off (set a shared secret; a ring beyond loopback requires one anyway)"
-            )
-        return None
-    key = derive_peer_key(config.gossip.key)
-    return PeerSigner(key, clock.wall_ms), PeerVerifier(key, clock.wall_ms)
-
-
-def build_membership(config: Config, view: MembershipView) -> Membership:
-    """A SWIM membership when gossip is on (imported only then), else the ring of one."""
-    if not gossip_enabled(config):
-        return StaticMembership(view)
-    from dynaq.cluster.swim import SwimMembership, SwimSettings
-
-    g = config.gossip
-    settings = SwimSettings(
-        bind=f"{g.host}:{g.port}",
-        seeds=list(g.seeds),
-        secret=g.key,
-        label=g.label,
-        preset=g.preset,
-        advertise=g.advertise,
-    )
-    return SwimMembership(view, settings)
-
-
-def build_writer_slots(
-    config: Config,
-    store: Store,
-    clock: Clock,
-    membership: Membership,
-    on_lost: Callable[[], None],
-) -> WriterSlots | None:
-    """The writer-slot lease for a cluster node; ``None`` for a single node (slot 0)."""
-    if not gossip_enabled(config):
-        return None
-    return WriterSlots(store, config.node.name, clock, live=membership.live_names, on_lost=on_lost)
-
-
-async def migrate(store: Store) -> bool:
-    """Prepare a store for this version of dynaq; return whether anything was written."""
-    item = await store.get(keys.SCHEMA)
-    if item is None:
-        await store.put_if_absent(keys.SCHEMA, SCHEMA_VERSION)
-        return True
-    if item.value != SCHEMA_VERSION:
-        raise InvalidInput(f"store schema {item.value!r} is not supported by this dynaq")
-    return False
 
 
 class Node:

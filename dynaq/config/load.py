@@ -1,11 +1,4 @@
-"""Node configuration: frozen dataclasses, read from TOML with ``DYNAQ_*`` overrides.
-
-Every setting ``[section] key`` can be overridden by the environment variable
-``DYNAQ_<SECTION>_<KEY>`` (upper case), e.g. ``DYNAQ_HTTP_PORT=8082`` or
-``DYNAQ_DATA_DIR=/var/lib/dynaq``. Environment values are parsed to the type the
-setting has (int, float, bool, list of strings). The environment is read only
-by :func:`load_config`, which only the CLI calls.
-"""
+"""Reading a :class:`Config` from TOML with ``DYNAQ_*`` overrides, range-checked."""
 
 from __future__ import annotations
 
@@ -19,178 +12,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from dynaq.config.sections import (
+    AuthConfig,
+    BatchesConfig,
+    CassandraConfig,
+    DataConfig,
+    EmbeddedConfig,
+    GossipConfig,
+    HttpConfig,
+    LogConfig,
+    NodeConfig,
+    OutboxConfig,
+    QueueDefaults,
+    StatsConfig,
+    StorageConfig,
+    SyncConfig,
+)
 from dynaq.errors import InvalidInput
-
-
-@dataclass(frozen=True)
-class NodeConfig:
-    """Identity of this node in the ring."""
-
-    name: str = "dynaq-1"
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """Where the embedded store keeps its files."""
-
-    dir: str = "./data"
-
-
-@dataclass(frozen=True)
-class HttpConfig:
-    """The HTTP API listener and its input limits."""
-
-    host: str = "127.0.0.1"
-    port: int = 8081
-    max_message_bytes: int = 256 * 1024
-    max_request_bytes: int = 16 * 1024 * 1024
-    max_batch: int = 1000
-    shutdown_timeout_s: float = 10.0
-    keepalive_timeout_s: float = 60.0
-    """An idle keep-alive connection is closed after this long."""
-    body_timeout_s: float = 30.0
-    """A request body must arrive within this long (408 otherwise)."""
-    tls_cert: str = ""
-    """PEM certificate chain: with ``tls_key``, the API is served over HTTPS only."""
-    tls_key: str = ""
-    """PEM private key of ``tls_cert``."""
-    tls_ca: str = ""
-    """PEM CA bundle peers' HTTPS certificates are verified against ("" = the system's)."""
-
-
-@dataclass(frozen=True)
-class AuthConfig:
-    """Client authentication: bearer tokens and their grants (:mod:`dynaq.core.access`).
-
-    No tokens means no authentication, which a node allows only on a loopback
-    ``http.host`` or with ``allow_anonymous = true``. With tokens, every request
-    (but ``/health``) needs one, whatever ``allow_anonymous`` says.
-    """
-
-    # repr=False: the list holds secrets, and a config may end up in a log or a traceback.
-    tokens: list[str] = field(default_factory=list, repr=False)
-    allow_anonymous: bool = False
-
-
-@dataclass(frozen=True)
-class LogConfig:
-    """Logging: level and format (``json`` for machines, ``text`` for people)."""
-
-    level: str = "info"
-    format: str = "json"
-
-
-@dataclass(frozen=True)
-class StorageConfig:
-    """Which storage backend this node uses."""
-
-    backend: str = "embedded"
-
-
-@dataclass(frozen=True)
-class EmbeddedConfig:
-    """The embedded LMDB store."""
-
-    map_size_mb: int = 64 * 1024
-    max_commit_ops: int = 50_000
-    read_threads: int = 4
-    fill_limit_percent: int = 90
-    min_free_disk_mb: int = 64
-
-
-@dataclass(frozen=True)
-class CassandraConfig:
-    """The Cassandra store (cluster deployments)."""
-
-    hosts: list[str] = field(default_factory=lambda: ["127.0.0.1:9042"])
-    keyspace: str = "dynaq"
-    replication_factor: int = 1
-    protocol_version: int = 3
-    pool_size: int = 4
-
-
-@dataclass(frozen=True)
-class GossipConfig:
-    """The SWIM membership ring."""
-
-    enabled: bool = False
-    host: str = "127.0.0.1"
-    port: int = 7001
-    seeds: list[str] = field(default_factory=list)
-    key: str = field(default="", repr=False)  # the cluster secret: never in a repr
-    preset: str = "lan"
-    label: str = "dynaq"
-    advertise: str = ""
-    advertise_http: str = ""
-    allow_node_local_store: bool = False
-    """A ring needs one shared store (Cassandra): on node-local stores each node would
-    serve only its slice of what it stored itself. True only to test membership."""
-
-
-@dataclass(frozen=True)
-class SyncConfig:
-    """How often a node reloads queue and topic config from the store."""
-
-    interval_s: float = 30.0
-
-
-@dataclass(frozen=True)
-class QueueDefaults:
-    """Settings a new queue starts with (Dynamiq's defaults)."""
-
-    visibility_timeout_s: float = 30.0
-    min_partitions: int = 1
-    max_partitions: int = 10
-    max_partition_age_s: float = 432_000.0
-    compressed_messages: bool = False
-    idle_rescan_s: float = 1.0
-    dedup_window_s: float = 300.0
-
-
-@dataclass(frozen=True)
-class BatchesConfig:
-    """Batch-completion tracking (Carlyle's routes) and its reaper."""
-
-    # Topic that gets {batchId, userKey, completedAt} when a batch completes ("" = none).
-    completion_topic: str = ""
-    open_max_age_s: float = 7200.0
-    closed_max_age_s: float = 604_800.0
-    reap_interval_s: float = 60.0
-    max_items_per_request: int = 1_000_000
-
-
-@dataclass(frozen=True)
-class StatsConfig:
-    """statsd metrics; ``type = "none"`` turns them off."""
-
-    type: str = "statsd"
-    address: str = "127.0.0.1:8125"
-    prefix: str = "dynaq."
-    flush_interval_s: float = 1.0
-
-
-@dataclass(frozen=True)
-class OutboxConfig:
-    """The transactional-outbox relay: where the table is and how hard to pull.
-
-    ``dsn = ""`` turns the relay off. Defaults are goharvest's: 1000 records in
-    flight, marks of 100 rows, 10 ms between empty marks, 500 ms after an I/O
-    error, 30 s for a publish to complete before it counts as failed.
-    """
-
-    dsn: str = ""
-    table: str = "outbox"
-    max_in_flight: int = 1000
-    mark_batch: int = 100
-    mark_backoff_ms: int = 10
-    io_error_backoff_ms: int = 500
-    queue_timeout_s: float = 30.0
-    max_publish_batch: int = 1000
-    metrics_interval_s: float = 5.0
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.dsn)
 
 
 @dataclass(frozen=True)
