@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from dynaq.clock import Clock
@@ -28,12 +28,33 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
     if task is None:
         return
     task.cancel()
+    await wait_finished(task)
+
+
+async def wait_finished(task: asyncio.Task[Any]) -> None:
+    """Wait until ``task`` has ended; what it raises propagates, except its own
+    cancellation. The caller's cancellation always propagates."""
     try:
         await task
     except asyncio.CancelledError:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise
+
+
+async def cancel_all(tasks: Iterable[asyncio.Task[Any] | None]) -> None:
+    """Cancel every task and wait until all have unwound.
+
+    What a task raises while unwinding (a driver complaining about the call it
+    was interrupted in) is logged, not raised: the owner is tearing down and
+    has nothing better to do with it. The caller's own cancellation propagates.
+    """
+    live = [t for t in tasks if t is not None]
+    for t in live:
+        t.cancel()
+    for t, result in zip(live, await asyncio.gather(*live, return_exceptions=True), strict=True):
+        if isinstance(result, Exception):
+            log.debug("task %s raised while cancelled: %r", t.get_name(), result)
 
 
 async def every(

@@ -48,9 +48,9 @@ async def peer_auth_middleware(request: web.Request, handler: Handler) -> web.St
             "node-to-node routes are off: this node has no gossip.key", PEER_CHALLENGE
         )
     # A missing, malformed or stale header is refused before the body is read.
-    stamp = verifier.check_stamp(request.headers.get(PEER_AUTH_HEADER))
-    body = await read_raw(request)  # cached: the handler reads the same bytes
     audience = request.app[VIEW].me.http_addr
+    stamp = verifier.check_stamp(request.headers.get(PEER_AUTH_HEADER), audience)
+    body = await read_raw(request)  # cached: the handler reads the same bytes
     verifier.verify(stamp, request.method, audience, request.raw_path, body)
     return await handler(request)
 

@@ -143,7 +143,31 @@ async def post_signed(
     body: bytes,
     ssl_context: ssl.SSLContext | None,
 ) -> int:
-    """POST hints to ``peer``, signed for it; return the status."""
+    """POST hints to ``peer``, signed for it; return the status.
+
+    A refusal that tells the peer's time (its clock is apart from ours: a step,
+    a VM restore) teaches the signer that offset, and the request is signed
+    again and sent once more: hints keep flowing between nodes whose clocks
+    disagree, which otherwise would leave every group waiting out visibility
+    timeouts instead of moving on at each delete.
+    """
+    status, challenge = await _post_once(session, signer, peer, body, ssl_context)
+    if status == 401 and signer.learn(peer.http_addr, challenge):
+        log.warning(
+            "peer clock apart from ours: signing with its time",
+            extra={"peer": peer.name, "offset_s": signer.offset_ms(peer.http_addr) / 1000},
+        )
+        status, _ = await _post_once(session, signer, peer, body, ssl_context)
+    return status
+
+
+async def _post_once(
+    session: aiohttp.ClientSession,
+    signer: PeerSigner,
+    peer: Member,
+    body: bytes,
+    ssl_context: ssl.SSLContext | None,
+) -> tuple[int, str | None]:
     headers = {
         "Content-Type": _MSGPACK,
         PEER_AUTH_HEADER: signer.header("POST", peer.http_addr, HINTS_PATH, body),
@@ -152,7 +176,7 @@ async def post_signed(
         peer.base_url + HINTS_PATH, data=body, headers=headers, ssl=ssl_context or True
     ) as resp:
         await resp.read()
-        return resp.status
+        return resp.status, resp.headers.get("WWW-Authenticate")
 
 
 HANDOVER_CHUNK = 5_000

@@ -20,6 +20,14 @@ and the hex SHA-256 of the body. Why each part:
   nonce forgotten early (fail closed; hints are best effort, so a refusal costs
   latency, never correctness). A clock stepped backwards cannot bring a
   forgotten nonce back: anything that old is refused.
+* **Clocks apart**: a request refused as stale gets the receiver's time in its
+  challenge (``WWW-Authenticate: DynaqPeer realm=..., time="t=..,m=.."``), MAC'd
+  with the peer key and bound to the receiver's audience so nobody without the
+  key can make a node sign with a time of their choosing. The sender keeps that
+  offset per peer and signs with the peer's time from then on (as AWS SDKs
+  correct for clock skew from a refused request): a node whose clock was
+  stepped still hands its hints over, and freshness stays judged by the
+  receiver's clock alone, so a captured request is no more replayable than before.
 
 Nothing here does I/O; the caller passes the clock (:class:`PeerVerifier`) or
 the time (:func:`sign`).
@@ -49,7 +57,11 @@ batch), about eight busy peers for a full 60 s window; ~10 MB."""
 _VERSION = b"dynaq-peer-v1"
 _SALT = b"dynaq"
 _INFO = b"dynaq internal http v1"
+_TIME_VERSION = b"dynaq-peer-time-v1"
 _HEADER = re.compile(r"v1 t=(\d{1,16}),n=([0-9a-f]{32}),m=([0-9a-f]{64})")
+_CHALLENGE_TIME = re.compile(r'time="t=(\d{1,16}),m=([0-9a-f]{64})"')
+SKEW_NOTICE_MS = 1_000
+"""Offsets smaller than this are treated as none: the request's own latency."""
 
 
 def hkdf_sha256(ikm: bytes, salt: bytes, info: bytes, length: int = 32) -> bytes:
@@ -93,6 +105,16 @@ def _mac(
     return hmac.new(key, signed, hashlib.sha256).hexdigest()
 
 
+def _time_mac(key: bytes, audience: str, t_ms: int) -> str:
+    signed = b"\n".join([_TIME_VERSION, audience.encode(), str(t_ms).encode()])
+    return hmac.new(key, signed, hashlib.sha256).hexdigest()
+
+
+def time_challenge(key: bytes, audience: str, t_ms: int) -> str:
+    """The challenge of a request refused as stale: the receiver's time, MAC'd."""
+    return f'{PEER_CHALLENGE}, time="t={t_ms},m={_time_mac(key, audience, t_ms)}"'
+
+
 def sign(
     key: bytes, method: str, audience: str, path: str, body: bytes, t_ms: int, nonce: str
 ) -> str:
@@ -125,10 +147,42 @@ class PeerSigner:
     def __init__(self, key: bytes, now_ms: Callable[[], int]) -> None:
         self._key = key
         self._now_ms = now_ms
+        self._offsets: dict[str, int] = {}  # audience -> its clock minus ours, ms
 
     def header(self, method: str, audience: str, path: str, body: bytes) -> str:
-        """A fresh :data:`PEER_AUTH_HEADER` value (new nonce, current time)."""
-        return sign(self._key, method, audience, path, body, self._now_ms(), new_nonce())
+        """A fresh :data:`PEER_AUTH_HEADER` value (new nonce, the peer's time as
+        far as we know it)."""
+        t_ms = self._now_ms() + self._offsets.get(audience, 0)
+        return sign(self._key, method, audience, path, body, t_ms, new_nonce())
+
+    def offset_ms(self, audience: str) -> int:
+        """How far ``audience``'s clock is believed to be ahead of ours (ms)."""
+        return self._offsets.get(audience, 0)
+
+    def learn(self, audience: str, challenge: str | None) -> bool:
+        """Take the peer's time from the challenge of a refused request.
+
+        True when the offset changed, so the caller re-signs and retries once.
+        A challenge without a time, or whose MAC does not check out with our
+        key for that audience, teaches nothing.
+        """
+        m = _CHALLENGE_TIME.search(challenge or "")
+        if m is None:
+            return False
+        t_ms = int(m[1])
+        if not hmac.compare_digest(_time_mac(self._key, audience, t_ms), m[2]):
+            return False
+        offset = t_ms - self._now_ms()
+        if abs(offset) < SKEW_NOTICE_MS:
+            offset = 0
+        old = self._offsets.get(audience, 0)
+        if abs(offset - old) < SKEW_NOTICE_MS:
+            return False
+        if offset:
+            self._offsets[audience] = offset
+        else:
+            self._offsets.pop(audience, None)
+        return True
 
 
 class PeerVerifier:
@@ -149,11 +203,11 @@ class PeerVerifier:
         self._expiries: list[tuple[int, str]] = []  # heap of the same, oldest first
         self._forgotten_through = 0  # the latest expiry pruned
 
-    def check_stamp(self, header: str | None) -> PeerStamp:
+    def check_stamp(self, header: str | None, audience: str) -> PeerStamp:
         """Parse the header and refuse a stale one (called before the body is read:
         a request that cannot pass is not read; the MAC needs the body)."""
         stamp = parse_stamp(header)
-        self._fresh(stamp, self._now_ms())
+        self._fresh(stamp, self._now_ms(), audience)
         return stamp
 
     def verify(self, stamp: PeerStamp, method: str, audience: str, path: str, body: bytes) -> None:
@@ -163,7 +217,7 @@ class PeerVerifier:
         fill the memory, only peers that hold the key.
         """
         now = self._now_ms()
-        self._fresh(stamp, now)
+        self._fresh(stamp, now, audience)
         want = _mac(self._key, method, audience, path, body, stamp.t_ms, stamp.nonce)
         if not hmac.compare_digest(want, stamp.mac):
             raise Unauthorized("node-to-node request with a bad MAC", PEER_CHALLENGE)
@@ -173,11 +227,11 @@ class PeerVerifier:
         """How many nonces are held now (for tests and metrics)."""
         return len(self._seen)
 
-    def _fresh(self, stamp: PeerStamp, now: int) -> None:
+    def _fresh(self, stamp: PeerStamp, now: int, audience: str) -> None:
         if abs(now - stamp.t_ms) > self._window_ms:
             raise Unauthorized(
                 "node-to-node request outside the time window (check the nodes' clocks)",
-                PEER_CHALLENGE,
+                time_challenge(self._key, audience, now),
             )
 
     def _remember(self, stamp: PeerStamp, now: int) -> None:

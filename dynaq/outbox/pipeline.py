@@ -38,6 +38,7 @@ from dynaq.errors import BadRecord, InvalidInput, PayloadTooLarge, TopicNotFound
 from dynaq.metrics import Metrics
 from dynaq.outbox.events import Event, LeaderRefreshed
 from dynaq.outbox.schema import OutboxRecord, Queries, record_from_row, to_message
+from dynaq.tasks import cancel_all
 
 log = logging.getLogger("dynaq.outbox")
 
@@ -137,9 +138,7 @@ class Term:
             for t in tasks:
                 if t.done() and not t.cancelled():
                     error = t.exception() or error
-            marker.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await marker
+            await cancel_all([marker])
             if error is not None:
                 # Fenced: publish nothing new; rows not yet sent stay marked
                 # and the next leader re-marks them.
@@ -149,14 +148,7 @@ class Term:
             if error is not None:
                 raise error
         finally:
-            leaving.cancel()
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
-            with contextlib.suppress(asyncio.CancelledError):
-                await leaving
+            await cancel_all([*tasks, leaving])
 
     async def _drain(self) -> None:
         """Let publishes in flight finish and their rows be purged (bounded by queue_timeout_s)."""

@@ -25,7 +25,6 @@ the database loses it when the server's TCP keepalives give up (~11 s here).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -50,7 +49,7 @@ from dynaq.outbox.events import (
 )
 from dynaq.outbox.pipeline import Publisher, Term
 from dynaq.outbox.schema import quote_table
-from dynaq.tasks import cancel_and_wait, every
+from dynaq.tasks import cancel_and_wait, every, wait_event, wait_finished
 
 log = logging.getLogger("dynaq.outbox")
 
@@ -173,8 +172,7 @@ class OutboxRelay:
         try:
             await cancel_and_wait(self._meter)
             if self._task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
+                await wait_finished(self._task)
         finally:
             self._task = self._meter = None
             if self._pool is not None:
@@ -205,8 +203,7 @@ class OutboxRelay:
         """Sleep, but wake early on a ring change or stop."""
         if self._stopping:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
+        await wait_event(self._wake, self._clock, seconds)
         self._wake.clear()
 
     async def _run(self) -> None:

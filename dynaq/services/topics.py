@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dynaq.core.messages import NewMessage
 from dynaq.errors import QueueNotFound
 from dynaq.services.catalog import Catalog, QueueInfo
-from dynaq.services.queues.writes import PreparedWrite, Writer, run_to_completion
+from dynaq.services.queues.writes import PreparedWrite, Writer
 from dynaq.storage.base import Put, Store
 
 
@@ -48,5 +48,5 @@ class TopicService:
                 self._writer.note_written(w)
             return writes
 
-        writes = await run_to_completion(write(), messages)
+        writes = await self._writer.run_to_completion(write(), messages)
         return {w.info.name: w.ids for w in writes}

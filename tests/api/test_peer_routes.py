@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from dynaq.clock import ManualClock
+from dynaq.cluster.hints import post_signed
 from dynaq.core.hints import HINTS_PATH, HintsMessage, encode_hints
 from dynaq.core.peer_auth import PEER_AUTH_HEADER, PeerSigner, derive_peer_key
 from dynaq.node import Node
@@ -95,6 +96,19 @@ async def test_an_expired_signature_is_401(
     clock.advance(31)  # the request arrives 31 s after it was signed
     status, _ = await _post(node, header)
     assert status == 401
+
+
+async def test_a_sender_whose_clock_is_an_hour_off_gets_its_hints_in(
+    node: Node, clock: ManualClock
+) -> None:
+    """The first POST is refused as stale; its challenge carries the node's time,
+    and :func:`post_signed` re-signs with it and is taken: hints keep flowing
+    between nodes whose clocks were stepped apart."""
+    behind = PeerSigner(derive_peer_key(SECRET), lambda: clock.wall_ms() - 3_600_000)
+    async with aiohttp.ClientSession() as s:
+        assert await post_signed(s, behind, node.view.me, BODY, None) == 200
+        assert abs(behind.offset_ms(node.view.me.http_addr) - 3_600_000) < 1_000
+        assert await post_signed(s, behind, node.view.me, BODY, None) == 200
 
 
 async def test_a_node_without_a_secret_refuses_every_peer_request(

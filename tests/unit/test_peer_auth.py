@@ -36,7 +36,7 @@ def _verifier(clock: Clock, **kw: int) -> PeerVerifier:
 
 
 def _accept(v: PeerVerifier, header: str, method: str = "POST", audience: str = AUD) -> None:
-    v.verify(v.check_stamp(header), method, audience, PATH, BODY)
+    v.verify(v.check_stamp(header, audience), method, audience, PATH, BODY)
 
 
 def test_hkdf_matches_rfc_5869_test_case_1() -> None:
@@ -118,7 +118,53 @@ def test_a_tampered_header_breaks_the_mac() -> None:
 def test_stale_or_future_timestamps_are_refused_before_the_body(skew_ms: int) -> None:
     header = sign(KEY, "POST", AUD, PATH, BODY, NOW + skew_ms, NONCE)
     with pytest.raises(Unauthorized, match="time window"):
-        _verifier(Clock()).check_stamp(header)
+        _verifier(Clock()).check_stamp(header, AUD)
+
+
+@pytest.mark.parametrize("skew_ms", [-3_600_000, 3_600_000, 45_000])
+def test_a_signer_learns_the_peers_time_from_its_refusal(skew_ms: int) -> None:
+    """A node whose clock was stepped still gets its requests in: the refusal
+    carries the receiver's time (MAC'd), the signer adopts the offset for that
+    peer only, and the verifier still judges freshness and replay by its own clock."""
+    mine, theirs = Clock(), Clock(NOW + skew_ms)
+    signer, v = PeerSigner(KEY, mine), _verifier(theirs)
+    header = signer.header("POST", AUD, PATH, BODY)
+    with pytest.raises(Unauthorized, match="time window") as refused:
+        _accept(v, header)
+    assert signer.learn(AUD, refused.value.challenge)
+    assert signer.offset_ms(AUD) == skew_ms and signer.offset_ms("10.0.0.3:8081") == 0
+    again = signer.header("POST", AUD, PATH, BODY)
+    _accept(v, again)
+    with pytest.raises(Unauthorized, match="replayed"):
+        _accept(v, again)
+    assert not signer.learn(AUD, refused.value.challenge)  # nothing new: no retry loop
+    # The peer's clock is put right: one refusal, and the offset is dropped.
+    theirs.ms = mine.ms
+    with pytest.raises(Unauthorized, match="time window") as refused_again:
+        _accept(v, signer.header("POST", AUD, PATH, BODY))
+    assert signer.learn(AUD, refused_again.value.challenge) and signer.offset_ms(AUD) == 0
+
+
+@pytest.mark.parametrize(
+    "challenge",
+    [
+        None,
+        'DynaqPeer realm="dynaq-internal"',
+        # A time for another audience, or one not MAC'd with our key, teaches nothing:
+        # nobody without the key can choose the time a node signs with.
+        'DynaqPeer realm="dynaq-internal", time="t=1,m=' + "0" * 64 + '"',
+    ],
+)
+def test_a_challenge_without_an_authentic_time_teaches_nothing(challenge: str | None) -> None:
+    signer = PeerSigner(KEY, Clock())
+    assert not signer.learn(AUD, challenge) and signer.offset_ms(AUD) == 0
+
+
+def test_a_time_for_another_audience_teaches_nothing() -> None:
+    v = _verifier(Clock(NOW + 3_600_000))
+    with pytest.raises(Unauthorized) as refused:
+        v.check_stamp(sign(KEY, "POST", AUD, PATH, BODY, NOW, NONCE), "10.0.0.3:8081")
+    assert not PeerSigner(KEY, Clock()).learn(AUD, refused.value.challenge)
 
 
 @pytest.mark.parametrize(

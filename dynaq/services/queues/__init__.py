@@ -17,7 +17,6 @@ from dynaq.services.queues.writes import (
     Limits,
     PreparedWrite,
     Writer,
-    run_to_completion,
 )
 
 __all__ = [
@@ -29,5 +28,4 @@ __all__ = [
     "PreparedWrite",
     "QueueService",
     "Writer",
-    "run_to_completion",
 ]

@@ -161,8 +161,10 @@ class QueueService:
             st.signal.set()
 
     async def stop(self) -> None:
-        """Stop background purges (they resume at the next start) and the sweeper."""
+        """Stop background purges (they resume at the next start) and the sweeper, and
+        let writes whose callers gave up land before the store closes."""
         await self.upkeep.stop()
+        await self.writer.wait_finishing()
 
     async def wait_for_purges(self) -> None:
         """Wait until every pending purge finished (for tests and shutdown)."""

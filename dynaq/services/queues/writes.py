@@ -4,7 +4,7 @@ A write is three phases so one storage batch can span several queues (a
 topic's fanout): :meth:`Writer.prepare` draws ids and encodes, the caller
 writes the ops in one ``write_batch``, and :meth:`Writer.note_written`
 accounts for it once durable. :meth:`Writer.dedup_guard` wraps the first two
-when messages carry dedup ids, and :func:`run_to_completion` keeps a
+when messages carry dedup ids, and :meth:`Writer.run_to_completion` keeps a
 dedup'd write going when its caller is cancelled.
 """
 
@@ -87,9 +87,35 @@ class Writer:
         self.limits = limits
         self.dedup_window_s = dedup_window_s
         self._dedup_locks: dict[int, asyncio.Lock] = {}
+        self._finishing: set[asyncio.Task[Any]] = set()
         self.refresh_ids: Callable[[], Awaitable[None]] | None = None
         """Persists a new id high-water mark (the node's :class:`IdFloor`), called when
         drawing ids stalls against the mark."""
+
+    async def run_to_completion(
+        self, write: Coroutine[Any, Any, T], messages: Sequence[NewMessage]
+    ) -> T:
+        """Await ``write``; if it carries dedup ids, finish it even when the caller is
+        cancelled.
+
+        A cancelled caller (a client timeout) does not cancel a write already
+        handed to the store, so the dedup lock must stay held until that write
+        has landed: released early, a retry of the same dedup id would check,
+        find nothing yet, and store a second copy. Such writes are held here
+        until they end, and :meth:`wait_finishing` lets shutdown wait for them
+        before the store closes.
+        """
+        if not any(m.dedup_id for m in messages):
+            return await write
+        task = asyncio.ensure_future(write)
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+        return await asyncio.shield(task)
+
+    async def wait_finishing(self) -> None:
+        """Wait for writes whose callers were cancelled (their outcome was theirs)."""
+        if self._finishing:
+            await asyncio.gather(*self._finishing, return_exceptions=True)
 
     def check_message(self, msg: NewMessage) -> None:
         """Refuse a message over the size limit (body and attributes count, as SQS
@@ -301,17 +327,4 @@ class Writer:
             self.note_written(w)
             return w
 
-        return (await run_to_completion(write(), messages)).ids
-
-
-async def run_to_completion(write: Coroutine[Any, Any, T], messages: Sequence[NewMessage]) -> T:
-    """Await ``write``; if it carries dedup ids, finish it even when the caller is cancelled.
-
-    A cancelled caller (a client timeout) does not cancel a write already handed
-    to the store, so the dedup lock must stay held until that write has landed:
-    released early, a retry of the same dedup id would check, find nothing yet,
-    and store a second copy.
-    """
-    if not any(m.dedup_id for m in messages):
-        return await write
-    return await asyncio.shield(asyncio.ensure_future(write))
+        return (await self.run_to_completion(write(), messages)).ids
