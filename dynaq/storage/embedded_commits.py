@@ -1,0 +1,291 @@
+"""The embedded store's writer: one thread that commits every pending write in one
+LMDB transaction (group commit), with the full-store reserve.
+
+Many concurrent enqueues share one durable commit (one fsync), and each caller
+is answered only after that commit returned. A write that adds messages is
+refused with :class:`~dynaq.errors.InsufficientStorage` when it would eat into
+the reserve that deletes need (see :mod:`dynaq.storage.embedded`).
+
+Every value is stored as an 8-byte big-endian version followed by the payload.
+Versions come from a per-process hybrid clock (wall-clock microseconds, bumped
+to stay strictly increasing), so a key's version changes on every write, even
+across restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import queue
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import lmdb
+
+from dynaq.errors import DynaqError, InsufficientStorage, StorageError, StorageUnavailable
+from dynaq.storage.base import MESSAGE_PREFIX, Put
+
+VERSION = struct.Struct(">Q")
+VERSION_LEN = VERSION.size
+
+# Kinds of write request the writer thread understands.
+BATCH = 0
+PUT = 1
+PUT_IF_ABSENT = 2
+PUT_IF_VERSION = 3
+DELETE = 4
+
+# B-tree page counts in an LMDB stat: what a database occupies.
+_PAGE_KINDS = ("branch_pages", "leaf_pages", "overflow_pages")
+# Per-entry cost beyond key and value (node header, version) when estimating a write.
+_ENTRY_OVERHEAD = 24
+# Pages LMDB needs besides the data tree (two meta pages, the main DB, the free list).
+_BASE_PAGES = 8
+
+
+@dataclass(slots=True)
+class WriteRequest:
+    kind: int
+    payload: Any
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+    result: Any = None
+    error: BaseException | None = None
+    size: int = field(default=1)
+
+
+_STOP = object()
+
+
+class GroupCommitter:
+    """The single writer thread of one LMDB environment.
+
+    ``fill_bytes`` of the ``map_size`` may hold data before message writes are
+    refused; ``min_free_disk`` bytes of the disk are likewise kept for deletes.
+    At most ``max_commit_ops`` operations go into one commit.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        db: Any,
+        path: str,
+        *,
+        map_size: int,
+        fill_bytes: int,
+        min_free_disk: int,
+        max_commit_ops: int,
+    ) -> None:
+        self._env = env
+        self._db = db
+        self._path = path
+        self._map_size = map_size
+        self._fill_bytes = fill_bytes
+        self._min_free_disk = min_free_disk
+        self._max_commit_ops = max_commit_ops
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._last_version = 0
+        self.commits = 0
+        self.committed_ops = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._write_loop, name="lmdb-writer", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        """Commit what is queued, then end the thread."""
+        self._stopped = True
+        self._requests.put(_STOP)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+
+    async def submit(self, kind: int, payload: Any, size: int = 1) -> Any:
+        """Queue one write and wait until its commit returned; its result or error."""
+        if self._stopped:
+            raise StorageUnavailable("store is closed")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._requests.put(WriteRequest(kind, payload, fut, loop, size=size))
+        return await fut
+
+    def _next_version(self) -> int:
+        # Only the writer thread calls this, so no lock is needed.
+        v = max(self._last_version + 1, time.time_ns() // 1000)
+        self._last_version = v
+        return v
+
+    def _write_loop(self) -> None:
+        stop = False
+        while not stop:
+            first = self._requests.get()
+            if first is _STOP:
+                break
+            batch: list[WriteRequest] = [first]
+            ops = first.size
+            while ops < self._max_commit_ops:
+                try:
+                    nxt = self._requests.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                batch.append(nxt)
+                ops += nxt.size
+            self._commit(batch)
+            self._answer(batch)
+
+    def _commit(self, batch: list[WriteRequest]) -> None:
+        try:
+            with self._env.begin(write=True, db=self._db) as txn:
+                sizes = [_message_bytes(r) for r in batch]
+                room = self._room(txn) if any(sizes) else None
+                for req, grows in zip(batch, sizes, strict=True):
+                    if grows and room is not None:
+                        left, why = room
+                        if grows > left:
+                            req.error = InsufficientStorage(why)
+                            continue
+                        room = (left - grows, why)
+                    req.result = self._apply(txn, req)
+            self.commits += 1
+            self.committed_ops += sum(r.size for r in batch if r.error is None)
+            return
+        except lmdb.Error as exc:
+            if len(batch) == 1:
+                batch[0].error = self._translate(exc)
+                return
+        # One request spoiled the shared transaction (e.g. the map is full):
+        # retry each on its own so the others still commit.
+        for req in batch:
+            req.error = None
+            self._commit([req])
+
+    def _room(self, txn: Any) -> tuple[int, str]:
+        """Bytes message writes may still add before the reserve, and what limits them.
+
+        The map: pages in use (the B-tree's own stats, so pages freed by deletes
+        are free again) against ``fill_limit``. The disk: what the file system
+        has left plus the free pages inside the file (it never shrinks, LMDB
+        reuses them), less ``min_free_disk``.
+        """
+        stat = txn.stat(self._db)
+        psize = stat["psize"]
+        used = (sum(stat[k] for k in _PAGE_KINDS) + _BASE_PAGES) * psize
+        room = self._fill_bytes - used
+        why = (
+            f"the store is full ({self._fill_bytes * 100 // self._map_size}% of its "
+            f"{self._map_size // 1024**2} MiB map): message writes are refused until "
+            "consumers drain the queue"
+        )
+        disk = self._disk_free()
+        if disk is not None:
+            in_file = max(0, (self._env.info()["last_pgno"] + 1) * psize - used)
+            disk_room = disk + in_file - self._min_free_disk
+            if disk_room < room:
+                room = disk_room
+                why = (
+                    f"the disk under the store is nearly full (a reserve of "
+                    f"{self._min_free_disk // 1024**2} MiB is kept for deletes): message "
+                    "writes are refused until consumers drain the queue"
+                )
+        return max(0, room), why
+
+    def _disk_free(self) -> int | None:
+        """Bytes the file system under the store has left for us (``None``: unknown)."""
+        try:
+            st = os.statvfs(self._path)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
+
+    def _translate(self, exc: lmdb.Error) -> BaseException:
+        """An LMDB write error as the caller sees it: a full map or disk is a 507."""
+        if isinstance(exc, lmdb.MapFullError):
+            return InsufficientStorage(f"the store's LMDB map is full: {exc}")
+        disk = self._disk_free()
+        if disk is not None and disk < max(self._min_free_disk, 1024**2):
+            return InsufficientStorage(f"the disk under the store is full: {exc}")
+        return exc
+
+    def _apply(self, txn: Any, req: WriteRequest) -> Any:
+        kind, p = req.kind, req.payload
+        if kind == BATCH:
+            version = VERSION.pack(self._next_version())
+            if all(type(op) is Put for op in p):
+                # The common case (enqueue, publish): one C call for the whole run.
+                txn.cursor().putmulti([(k, version + v) for k, v in p])
+                return [True] * len(p)
+            out: list[bool] = []
+            for op in p:
+                if type(op) is Put:
+                    txn.put(op.key, version + op.value)
+                    out.append(True)
+                else:
+                    out.append(txn.delete(op.key))
+            return out
+        if kind == PUT:
+            key, value = p
+            v = self._next_version()
+            txn.put(key, VERSION.pack(v) + value)
+            return v
+        if kind == PUT_IF_ABSENT:
+            key, value = p
+            v = self._next_version()
+            return v if txn.put(key, VERSION.pack(v) + value, overwrite=False) else None
+        if kind == PUT_IF_VERSION:
+            key, value, expected = p
+            current = txn.get(key)
+            if current is None or VERSION.unpack_from(current)[0] != expected:
+                return None
+            v = self._next_version()
+            txn.put(key, VERSION.pack(v) + value)
+            return v
+        if kind == DELETE:
+            return txn.delete(p)
+        raise AssertionError(kind)
+
+    @staticmethod
+    def _answer(batch: list[WriteRequest]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[WriteRequest]] = {}
+        for req in batch:
+            by_loop.setdefault(req.loop, []).append(req)
+        for loop, reqs in by_loop.items():
+            # RuntimeError: the loop closed while we committed.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_resolve_all, reqs)
+
+
+def _message_bytes(req: WriteRequest) -> int:
+    """About how many bytes ``req`` adds as messages (0 when it adds none)."""
+    if req.kind == BATCH:
+        return sum(
+            len(op.key) + len(op.value) + _ENTRY_OVERHEAD
+            for op in req.payload
+            if type(op) is Put and op.key[:1] == MESSAGE_PREFIX
+        )
+    if req.kind in (PUT, PUT_IF_ABSENT):
+        key, value = req.payload
+        if key[:1] == MESSAGE_PREFIX:
+            return len(key) + len(value) + _ENTRY_OVERHEAD
+    return 0
+
+
+def _resolve_all(reqs: list[WriteRequest]) -> None:
+    for req in reqs:
+        if req.future.done():
+            continue
+        if isinstance(req.error, DynaqError):
+            req.future.set_exception(req.error)
+        elif req.error is not None:
+            err = StorageError(f"LMDB write failed: {req.error}")
+            err.__cause__ = req.error
+            req.future.set_exception(err)
+        else:
+            req.future.set_result(req.result)
