@@ -17,6 +17,7 @@ codes.
     │   ├── TopicNotFound
     │   └── BatchNotFound            also a missing block of an exact batch
     ├── AlreadyExists           422  (Dynamiq answers 422, not 409)
+    ├── MalformedBody           400  a body that does not match its framing or Content-Encoding
     ├── PayloadTooLarge         413
     ├── RequestTimeout          408  the request body did not arrive in time
     ├── UnsupportedMediaType    415
@@ -111,6 +112,14 @@ class AlreadyExists(DynaqError):
 
     status = 422
     code = "already_exists"
+
+
+class MalformedBody(DynaqError):
+    """The body could not be read as sent: bad chunking, or a ``Content-Encoding``
+    (gzip, deflate) the bytes are not in."""
+
+    status = 400
+    code = "malformed_body"
 
 
 class PayloadTooLarge(DynaqError):
@@ -256,6 +265,7 @@ __all__ = [
     "InsufficientStorage",
     "InvalidInput",
     "InvalidName",
+    "MalformedBody",
     "NotFound",
     "NotServing",
     "PayloadTooLarge",

@@ -123,8 +123,8 @@ async def _open(request: web.Request, mode: str) -> web.Response:
     return json_response({"batchId": batch_id})
 
 
-async def _remove_older(request: web.Request, closed: bool) -> web.Response:
-    batches, items = await _service(request).remove_older(closed, _since_ms(request))
+async def _remove_older(request: web.Request, mode: str, closed: bool) -> web.Response:
+    batches, items = await _service(request).remove_older(mode, closed, _since_ms(request))
     return json_response({"batchesRemoved": batches, "itemsRemoved": items})
 
 
@@ -144,10 +144,10 @@ def _shared_routes(base: str, mode: str) -> None:
         return json_response({"batchesRemoved": 1, "itemsRemoved": items})
 
     async def remove_open(request: web.Request) -> web.Response:
-        return await _remove_older(request, closed=False)
+        return await _remove_older(request, mode, closed=False)
 
     async def remove_closed(request: web.Request) -> web.Response:
-        return await _remove_older(request, closed=True)
+        return await _remove_older(request, mode, closed=True)
 
     routes.post(base)(open_batch)
     routes.post(base + "/")(open_batch)

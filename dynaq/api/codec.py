@@ -16,8 +16,10 @@ from typing import Any
 
 import msgpack
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
-from dynaq.errors import InvalidInput, RequestTimeout, UnsupportedMediaType
+from dynaq.errors import InvalidInput, MalformedBody, RequestTimeout, UnsupportedMediaType
 
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
 JSON_TYPE = "application/json"
@@ -47,6 +49,10 @@ async def read_raw(request: web.Request) -> bytes:
             return await request.read()
     except TimeoutError:
         raise RequestTimeout("the request body did not arrive in time") from None
+    except (RequestPayloadError, HttpProcessingError) as exc:
+        # A body that does not match its framing or Content-Encoding (say,
+        # "gzip" on bytes that are not gzip): the client's mistake, not ours.
+        raise MalformedBody(f"the request body could not be read: {exc}") from None
 
 
 def sends_msgpack(request: web.Request) -> bool:

@@ -87,11 +87,12 @@ def build_spec(limits: SpecLimits | None = None) -> Obj:
         # Tokens are needed only when the node has some configured (see the README).
         "security": [{"bearer": []}, {}],
     }
-    # Any route may answer these: a missing or weak token, or a body that trickles.
+    # Any route may answer these: a missing or weak token, a body that trickles or
+    # does not match its framing or Content-Encoding.
     for path, item in spec["paths"].items():
         for op in item.values():
             if isinstance(op, dict) and "responses" in op and path != "/health":
-                for status, response in errors(401, 403, 408).items():
+                for status, response in errors(400, 401, 403, 408).items():
                     op["responses"].setdefault(status, response)
     return spec
 

@@ -131,6 +131,12 @@ def link(op_id: str, description: str, *, parameters: Obj | None = None, **rest:
 # Errors ----------------------------------------------------------------------
 
 _ERRORS: dict[int, tuple[str, str, tuple[str, ...]]] = {
+    400: (
+        "MalformedBody",
+        "The body could not be read as sent: bad chunking, or a Content-Encoding "
+        "(gzip, deflate) the bytes are not in.",
+        ("malformed_body",),
+    ),
     401: (
         "Unauthorized",
         "No valid bearer token (client routes, when tokens are configured), or an unsigned, "

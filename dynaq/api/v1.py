@@ -7,7 +7,7 @@ from aiohttp import web
 from dynaq.api.codec import body_to_json, json_response, parse_json, read_raw
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS, VIEW
 from dynaq.api.params import batch_size, id_list, parse_id
-from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE
+from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, parse_item_id
 from dynaq.core.messages import Message, NewMessage
 from dynaq.errors import InvalidInput, NotFound, PayloadTooLarge
 from dynaq.services.catalog import QueueInfo
@@ -29,6 +29,9 @@ def _new_message(request: web.Request, body: bytes) -> NewMessage:
     item = request.query.get("batch_item_id") or request.headers.get("X-Dynaq-Batch-Item")
     if item is None:
         return NewMessage(body)
+    if not item.isascii():  # header bytes that are not text arrive surrogate-escaped
+        raise InvalidInput("batch item ids are ASCII: 'batchId:blockId:index'")
+    parse_item_id(item)
     return NewMessage(body, {BATCH_ITEM_ATTRIBUTE: item})
 
 

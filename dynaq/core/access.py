@@ -143,7 +143,9 @@ class AccessPolicy:
 
     def find(self, presented: str) -> Token | None:
         """The token whose secret is ``presented``, in time independent of which one."""
-        if not presented or len(presented) > MAX_PRESENTED:
+        if not presented or len(presented) > MAX_PRESENTED or not presented.isascii():
+            # Tokens are ASCII; a header with other bytes (surrogate-escaped by
+            # the HTTP parser) cannot be one and must not reach .encode().
             return None
         digest = hashlib.sha256(presented.encode()).digest()
         found: Token | None = None

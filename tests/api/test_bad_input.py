@@ -157,6 +157,62 @@ async def test_attributes_count_towards_the_size_limit(
         await _check_4xx(r, 413)
 
 
+async def _raw(node: Node, request_bytes: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send bytes no HTTP client library would, and read the whole answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+    try:
+        writer.write(request_bytes)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:] if ": " in line)
+    return int(lines[0].split()[1]), headers, body
+
+
+@pytest.mark.parametrize(
+    ("what", "request_bytes", "status"),
+    [
+        (
+            "a token that is not text",
+            b"GET /v1/queues HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Authorization: Bearer \xff\xfe\r\n\r\n",
+            None,  # 401 with tokens configured; the node here has none: 200
+        ),
+        (
+            "a batch item header that is not text",
+            b"PUT /v1/queues/q/message HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"X-Dynaq-Batch-Item: \xfe\xff\r\nContent-Length: 1\r\n\r\nx",
+            422,
+        ),
+        (
+            "gzip that is not gzip",
+            b"POST /v2/queues/q/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nContent-Encoding: gzip\r\n"
+            b'Content-Length: 27\r\n\r\n{"messages":[{"body":"x"}]}',
+            400,
+        ),
+        (
+            "deflate that is not deflate",
+            b"PUT /v1/queues/q/message HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Encoding: deflate\r\nContent-Length: 5\r\n\r\nhello",
+            400,
+        ),
+    ],
+)
+async def test_undecodable_headers_and_bodies_are_4xx(
+    node: Node, queue: str, what: str, request_bytes: bytes, status: int | None
+) -> None:
+    got, headers, body = await _raw(node, request_bytes)
+    if status is None:
+        assert got < 500, (what, got, body)
+        return
+    assert got == status, (what, got, body)
+    assert headers["content-type"].startswith("application/json"), (what, headers)
+
+
 @pytest.mark.parametrize(
     "request_bytes",
     [

@@ -15,6 +15,7 @@ from dynaq.node import Node
 from tests.fixtures.nodes import node_config
 
 EXACT = "/api/v1/batch/exact"
+ESTIMATED = "/api/v1/batch/estimated"
 EST = "/api/v1/batch/estimated"
 
 
@@ -234,6 +235,21 @@ async def test_admin_removal_by_since(http: aiohttp.ClientSession, clock: Manual
         "batchesRemoved": 0,
         "itemsRemoved": 0,
     }
+
+
+async def test_admin_removal_keeps_to_its_routes_mode(
+    http: aiohttp.ClientSession, clock: ManualClock
+) -> None:
+    """``DELETE /exact/open`` removes exact batches only: an admin of exact batches
+    must not reach another team's estimated ones (nor the reverse)."""
+    exact, estimated = await _open(http), await _open(http, ESTIMATED)
+    clock.advance(10)
+    since = clock.wall_ms()
+    assert (await _json(await http.delete(f"{EXACT}/open?since={since}")))["batchesRemoved"] == 1
+    assert (await http.get(f"{ESTIMATED}/{estimated}")).status == 200
+    r = await _json(await http.delete(f"{ESTIMATED}/open?since={since}"))
+    assert r["batchesRemoved"] == 1
+    assert (await http.get(f"{EXACT}/{exact}")).status == 404
 
 
 async def test_reaper_runs_on_one_node_only(node: Node) -> None:

@@ -132,3 +132,12 @@ def test_tokens_come_from_the_environment_and_stay_out_of_reprs() -> None:
     names = [t.name for t in parse_tokens(config.auth.tokens)]
     assert names == ["ops", "worker"]
     assert SECRET not in repr(config) and "gossip-secret-value" not in repr(config)
+
+
+def test_a_presented_token_that_is_not_ascii_matches_nothing() -> None:
+    """The HTTP parser hands undecodable header bytes over surrogate-escaped: such a
+    value is no token (and must not raise while it is hashed)."""
+    policy = AccessPolicy(parse_tokens([f"ops:{SECRET}:admin=*"]))
+    assert policy.find(SECRET) is not None
+    for presented in ("\udcff\udcfe", "é" + SECRET, SECRET + "\u00a0"):
+        assert policy.find(presented) is None

@@ -165,9 +165,10 @@ class Reaper:
                 return last
             start = rows[-1][0] + b"\x00"
 
-    async def remove_older(self, closed: bool, since_ms: int) -> tuple[int, int]:
-        """Delete open (or closed) batches last active before ``since_ms`` (the
-        header, adds and block acks, as the reaper counts activity).
+    async def remove_older(self, mode: str, closed: bool, since_ms: int) -> tuple[int, int]:
+        """Delete open (or closed) batches of ``mode`` (``exact`` or ``estimated``:
+        the route's, whose admin permission was checked) last active before
+        ``since_ms`` (the header, adds and block acks, as the reaper counts activity).
 
         Returns ``(batches removed, items they held)``. Scans every header in
         pages; an administrative call, not a hot path.
@@ -184,7 +185,7 @@ class Reaper:
                 if item is None:
                     continue
                 h = BatchHeader.decode(item.value)
-                if h.removing or h.closed != closed:
+                if h.removing or h.closed != closed or h.mode != mode:
                     continue
                 if await self._remove_if_idle(keys.batch_id_of_header(key), h, since_ms, closed):
                     removed += 1

@@ -155,10 +155,10 @@ class BatchService:
 
     # cleanup -------------------------------------------------------------
 
-    async def remove_older(self, closed: bool, since_ms: int) -> tuple[int, int]:
-        """Delete open (or closed) batches last active before ``since_ms``;
+    async def remove_older(self, mode: str, closed: bool, since_ms: int) -> tuple[int, int]:
+        """Delete open (or closed) batches of ``mode`` last active before ``since_ms``;
         return ``(batches removed, items they held)``."""
-        return await self._reaper.remove_older(closed, since_ms)
+        return await self._reaper.remove_older(mode, closed, since_ms)
 
     def is_reaper(self) -> bool:
         """Whether the ring makes this node the one reaper."""
