@@ -40,6 +40,11 @@ ID_HIGH_WATER = b"w/hwm/"
 WRITER_SLOT = b"w/slot/"
 """Writer-slot leases (``cluster/slots.py``)."""
 SCHEMA = b"c/schema"
+
+GROWTH_PREFIXES = (BATCH_HEADER, BATCH_BLOCK, DEDUP, DEDUP_BUCKETED)
+"""New records under these grow the store with user data, as messages do: a full
+store refuses them (opening a batch, adding items) and keeps its reserve for
+deletes, acks and the small records that run the node (config, leases, marks)."""
 """The store's schema version (written by ``dynaq migrate``)."""
 
 _QID = struct.Struct(">I")

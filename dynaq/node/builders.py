@@ -43,6 +43,7 @@ def build_store(config: Config) -> Store:
             read_threads=e.read_threads,
             fill_limit=e.fill_limit_percent / 100,
             min_free_disk=e.min_free_disk_mb * 1024 * 1024,
+            growth_prefixes=keys.GROWTH_PREFIXES,
         )
     if backend == "memory":
         from dynaq.storage.memory import MemoryStore

@@ -55,9 +55,10 @@ class LmdbStore(Store):
 
     ``path`` is a directory; ``map_size`` is address space, not disk, so it
     can be large. ``max_commit_ops`` caps how many operations one commit takes.
-    Writes that add messages are refused (:class:`InsufficientStorage`) past
-    ``fill_limit`` (a fraction) of the map or when less than ``min_free_disk``
-    bytes are left on the disk: the rest is the reserve deletes need.
+    Writes that add messages, or new keys under ``growth_prefixes``, are refused
+    (:class:`InsufficientStorage`) past ``fill_limit`` (a fraction) of the map
+    or when less than ``min_free_disk`` bytes are left on the disk: the rest is
+    the reserve deletes need.
     """
 
     def __init__(
@@ -69,6 +70,7 @@ class LmdbStore(Store):
         read_threads: int = 4,
         fill_limit: float = 0.9,
         min_free_disk: int = 64 * 1024**2,
+        growth_prefixes: tuple[bytes, ...] = (),
     ) -> None:
         if not 0 < fill_limit <= 1:
             raise ValueError("fill_limit must be in (0, 1]")
@@ -78,6 +80,7 @@ class LmdbStore(Store):
         self._min_free_disk = min_free_disk
         self._max_commit_ops = max_commit_ops
         self._read_threads = read_threads
+        self._growth_prefixes = growth_prefixes
         self._env: Any = None
         self._db: Any = None
         self._writer: GroupCommitter | None = None
@@ -112,6 +115,7 @@ class LmdbStore(Store):
             fill_bytes=self._fill_bytes,
             min_free_disk=self._min_free_disk,
             max_commit_ops=self._max_commit_ops,
+            growth_prefixes=self._growth_prefixes,
         )
         self._writer.start()
 

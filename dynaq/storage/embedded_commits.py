@@ -66,7 +66,9 @@ class GroupCommitter:
 
     ``fill_bytes`` of the ``map_size`` may hold data before message writes are
     refused; ``min_free_disk`` bytes of the disk are likewise kept for deletes.
-    At most ``max_commit_ops`` operations go into one commit.
+    At most ``max_commit_ops`` operations go into one commit. New keys under
+    ``growth_prefixes`` count against the limit like messages (see
+    :func:`growth_bytes`).
     """
 
     def __init__(
@@ -79,8 +81,10 @@ class GroupCommitter:
         fill_bytes: int,
         min_free_disk: int,
         max_commit_ops: int,
+        growth_prefixes: tuple[bytes, ...] = (),
     ) -> None:
         self._env = env
+        self._growth_prefixes = growth_prefixes
         self._db = db
         self._path = path
         self._map_size = map_size
@@ -144,7 +148,7 @@ class GroupCommitter:
     def _commit(self, batch: list[WriteRequest]) -> None:
         try:
             with self._env.begin(write=True, db=self._db) as txn:
-                sizes = [_message_bytes(r) for r in batch]
+                sizes = [growth_bytes(txn, r, self._growth_prefixes) for r in batch]
                 room = self._room(txn) if any(sizes) else None
                 for req, grows in zip(batch, sizes, strict=True):
                     if grows and room is not None:
@@ -262,19 +266,26 @@ class GroupCommitter:
                 loop.call_soon_threadsafe(_resolve_all, reqs)
 
 
-def _message_bytes(req: WriteRequest) -> int:
-    """About how many bytes ``req`` adds as messages (0 when it adds none)."""
+def growth_bytes(txn: Any, req: WriteRequest, growth_prefixes: tuple[bytes, ...]) -> int:
+    """About how many bytes ``req`` adds that must stay out of the reserve (0: none).
+
+    Messages always count. A put under another of ``growth_prefixes`` (batch
+    headers and item blocks, dedup records) counts when it creates its key:
+    opening batches and adding items is refused on a full store, while
+    overwriting an existing record (a batch ack) uses the reserve like a
+    delete, so a consumer can still delete a batch-tagged message.
+    """
     if req.kind == BATCH:
-        return sum(
-            len(op.key) + len(op.value) + _ENTRY_OVERHEAD
-            for op in req.payload
-            if type(op) is Put and op.key[:1] == MESSAGE_PREFIX
-        )
-    if req.kind in (PUT, PUT_IF_ABSENT):
-        key, value = req.payload
-        if key[:1] == MESSAGE_PREFIX:
-            return len(key) + len(value) + _ENTRY_OVERHEAD
-    return 0
+        puts = [(op.key, op.value) for op in req.payload if type(op) is Put]
+    elif req.kind in (PUT, PUT_IF_ABSENT):
+        puts = [req.payload]
+    else:
+        return 0
+    total = 0
+    for key, value in puts:
+        if key[:1] == MESSAGE_PREFIX or (key.startswith(growth_prefixes) and txn.get(key) is None):
+            total += len(key) + len(value) + _ENTRY_OVERHEAD
+    return total
 
 
 def _resolve_all(reqs: list[WriteRequest]) -> None:

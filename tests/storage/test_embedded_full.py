@@ -71,3 +71,26 @@ async def test_a_map_full_error_is_a_507(tmp_path: Path) -> None:
                 await s.write_batch([Put(b"c/%d" % (i * 20 + j), b"x" * 300) for j in range(20)])
     finally:
         await s.close()
+
+
+async def test_new_records_under_growth_prefixes_are_refused_but_overwrites_are_not(
+    tmp_path: Path,
+) -> None:
+    """Batch records (new keys under a growth prefix) cannot eat the reserve:
+    once they fill the store, a delete of a message still commits, and so does an
+    overwrite of an existing batch record (an ack)."""
+    s = LmdbStore(tmp_path / "db", map_size=MAP, min_free_disk=0, growth_prefixes=(b"b/g/",))
+    await s.open()
+    try:
+        await s.write_batch([Put(_key(i), os.urandom(300)) for i in range(20)])
+        n = 0
+        with pytest.raises(InsufficientStorage):
+            while n < 100_000:
+                await s.put(b"b/g/%08d" % n, os.urandom(300))
+                n += 1
+        assert n * 300 > MAP * 0.4  # one commit each: pages fill less than in batches
+        await s.put(b"b/g/%08d" % 0, os.urandom(300))  # an ack rewrites a block: allowed
+        assert all(await s.write_batch([Delete(_key(i)) for i in range(20)]))
+        await s.put(b"c/small", b"x" * 64)  # small records still use the reserve
+    finally:
+        await s.close()
