@@ -28,7 +28,6 @@ from dynaq.testing import Cluster, History, Workload, run_cluster, run_workload
 from dynaq.testing.cluster import start_haproxy
 from dynaq.testing.servers.cassandra import CassandraServer
 from tests.faults.helpers import (
-    BATCH_SETTINGS,
     COMPLETION_TOPIC,
     assert_verdict,
     faketime_env,
@@ -50,7 +49,7 @@ async def _ring(tmp_path: Path, cassandra: CassandraServer) -> AsyncIterator[Clu
         keyspace=new_keyspace(),
         directory=tmp_path,
         timeout_s=90,
-        **BATCH_SETTINGS,
+        batches_completion_topic=COMPLETION_TOPIC,
     ) as ring:
         yield ring
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dynaq.testing import History, Workload, run_node, run_workload
 from dynaq.testing.runners import NodeServer
-from tests.faults.helpers import BATCH_SETTINGS, COMPLETION_TOPIC, assert_verdict, faketime_env
+from tests.faults.helpers import COMPLETION_TOPIC, assert_verdict, faketime_env
 
 VT_S = 3.0
 
@@ -46,7 +46,7 @@ async def _restart(node: NodeServer, h: History, kind: str, env: dict[str, str])
 async def test_kill9_loop_loses_nothing(tmp_path: Path) -> None:
     kills = 5
     rng = random.Random(11)
-    async with run_node(directory=tmp_path, **BATCH_SETTINGS) as node:
+    async with run_node(directory=tmp_path, batches_completion_topic=COMPLETION_TOPIC) as node:
 
         async def faults(h: History) -> None:
             for _ in range(kills):
@@ -67,7 +67,7 @@ async def test_restarts_with_the_clock_stepped_back_and_ahead_lose_nothing(
     first drew), then 1 h ahead, then on time again (1 h behind its newest ids)."""
     steps = ["-1h", "-1h", "+1h", ""]
     envs = [await asyncio.to_thread(faketime_env, o) if o else {} for o in steps]
-    async with run_node(directory=tmp_path, **BATCH_SETTINGS) as node:
+    async with run_node(directory=tmp_path, batches_completion_topic=COMPLETION_TOPIC) as node:
 
         async def faults(h: History) -> None:
             for offset, env in zip(steps, envs, strict=True):
