@@ -22,8 +22,8 @@ import pytest
 from dynaq.testing.history import History, Verdict, check
 
 COMPLETION_TOPIC = "batch-done"
-"""The nodes' ``batches.completion_topic`` in fault runs (``batches_completion_topic=``): the workload reads each
-batch's completion events from it (``Workload(completion_topic=...)``)."""
+"""The nodes' ``batches.completion_topic`` in fault runs (``batches_completion_topic=``):
+the workload reads each batch's completion events from it (``Workload(completion_topic=)``)."""
 
 FAKETIME_LIBS = (
     Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"),
