@@ -89,6 +89,10 @@ class Fault:
     started: float
     ended: float | None = None
     detail: str = ""
+    explains_redelivery: bool = True
+    """Whether a redelivery near it counts as ``node_fault`` (a node died, restarted
+    or was cut off). ``False`` for faults after which the service must keep every
+    lock, such as a clock step on a running node."""
 
 
 @dataclass(slots=True)
@@ -137,8 +141,8 @@ class History:
         self.enqueues.append(e)
         return e
 
-    def fault(self, kind: str, detail: str = "") -> Fault:
-        f = Fault(kind, self.now(), detail=detail)
+    def fault(self, kind: str, detail: str = "", *, explains_redelivery: bool = True) -> Fault:
+        f = Fault(kind, self.now(), detail=detail, explains_redelivery=explains_redelivery)
         self.faults.append(f)
         return f
 
@@ -239,6 +243,8 @@ def _duplicate_cause(first: Delivery, second: Delivery, faults: list[Fault]) -> 
 
 
 def _between(f: Fault, lo: float, hi: float) -> bool:
+    if not f.explains_redelivery:
+        return False
     end = f.ended if f.ended is not None else f.started
     return f.started <= hi and end + 2.0 >= lo
 

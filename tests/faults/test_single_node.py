@@ -1,4 +1,5 @@
-"""Faults on one node on the embedded LMDB store: kill -9 under load, clock steps.
+"""Faults on one node on the embedded LMDB store: kill -9 under load, clock steps
+at restart and on the running process.
 
 The node is a real process restarted on the same port and data dir after each
 fault; producers and consumers run the recorded workload throughout, and the
@@ -12,9 +13,18 @@ import random
 import time
 from pathlib import Path
 
+import aiohttp
+
 from dynaq.testing import History, Workload, run_node, run_workload
 from dynaq.testing.runners import NodeServer
-from tests.faults.helpers import COMPLETION_TOPIC, assert_verdict, faketime_env
+from tests.faults.helpers import (
+    COMPLETION_TOPIC,
+    assert_verdict,
+    faketime_env,
+    server_errors,
+    step_clock,
+    stepped_clock_env,
+)
 
 VT_S = 3.0
 
@@ -41,6 +51,29 @@ async def _restart(node: NodeServer, h: History, kind: str, env: dict[str, str])
     node.process.env.update(env)
     await node.start(timeout_s=60)
     f.ended = h.now()
+
+
+async def _node_clock_offset_s(url: str) -> float:
+    """How far the node's wall clock is from ours: a batch's ``createdAt`` is its time."""
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{url}/api/v1/batch/exact") as r:
+            batch_id = (await r.json())["batchId"]
+        async with http.get(f"{url}/api/v1/batch/exact/{batch_id}") as r:
+            created_ms = (await r.json())["createdAt"]
+    return float(created_ms) / 1000 - time.time()
+
+
+async def _wait_for_node_clock(url: str, offset: str, within_s: float = 15.0) -> float:
+    """Wait until the node's wall clock reads ``offset`` (whole hours) from ours;
+    return how long that took. Fails the test if the step never shows."""
+    want = int(offset.removesuffix("h"))
+    t0 = time.monotonic()
+    while True:
+        got = await _node_clock_offset_s(url)
+        if round(got / 3600) == want:
+            return time.monotonic() - t0
+        assert time.monotonic() - t0 < within_s, f"clock step {offset} never showed: {got} s"
+        await asyncio.sleep(0.25)
 
 
 async def test_kill9_loop_loses_nothing(tmp_path: Path) -> None:
@@ -78,3 +111,44 @@ async def test_restarts_with_the_clock_stepped_back_and_ahead_lose_nothing(
         h = await run_workload(_workload(node, 4_000, 20.0, seed=2), faults)
         wall = time.monotonic() - t0
     await assert_verdict("single node: clock steps", h, wall, artifacts=tmp_path, steps=steps)
+
+
+async def test_a_running_node_whose_clock_steps_back_and_ahead_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """The wall clock of the running node is stepped 1 h back, forward to true time,
+    1 h ahead, and back to true time, 2.5 s apart, under load: no restart, and the
+    monotonic clock runs on undisturbed (as under a real NTP step)."""
+    control = tmp_path / "faketime.rc"
+    env = await asyncio.to_thread(stepped_clock_env, control)
+    steps = ["-1h", "+0", "+1h", "+0"]
+    async with run_node(
+        directory=tmp_path, env=env, batches_completion_topic=COMPLETION_TOPIC
+    ) as node:
+        seen: list[float] = []
+        """How long each step took to show in the node's clock (seconds)."""
+
+        async def faults(h: History) -> None:
+            for offset in steps:
+                await asyncio.sleep(2.5)
+                # A redelivery near a step is not excused: no lock may be lost.
+                f = h.fault(
+                    f"clock step to {offset} (running)", node.name, explains_redelivery=False
+                )
+                await asyncio.to_thread(step_clock, control, offset)
+                seen.append(await _wait_for_node_clock(node.url, offset))
+                f.ended = h.now()
+
+        t0 = time.monotonic()
+        h = await run_workload(_workload(node, 4_000, 15.0, seed=3), faults)
+        wall = time.monotonic() - t0
+        assert node.alive(), node.log()[-2000:]
+    assert server_errors(h) == {}, h.responses
+    await assert_verdict(
+        "single node: clock stepped while running",
+        h,
+        wall,
+        artifacts=tmp_path,
+        steps=steps,
+        step_shown_after_s=[round(x, 1) for x in seen],
+    )

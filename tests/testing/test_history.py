@@ -138,3 +138,15 @@ def test_a_close_that_answered_complete_before_the_deletes_is_a_violation() -> N
 def test_a_batch_not_due_may_stay_incomplete() -> None:
     v = check(_batch_history(events=0, complete=False, delete_b=False))
     assert (v.batches, v.batch_violations) == (0, 0) and v.ok
+
+
+def test_a_fault_that_keeps_locks_does_not_excuse_a_redelivery() -> None:
+    h = History()
+    _acked(h, "a", 7)
+    h.deliveries += [
+        _delivery("a", 7, 1.0, 1.1, (1.2, 2.5)),
+        _delivery("a", 7, 2.0, 2.1, (2.6, 2.7)),
+    ]
+    h.faults.append(Fault("clock step", 1.5, 1.8, explains_redelivery=False))
+    v = check(h)
+    assert v.duplicate_causes == {"unexplained": 1} and not v.ok
