@@ -11,11 +11,14 @@
   nodes are killed in turn, each restarted once the survivors dropped it.
 
 Producers and consumers run :func:`dynaq.testing.run_workload` throughout
-(unique tokens, message groups, dedup retries, rotating over the endpoints)
-for ``--duration`` seconds; then the faults stop, consumers drain the queue,
-and :func:`dynaq.testing.check` reads the history. The JSON line holds the
-verdict (``acked``, ``lost``, ``duplicates`` and their causes, order, dedup
-and id-reuse violations), the number of kills and the times. The process
+(unique tokens, message groups, dedup retries, a fifth of sends as exact
+batches whose completions the nodes publish to a topic, rotating over the
+endpoints) for ``--duration`` seconds; then the faults stop, consumers drain
+the queue, and :func:`dynaq.testing.check` reads the history. The JSON line
+holds the verdict (``acked``, ``lost``, ``duplicates`` and their causes,
+order, dedup and id-reuse violations, ``batches`` due to complete,
+``batches_completed`` exactly once, ``batch_violations``), the number of
+kills and the times. The process
 exits 1 when the verdict is not ok (``python -m bench`` turns ``"ok": false``
 into the exit code). Every loop is bounded by ``--duration`` and the drain
 by ``--drain-max``.
@@ -34,6 +37,9 @@ from typing import Any
 
 from bench.common import progress
 from dynaq.testing import History, Workload, check, run_cluster, run_node, run_workload
+
+COMPLETION_TOPIC = "batch-done"
+"""The nodes publish batch completions here; the workload counts each batch's events."""
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -112,7 +118,9 @@ class _Ring(_Target):
 @contextlib.asynccontextmanager
 async def _target(a: argparse.Namespace, tmp: Path) -> AsyncIterator[_Target]:
     if a.storage == "embedded":
-        async with run_node(directory=tmp, name="chaos-1") as node:
+        async with run_node(
+            directory=tmp, name="chaos-1", batches_completion_topic=COMPLETION_TOPIC
+        ) as node:
             yield _OneNode(node)
         return
     hosts = [a.cassandra] if a.cassandra else None
@@ -125,6 +133,7 @@ async def _target(a: argparse.Namespace, tmp: Path) -> AsyncIterator[_Target]:
         keyspace=f"chaos_{int(time.time())}",
         directory=tmp,
         timeout_s=120,
+        batches_completion_topic=COMPLETION_TOPIC,
     ) as ring:
         yield _Ring(ring)
 
@@ -154,6 +163,7 @@ async def _run(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             drain_max_s=a.drain_max,
             seed=a.seed,
             max_rate_per_s=a.rate or None,
+            completion_topic=COMPLETION_TOPIC,
         )
         t0 = time.monotonic()
         h = await run_workload(workload, faults)

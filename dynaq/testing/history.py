@@ -25,8 +25,10 @@ gives a :class:`Verdict`:
   sent) had even been asked to be deleted. Must be 0.
 * **dedup_violations** -- acknowledged enqueues with the same dedup id that
   were stored as different messages. Must be 0.
-* **batch_violations** -- tracked batches that completed other than exactly
-  once. Must be 0.
+* **batch_violations** -- batches that completed other than exactly once
+  (see :mod:`dynaq.testing.batch_check`). Must be 0. ``batches`` counts the
+  batches that were due to complete (closed, every item's message
+  acknowledged and deleted), ``batches_completed`` those seen complete.
 
 Every message body carries a unique token, so a message is known by what was
 sent, not by the id a node gave it. Times are ``time.monotonic()`` of the
@@ -40,7 +42,10 @@ import json
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Set
 
 Outcome = Literal["ok", "failed", "unknown"]
 
@@ -84,6 +89,25 @@ class Fault:
     started: float
     ended: float | None = None
     detail: str = ""
+    explains_redelivery: bool = True
+    """Whether a redelivery near it counts as ``node_fault`` (a node died, restarted
+    or was cut off). ``False`` for faults after which the service must keep every
+    lock, such as a clock step on a running node."""
+
+
+@dataclass(slots=True)
+class TrackedBatch:
+    """One exact batch the workload opened: its items are the messages ``tokens``."""
+
+    batch_id: str
+    tokens: list[str]
+    opened: float
+    closed: Outcome = "unknown"
+    closed_at: float | None = None
+    """When the close's answer arrived."""
+    close_said_complete: bool = False
+    status_complete: bool | None = None
+    """What the last status read said after the drain (``None``: never read)."""
 
 
 @dataclass
@@ -93,10 +117,13 @@ class History:
     enqueues: list[Enqueue] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    batches: dict[str, TrackedBatch] = field(default_factory=dict)
+    """Batches the workload opened, by batch id (items tagged on its messages)."""
     completions: Counter[str] = field(default_factory=Counter)
-    """Batch id -> completion events seen (for batch-tracking workloads)."""
-    batches: set[str] = field(default_factory=set)
-    """Batches that were closed with every item acknowledged: each must complete once."""
+    """Batch id -> distinct completion events read from the completion topic."""
+    completion_events: bool = False
+    """Whether the completion topic was read (else completions are known from
+    batch status reads only, which show a completion but not a repeat)."""
     drained: bool | None = None
     """Whether consumers drained the queue until it stayed quiet (``False``: the drain
     hit its time bound while messages were still arriving, so what was not
@@ -114,8 +141,8 @@ class History:
         self.enqueues.append(e)
         return e
 
-    def fault(self, kind: str, detail: str = "") -> Fault:
-        f = Fault(kind, self.now(), detail=detail)
+    def fault(self, kind: str, detail: str = "", *, explains_redelivery: bool = True) -> Fault:
+        f = Fault(kind, self.now(), detail=detail, explains_redelivery=explains_redelivery)
         self.faults.append(f)
         return f
 
@@ -127,7 +154,7 @@ class History:
                 "deliveries": [asdict(d) for d in self.deliveries],
                 "faults": [asdict(f) for f in self.faults],
                 "completions": dict(self.completions),
-                "batches": sorted(self.batches),
+                "batches": [asdict(b) for b in self.batches.values()],
                 "responses": dict(self.responses),
                 "drained": self.drained,
             }
@@ -147,6 +174,10 @@ class Verdict:
     duplicate_causes: dict[str, int] = field(default_factory=dict)
     order_violations: int = 0
     dedup_violations: int = 0
+    batches: int = 0
+    """Batches due to complete: closed, and every item's message acknowledged and deleted."""
+    batches_completed: int = 0
+    """Of those, how many were seen complete exactly once."""
     batch_violations: int = 0
     id_reuse: int = 0
     faults: int = 0
@@ -212,6 +243,8 @@ def _duplicate_cause(first: Delivery, second: Delivery, faults: list[Fault]) -> 
 
 
 def _between(f: Fault, lo: float, hi: float) -> bool:
+    if not f.explains_redelivery:
+        return False
     end = f.ended if f.ended is not None else f.started
     return f.started <= hi and end + 2.0 >= lo
 
@@ -219,9 +252,7 @@ def _between(f: Fault, lo: float, hi: float) -> bool:
 def check(history: History) -> Verdict:
     """Read a finished history (consumers drained the queue) and judge it."""
     v = Verdict(faults=len(history.faults))
-    by_token: dict[str, list[Delivery]] = defaultdict(list)
-    for d in history.deliveries:
-        by_token[d.token].append(d)
+    by_token = deliveries_by_token(history)
     v.delivered = len(by_token)
     acked = [e for e in history.enqueues if e.outcome == "ok"]
     acked_tokens = {e.token for e in acked}
@@ -310,13 +341,69 @@ def check(history: History) -> Verdict:
                     v.order_violations += 1
                     _example(v, "order", [j, k])
 
-    # Batches: each fully acknowledged batch completes exactly once.
-    for batch in history.batches:
-        if history.completions.get(batch, 0) != 1:
-            v.batch_violations += 1
-            _example(v, "batch", [batch, history.completions.get(batch, 0)])
-    for batch, n in history.completions.items():
-        if batch not in history.batches and n > 1:
-            v.batch_violations += 1
-            _example(v, "batch", [batch, n])
+    check_batches(history, v, by_token, acked_tokens)
     return v
+
+
+def batch_due(b: TrackedBatch, by_token: Mapping[str, list[Delivery]]) -> bool:
+    """Whether ``b`` must be complete: its close was acknowledged and every item's
+    message was deleted with an acknowledged delete (which acks the item first)."""
+    return b.closed == "ok" and all(
+        any(d.delete_outcome == "ok" for d in by_token.get(t, ())) for t in b.tokens
+    )
+
+
+def deliveries_by_token(history: History) -> dict[str, list[Delivery]]:
+    by_token: dict[str, list[Delivery]] = defaultdict(list)
+    for d in history.deliveries:
+        by_token[d.token].append(d)
+    return by_token
+
+
+def check_batches(
+    history: History,
+    v: Verdict,
+    by_token: Mapping[str, list[Delivery]],
+    acked_tokens: Set[str],
+) -> None:
+    """Every batch due to complete completes exactly once; no batch completes early.
+
+    A batch is due when its close was acknowledged and every item's message
+    was deleted with an acknowledged delete (which acks the item first). Due:
+    the status read after the drain must say complete and, when the completion
+    topic was read, exactly one distinct completion event must have arrived.
+    Any batch: never two events, and never complete while one of its messages
+    had not even been asked to be deleted (a close that answered complete must
+    come after a delete of every item was sent).
+    """
+    for b in history.batches.values():
+        deliveries = [by_token.get(t, []) for t in b.tokens]
+        due = batch_due(b, by_token)
+        seen = bool(b.status_complete or b.close_said_complete)
+        events = history.completions.get(b.batch_id, 0)
+        problem = ""
+        if events > 1:
+            problem = f"{events} completion events"
+        elif due and not seen:
+            problem = "due but not complete after the drain"
+        elif due and history.completion_events and events == 0:
+            problem = "complete but no completion event"
+        elif seen or events:
+            asked = [
+                min((d.delete_invoked for d in ds if d.delete_invoked), default=None)
+                for ds in deliveries
+            ]
+            if any(a is None for a in asked):
+                problem = "complete while an item's message was never deleted"
+            elif (
+                b.close_said_complete
+                and b.closed_at is not None
+                and any(a is not None and a > b.closed_at for a in asked)
+            ):
+                problem = "close answered complete before every item's delete was sent"
+        v.batches += due
+        if problem:
+            v.batch_violations += 1
+            _example(v, "batch", [b.batch_id, problem, sorted(set(b.tokens) - acked_tokens)[:3]])
+        elif due:
+            v.batches_completed += 1

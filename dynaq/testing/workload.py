@@ -1,12 +1,13 @@
 """A bounded queue workload through the real HTTP API, recorded for the history checker.
 
 Producers send uniquely tokened messages (some in message groups, some sent
-twice with one dedup id, as a retrying producer would); consumers long-poll,
+twice with one dedup id, as a retrying producer would; a share of sends
+forms one tracked batch each, see :mod:`dynaq.testing.batch_load`); consumers long-poll,
 receive and delete in batches, rotating over every endpoint (a node serves
 only its own slice, as behind HAProxy). A fault coroutine runs alongside.
 When producers are done (by count or time) and the faults have ended,
 consumers drain until nothing has arrived for a visibility timeout and a
-bit. Every loop is bounded in count and time.
+bit; then each batch's completion is read. Every loop is bounded in count and time.
 
     history = await run_workload(Workload(endpoints=[node.url], queue="jobs"))
     verdict = check(history)
@@ -25,6 +26,7 @@ from typing import Any
 
 import aiohttp
 
+from dynaq.testing.batch_load import ITEM_ATTRIBUTE, WorkloadBatches, completion_queue
 from dynaq.testing.history import Delivery, Enqueue, History, Outcome
 
 FaultPlan = Callable[[History], Awaitable[None]]
@@ -54,6 +56,14 @@ class Workload:
     seed: int | None = None
     token: str | None = None
     """Bearer token sent with every request (nodes with ``auth.tokens``)."""
+    batch_share: float = 0.2
+    """Share of producer sends whose messages form one exact batch (an item per
+    message, acked by its delete): each such batch must complete exactly once."""
+    completion_topic: str | None = None
+    """The nodes' ``batches.completion_topic``: when set, the workload creates it,
+    subscribes a queue to it and counts each batch's completion events."""
+    batch_check_max_s: float = 30.0
+    """Longest time after the drain to wait for due batches to read complete."""
     max_rate_per_s: float | None = None
     """Most messages per second all producers send together (``None``: as fast as
     answered). A soak keeps it below what consumers sustain, or the drain cannot end."""
@@ -78,6 +88,7 @@ class _Runner:
         self.draining = False
         self.last_delivery = history.now()
         self._next_endpoint = itertools.count()
+        self.batches = WorkloadBatches(history, self.request, w.completion_topic, w.queue)
 
     def endpoint(self) -> str:
         return self.w.endpoints[next(self._next_endpoint) % len(self.w.endpoints)]
@@ -85,9 +96,19 @@ class _Runner:
     async def post(
         self, http: aiohttp.ClientSession, op: str, path: str, body: dict[str, Any]
     ) -> tuple[int, Any]:
-        """POST through the next endpoint; every answer (or its absence) is counted."""
+        return await self.request(http, "POST", op, path, body)
+
+    async def request(
+        self,
+        http: aiohttp.ClientSession,
+        method: str,
+        op: str,
+        path: str,
+        body: dict[str, Any] | None,
+    ) -> tuple[int, Any]:
+        """A request through the next endpoint; every answer (or its absence) is counted."""
         try:
-            async with http.post(self.endpoint() + path, json=body) as r:
+            async with http.request(method, self.endpoint() + path, json=body) as r:
                 if r.status == 200:
                     data = await r.json(content_type=None)
                     self.h.responses[f"{op} 200"] += 1
@@ -118,7 +139,10 @@ class _Runner:
             self.left -= n
             sent: list[Enqueue] = []
             items: list[dict[str, Any]] = []
-            for _ in range(n):
+            batch = None
+            if self.rng.random() < self.w.batch_share:
+                batch = await self.batches.open(http, n)
+            for i in range(n):
                 token = f"{self.run_id}-{pid}-{seq}"
                 seq += 1
                 group = None
@@ -133,6 +157,8 @@ class _Runner:
                     item["group"] = group
                 if dedup is not None:
                     item["dedup_id"] = dedup
+                if batch is not None:
+                    item["attributes"] = {ITEM_ATTRIBUTE: batch[1][i]}
                 items.append(item)
             await self._send(http, path, sent, items)
             # A producer that retries: the same messages again, under their dedup ids.
@@ -140,6 +166,9 @@ class _Runner:
             if retry:
                 again = [self.h.sent(e.token, e.group, e.dedup_id) for e, _ in retry]
                 await self._send(http, path, again, [i for _, i in retry])
+            if batch is not None:
+                tracked = self.batches.track(batch[0], [e.token for e in sent])
+                await self.batches.close(http, tracked)
 
     async def _send(
         self,
@@ -231,6 +260,8 @@ async def run_workload(
     async with aiohttp.ClientSession(timeout=timeout, headers=headers) as http:
         if workload.create_queue:
             await _create_queue(http, workload)
+        if workload.completion_topic is not None:
+            await _subscribe_completions(http, workload, workload.completion_topic)
         consumers = [asyncio.create_task(runner.consume(http)) for _ in range(workload.consumers)]
         try:
             producers = [runner.produce(http, p) for p in range(workload.producers)]
@@ -242,11 +273,35 @@ async def run_workload(
             await asyncio.gather(*consumers)
             if h.drained is None:
                 h.drained = True
+            await runner.batches.observe(http, workload.batch_check_max_s)
         finally:
             for c in consumers:
                 c.cancel()
             await asyncio.gather(*consumers, return_exceptions=True)
     return h
+
+
+async def _subscribe_completions(http: aiohttp.ClientSession, w: Workload, topic: str) -> None:
+    """Create the completion topic and a queue subscribed to it (both may exist already)."""
+    queue = completion_queue(w.queue)
+    steps = [  # (what to PUT, the answers that mean done: 422 is "exists already")
+        (f"/v1/topics/{topic}", (201, 422)),
+        (f"/v1/queues/{queue}", (201, 422)),
+        (f"/v1/topics/{topic}/queues/{queue}", (200,)),
+    ]
+    deadline = asyncio.get_running_loop().time() + 30
+    for step, done in steps:
+        while True:
+            base = w.endpoints[0]
+            try:
+                async with http.put(base + step) as r:
+                    if r.status in done:
+                        break
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                pass
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"could not PUT {step} through {base}")
+            await asyncio.sleep(0.2)
 
 
 async def _create_queue(http: aiohttp.ClientSession, w: Workload) -> None:

@@ -21,6 +21,10 @@ import pytest
 
 from dynaq.testing.history import History, Verdict, check
 
+COMPLETION_TOPIC = "batch-done"
+"""The nodes' ``batches.completion_topic`` in fault runs (``batches_completion_topic=``):
+the workload reads each batch's completion events from it (``Workload(completion_topic=)``)."""
+
 FAKETIME_LIBS = (
     Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"),
     Path("/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1"),
@@ -58,6 +62,37 @@ def faketime_env(offset: str) -> dict[str, str]:
         "LD_PRELOAD": str(faketime_lib()),
         "FAKETIME": offset if offset[0] in "+-" else f"+{offset}",
     }
+
+
+def stepped_clock_env(control: Path) -> dict[str, str]:
+    """Environment that runs a process whose wall clock the test steps while it runs:
+    write an offset (``"-1h"``, ``"+1h"``, ``"+0"``) to ``control`` with :func:`step_clock`.
+
+    Measured with libfaketime 0.9.10 (``tests/faults`` README row): a step
+    through ``FAKETIME_TIMESTAMP_FILE`` moves the monotonic clock too (a
+    real NTP step never does; asyncio's timers would stall for the hour), so
+    the monotonic clock is left alone (``FAKETIME_DONT_FAKE_MONOTONIC``) and
+    only ``time.time()`` steps, as on a real host. In that mode Python's
+    ``time.sleep`` fails with EINVAL (libfaketime mistranslates its absolute
+    monotonic deadline); nodes never call it (an event loop waits in epoll).
+    ``FAKETIME_CACHE_DURATION=1`` rereads the file once a second: a step takes
+    effect within a second, and a clock call costs 0.8 µs instead of the 20 µs
+    of ``FAKETIME_NO_CACHE``.
+    """
+    step_clock(control, "+0")
+    return {
+        "LD_PRELOAD": str(faketime_lib()),
+        "FAKETIME_TIMESTAMP_FILE": str(control),
+        "FAKETIME_CACHE_DURATION": "1",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
+
+
+def step_clock(control: Path, offset: str) -> None:
+    """Step the wall clock of the processes reading ``control`` to ``offset`` from true time."""
+    tmp = control.with_suffix(".tmp")
+    tmp.write_text(offset + "\n")
+    tmp.replace(control)  # atomic: a reader never sees an empty file
 
 
 def have(program: str) -> bool:

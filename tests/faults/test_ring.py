@@ -25,7 +25,12 @@ from typing import Any
 from dynaq.testing import Cluster, History, Workload, run_cluster, run_workload
 from dynaq.testing.cluster import start_haproxy
 from dynaq.testing.servers.cassandra import CassandraServer
-from tests.faults.helpers import assert_verdict, faketime_env, server_errors
+from tests.faults.helpers import (
+    COMPLETION_TOPIC,
+    assert_verdict,
+    faketime_env,
+    server_errors,
+)
 from tests.fixtures.cassandra import new_keyspace
 from tests.fixtures.nodes import require_haproxy
 
@@ -42,6 +47,7 @@ async def _ring(tmp_path: Path, cassandra: CassandraServer) -> AsyncIterator[Clu
         keyspace=new_keyspace(),
         directory=tmp_path,
         timeout_s=90,
+        batches_completion_topic=COMPLETION_TOPIC,
     ) as ring:
         yield ring
 
@@ -53,6 +59,7 @@ def _workload(endpoints: list[str], **kw: Any) -> Workload:
         "visibility_timeout_s": VT_S,
         "request_timeout_s": 5.0,
         "drain_max_s": 90.0,
+        "completion_topic": COMPLETION_TOPIC,
     }
     settings.update(kw)
     return Workload(endpoints=endpoints, **settings)

@@ -173,6 +173,38 @@ async def test_a_failed_delivery_is_retried_in_the_background_until_it_succeeds(
         await svc.stop()
 
 
+async def test_a_completion_cut_short_by_a_crash_is_delivered_when_the_node_starts_again() -> None:
+    """Found by the fault runs: kill -9 after the flip, before the publish, and the event
+    waited for the reaper's grace (minutes) although the node was back in seconds."""
+    store, clock = MemoryStore(), ManualClock()
+    crashed = _service(store, clock)
+
+    async def dies(done: Completion) -> None:
+        raise StorageUnavailable("the process is killed here")
+
+    crashed.on_completion(dies)  # not started: no retries, as after a kill -9
+    b = await crashed.open(EXACT, None)
+    assert await crashed.close(b, EXACT) is True
+    assert not (await crashed.get(b)).announced
+
+    restarted = _service(store, clock)  # same store, clock not advanced: no grace passed
+    calls: list[int] = []
+
+    async def listener(done: Completion) -> None:
+        calls.append(done.batch_id)
+
+    restarted.on_completion(listener)
+    await restarted.start()
+    try:
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert calls == [b] and (await restarted.get(b)).announced
+        start, end = keys.BATCH_COMPLETION, keys.BATCH_COMPLETION + b"\xff" * 25
+        assert await store.scan(start, end, 10) == []  # the record is gone
+    finally:
+        await restarted.stop()
+
+
 # estimated decrements (review item 8) -------------------------------------------
 
 

@@ -336,3 +336,27 @@ async def test_a_long_poll_goes_past_a_long_blocked_backlog_at_once(node: Node) 
     await node.queues.enqueue("q", [NewMessage(b"free")])  # after the backlog
     got = await asyncio.wait_for(node.queues.receive("q", 1, wait_time_s=20), 5)
     assert [m.body for m in got] == [b"free"]
+
+
+async def test_dedup_holds_while_the_wall_clock_steps_on_a_running_node(
+    node: Node, clock: ManualClock
+) -> None:
+    """Regression (tests/faults, a running node's clock stepped 1 h back and ahead under
+    load: 8 dedup violations): a retry sent just after a step looked in another time
+    bucket, or found its record expired, and was stored again. A window is elapsed time."""
+    await node.catalog.create_queue("q")
+    for step_ms in (-3_600_000, 3_600_000, 3_600_000, -3_600_000):
+        key = f"k{step_ms}-{clock.wall_ms()}"
+        (a,) = await node.queues.enqueue("q", [NewMessage(b"x", dedup_id=key)])
+        clock.step_wall(step_ms)
+        (b,) = await node.queues.enqueue("q", [NewMessage(b"x", dedup_id=key)])
+        assert a == b, step_ms
+        assert await node.queues.sweep_dedup() == 0  # and the sweeper keeps the record
+        (c,) = await node.queues.enqueue("q", [NewMessage(b"x", dedup_id=key)])
+        assert c == a
+    clock.advance(301)  # elapsed time still ends the window
+    key = f"k-last-{clock.wall_ms()}"
+    (a,) = await node.queues.enqueue("q", [NewMessage(b"x", dedup_id=key)])
+    clock.advance(301)
+    (b,) = await node.queues.enqueue("q", [NewMessage(b"x", dedup_id=key)])
+    assert b != a

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dynaq.testing.history import Delivery, Enqueue, Fault, History, check
+from dynaq.testing.history import Delivery, Enqueue, Fault, History, TrackedBatch, check
 
 VT = 5.0
 
@@ -91,3 +91,62 @@ def test_the_same_token_stored_twice_is_resent() -> None:
     ]
     v = check(h)
     assert v.duplicate_causes == {"resent": 1} and v.ok
+
+
+def _batch_history(events: int | None, complete: bool, *, delete_b: bool = True) -> History:
+    """Batch 9 of messages a and b, closed at 0.5; both delivered and (b maybe) deleted."""
+    h = History()
+    _acked(h, "a", 7)
+    _acked(h, "b", 8)
+    h.deliveries.append(_delivery("a", 7, 1.0, 1.1, (1.2, 1.3)))
+    h.deliveries.append(_delivery("b", 8, 1.0, 1.1, (1.2, 1.3) if delete_b else None))
+    b = TrackedBatch("9", ["a", "b"], 0.0, closed="ok", closed_at=0.5, status_complete=complete)
+    h.batches["9"] = b
+    if events is not None:
+        h.completion_events = True
+        if events:
+            h.completions["9"] = events
+    return h
+
+
+def test_a_due_batch_completed_once_is_counted() -> None:
+    v = check(_batch_history(events=1, complete=True))
+    assert (v.batches, v.batches_completed, v.batch_violations) == (1, 1, 0) and v.ok
+
+
+def test_a_due_batch_never_complete_or_completed_twice_is_a_violation() -> None:
+    for events, complete in [(None, False), (0, True), (2, True)]:
+        v = check(_batch_history(events=events, complete=complete))
+        assert (v.batches, v.batches_completed, v.batch_violations) == (1, 0, 1), v
+        assert not v.ok
+
+
+def test_a_batch_complete_before_every_item_was_deleted_is_a_violation() -> None:
+    v = check(_batch_history(events=1, complete=True, delete_b=False))
+    assert v.batches == 0 and v.batch_violations == 1 and not v.ok
+    assert "never deleted" in v.examples["batch"][0][1]
+
+
+def test_a_close_that_answered_complete_before_the_deletes_is_a_violation() -> None:
+    h = _batch_history(events=None, complete=True)
+    h.batches["9"].close_said_complete = True
+    h.batches["9"].closed_at = 1.0  # the deletes were sent at 1.2
+    v = check(h)
+    assert v.batch_violations == 1 and "before every item" in v.examples["batch"][0][1]
+
+
+def test_a_batch_not_due_may_stay_incomplete() -> None:
+    v = check(_batch_history(events=0, complete=False, delete_b=False))
+    assert (v.batches, v.batch_violations) == (0, 0) and v.ok
+
+
+def test_a_fault_that_keeps_locks_does_not_excuse_a_redelivery() -> None:
+    h = History()
+    _acked(h, "a", 7)
+    h.deliveries += [
+        _delivery("a", 7, 1.0, 1.1, (1.2, 2.5)),
+        _delivery("a", 7, 2.0, 2.1, (2.6, 2.7)),
+    ]
+    h.faults.append(Fault("clock step", 1.5, 1.8, explains_redelivery=False))
+    v = check(h)
+    assert v.duplicate_causes == {"unexplained": 1} and not v.ok

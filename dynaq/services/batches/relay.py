@@ -8,7 +8,11 @@ it are never apart. Then:
    header's ``announced`` flag, then the record's removal);
 2. if that fails, this node's relay task retries it with backoff while the node
    runs;
-3. if the node dies first, the reaper (one node of the ring) sweeps records
+3. if the node dies first, it delivers every record it finds when it starts
+   again (a record outlives its delivery only when the node delivering it died
+   or stopped, and the node that died is usually the one that restarts: the
+   event then waits for the restart, not for the reaper's grace of minutes);
+4. if it never comes back, the reaper (one node of the ring) sweeps records
    older than a grace period and delivers them; and a header that is complete
    but not announced without any record left (a flip whose outcome the store
    reported as unknown and that applied later) is delivered from the header scan.
@@ -68,18 +72,54 @@ class CompletionRelay:
         self.waiting: dict[bytes, Completion] = {}
         """Completions this node retries, by record key."""
         self._task: asyncio.Task[None] | None = None
+        self._orphans: asyncio.Task[None] | None = None
         self._running = False
         self._cursor = keys.BATCH_COMPLETION
 
-    def start(self) -> None:
+    def start(self, limit: int = 1000) -> None:
+        """Start retrying, and deliver the records left in the store (in the background)."""
         self._running = True
+        self._orphans = asyncio.create_task(
+            self._deliver_left(limit), name="batch-completion-restart"
+        )
         self._start_retries()
 
     async def stop(self) -> None:
-        """Stop retrying; what is still waiting stays stored for the reaper's sweep."""
+        """Stop retrying; what is still waiting stays stored for the next start or the
+        reaper's sweep."""
         self._running = False
+        await cancel_and_wait(self._orphans)
+        self._orphans = None
         await cancel_and_wait(self._task)
         self._task = None
+
+    async def _deliver_left(self, limit: int, pages: int = 100) -> None:
+        """Deliver every completion record in the store, whatever its age (at most
+        ``pages`` pages of ``limit``): left by a node that died, most often this one
+        before its restart. A record that another running node is delivering right
+        now is delivered twice, which listeners tolerate; one whose flip has not
+        applied yet is dropped, and its node delivers the flip itself. What fails
+        stays for the reaper's sweep."""
+        cursor = keys.BATCH_COMPLETION
+        end = keys.BATCH_COMPLETION + b"\xff" * 25
+        resolved = 0
+        try:
+            for _ in range(pages):
+                rows = await self._store.scan(cursor, end, limit)
+                for key, raw in rows:
+                    resolved += await self._resolve(key, raw, older_than_ms=None)
+                if len(rows) < limit:
+                    break
+                cursor = rows[-1][0] + b"\x00"
+        except DynaqError as exc:
+            log.warning(
+                "delivering the completions left at start failed; the reaper will",
+                extra={"error": str(exc)},
+            )
+        if resolved:
+            log.info(
+                "resolved completion records left by an earlier run", extra={"records": resolved}
+            )
 
     async def deliver(self, done: Completion, record: bytes) -> None:
         """Deliver a completion whose flip is durable now; on failure, retry in the
@@ -154,21 +194,25 @@ class CompletionRelay:
         self._cursor = rows[-1][0] + b"\x00" if len(rows) == limit else keys.BATCH_COMPLETION
         resolved = 0
         for key, raw in rows:
-            if key in self.waiting:
-                continue  # this node's retries have it
-            try:
-                done, created_ms = decode_completion(raw)
-            except StorageError:
-                log.exception("dropping a corrupt batch completion record")
-                await self._store.delete(key)
-                continue
-            if created_ms >= older_than_ms:
-                continue  # its node is probably delivering it right now
-            # Removed, a flip that never applied, or delivered already: _try only
-            # drops the record.
-            if await self._try(done, key):
-                resolved += 1
+            resolved += await self._resolve(key, raw, older_than_ms)
         return resolved
+
+    async def _resolve(self, key: bytes, raw: bytes, older_than_ms: int | None) -> bool:
+        """Deliver one stored record if it is due (recorded before ``older_than_ms``;
+        ``None``: whatever its age); return whether it was resolved."""
+        if key in self.waiting:
+            return False  # this node's retries have it
+        try:
+            done, created_ms = decode_completion(raw)
+        except StorageError:
+            log.exception("dropping a corrupt batch completion record")
+            await self._store.delete(key)
+            return False
+        if older_than_ms is not None and created_ms >= older_than_ms:
+            return False  # its node is probably delivering it right now
+        # Removed, a flip that never applied, or delivered already: _try only
+        # drops the record.
+        return await self._try(done, key)
 
     async def deliver_unannounced(self, batch_id: int, header: BatchHeader) -> bool:
         """Deliver a complete header's completion that no record stands for."""

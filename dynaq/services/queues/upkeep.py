@@ -98,7 +98,7 @@ class Upkeep:
         """
         if self._store.expires_itself(keys.DEDUP):
             return 0
-        now_ms = self._clock.wall_ms()
+        now_ms = self._clock.steady_wall_ms()  # the writer's dedup time (writes.py)
         bucket = dedup_bucket(now_ms, self._dedup_window_s)
         removed = await self._store.delete_range(*keys.dedup_buckets_before(bucket - 1))
         return removed + await self._sweep_legacy(now_ms, limit)
@@ -135,7 +135,7 @@ class Upkeep:
         try:
             removed = await self._store.delete_range(start, end)
             await self._store.delete_range(*keys.dedup_queue_range(number))
-            bucket = dedup_bucket(self._clock.wall_ms(), self._dedup_window_s)
+            bucket = dedup_bucket(self._clock.steady_wall_ms(), self._dedup_window_s)
             for b in (bucket - 1, bucket, bucket + 1):
                 await self._store.delete_range(*keys.dedup_queue_in_bucket(b, number))
             if tomb is None:

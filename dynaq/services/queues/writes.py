@@ -180,7 +180,9 @@ class Writer:
         known: dict[str, int] = {}
         wanted = list(dict.fromkeys(m.dedup_id for m in messages if m.dedup_id))
         now_ms = self._clock.wall_ms()
-        bucket = dedup_bucket(now_ms, self.dedup_window_s)
+        # A dedup window is elapsed time: a wall-clock step must not end or stretch it.
+        dedup_ms = self._clock.steady_wall_ms()
+        bucket = dedup_bucket(dedup_ms, self.dedup_window_s)
         if wanted:
             items = await self._store.get_many(
                 [k for d in wanted for k in self._dedup_lookups(info.number, bucket, d)]
@@ -193,7 +195,7 @@ class Writer:
                         # A store that expires records itself (Cassandra's TTL) times the
                         # window by one clock; comparing this node's clock with the
                         # writer's would end it early when the two disagree.
-                        if expires_ms > now_ms or self._self_expiring:
+                        if expires_ms > dedup_ms or self._self_expiring:
                             known[d] = int(mid)
                             break
         fresh: list[tuple[int, NewMessage]] = []
@@ -215,7 +217,7 @@ class Writer:
             await self.refresh_ids()
             self._allocate(fresh, ids)
         compress = info.settings.compressed_messages
-        expires_ms = now_ms + int(self.dedup_window_s * 1000)
+        expires_ms = dedup_ms + int(self.dedup_window_s * 1000)
         ops: list[Put] = []
         written: list[int] = []
         grouped: list[int] = []
