@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dynaq.api.codec import json_response, read_body, read_raw
+from dynaq.api.codec import SMALL_BODY_BYTES, json_response, read_body, read_raw
 from dynaq.api.params import is_decimal
 from dynaq.core.batch_items import parse_batch_id, parse_item_id
 from dynaq.errors import InvalidInput
@@ -42,7 +42,7 @@ def _service(request: web.Request) -> BatchService:
 async def _object(request: web.Request, *, optional: bool = False) -> Mapping[str, Any]:
     if optional and not await read_raw(request):
         return {}
-    body = await read_body(request)
+    body = await read_body(request, SMALL_BODY_BYTES)
     if not isinstance(body, dict):
         raise InvalidInput("request body must be a JSON object")
     return body

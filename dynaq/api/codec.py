@@ -19,7 +19,13 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from dynaq.errors import InvalidInput, MalformedBody, RequestTimeout, UnsupportedMediaType
+from dynaq.errors import (
+    InvalidInput,
+    MalformedBody,
+    PayloadTooLarge,
+    RequestTimeout,
+    UnsupportedMediaType,
+)
 
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
 JSON_TYPE = "application/json"
@@ -60,26 +66,77 @@ def sends_msgpack(request: web.Request) -> bool:
     return request.content_type in MSGPACK_TYPES
 
 
-async def read_body(request: web.Request) -> Any:
+SMALL_BODY_BYTES = 1024 * 1024
+"""Bodies of routes that carry ids or settings, not messages (receive, delete,
+visibility, batch calls): far above what they need, far below the message limit."""
+MAX_ARRAY_LEN = 10_000
+"""Longest array a body may hold: the most ids a request may name (batch acks)."""
+MAX_MAP_LEN = 1_024
+MAX_OBJECTS = 20_000
+"""Most JSON objects or msgpack maps in one body: a message and its attributes
+are two, and a request holds at most 1,000 messages."""
+MAX_JSON_ARRAYS = 1_000_000
+"""A cheap bound on ``[`` in a JSON body (some may sit inside strings): a body
+of nested empty arrays would otherwise build millions of lists."""
+_PARSE_OFF_LOOP_BYTES = 256 * 1024
+
+
+async def read_body(request: web.Request, max_bytes: int | None = None) -> Any:
     """Decode a JSON or msgpack request body; :class:`InvalidInput` when malformed.
 
     Malformed covers every shape a decoder can choke on: bad bytes, nesting
     deeper than the interpreter's stack, unhashable msgpack map keys, JSON's
     ``NaN``/``Infinity`` (not JSON), and strings holding lone surrogates
-    (they cannot be stored as UTF-8).
+    (they cannot be stored as UTF-8). Bounded: ``max_bytes`` (413 before
+    parsing), at most :data:`MAX_OBJECTS` objects and :data:`MAX_ARRAY_LEN`
+    items per msgpack array; a big body is parsed off the event loop.
     """
+    if max_bytes is not None and (request.content_length or 0) > max_bytes:
+        raise PayloadTooLarge(f"this route takes bodies of at most {max_bytes} bytes")
     raw = await read_raw(request)
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise PayloadTooLarge(f"this route takes bodies of at most {max_bytes} bytes")
     ctype = request.content_type
     if ctype in MSGPACK_TYPES:
-        try:
-            return msgpack.unpackb(raw, raw=False, strict_map_key=False)
-        except (ValueError, TypeError, RecursionError, msgpack.UnpackException) as exc:
-            raise InvalidInput(f"malformed msgpack body: {exc}") from None
-    if ctype not in (JSON_TYPE, "application/octet-stream", "text/plain", ""):
+        parse = parse_msgpack
+    elif ctype in (JSON_TYPE, "application/octet-stream", "text/plain", ""):
+        parse = parse_json
+    else:
         raise UnsupportedMediaType(
             f"unsupported Content-Type {ctype!r}: send application/json or application/msgpack"
         )
-    return parse_json(raw)
+    if len(raw) > _PARSE_OFF_LOOP_BYTES:
+        return await asyncio.to_thread(parse, raw)
+    return parse(raw)
+
+
+def parse_msgpack(raw: bytes) -> Any:
+    """Parse a msgpack body strictly and within bounds (see :func:`read_body`)."""
+    try:
+        return msgpack.unpackb(
+            raw,
+            raw=False,
+            strict_map_key=False,
+            max_array_len=MAX_ARRAY_LEN,
+            max_map_len=MAX_MAP_LEN,
+            max_ext_len=0,
+            object_hook=_counted_maps(),
+        )
+    except (ValueError, TypeError, RecursionError, msgpack.UnpackException) as exc:
+        raise InvalidInput(f"malformed msgpack body: {exc}") from None
+
+
+def _counted_maps() -> Any:
+    seen = 0
+
+    def hook(obj: dict[Any, Any]) -> dict[Any, Any]:
+        nonlocal seen
+        seen += 1
+        if seen > MAX_OBJECTS:
+            raise ValueError(f"more than {MAX_OBJECTS} maps or objects")
+        return obj
+
+    return hook
 
 
 def _no_constant(name: str) -> Any:
@@ -111,8 +168,10 @@ def parse_json(raw: bytes) -> Any:
     """Parse a JSON body strictly (see :func:`read_body`)."""
     if not raw.strip():
         raise InvalidInput("request body is empty; expected a JSON object")
+    if raw.count(b"[") > MAX_JSON_ARRAYS:
+        raise InvalidInput(f"malformed JSON body: more than {MAX_JSON_ARRAYS} arrays")
     try:
-        data = json.loads(raw, parse_constant=_no_constant)
+        data = json.loads(raw, parse_constant=_no_constant, object_hook=_counted_maps())
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidInput(f"malformed JSON body: {exc}") from None
     # Surrogates can only come from \u escapes (raw UTF-8 cannot hold them):

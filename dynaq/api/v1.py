@@ -155,7 +155,6 @@ async def delete_queue(request: web.Request) -> web.Response:
 @routes.put("/v1/queues/{queue}/message")
 async def enqueue(request: web.Request) -> web.Response:
     queues = request.app[QUEUES]
-    info = await request.app[CATALOG].queue(request.match_info["queue"])
     limit = queues.limits.max_message_bytes
     if request.content_length is not None and request.content_length > limit:
         # Refused before a byte of the body is read.
@@ -163,6 +162,9 @@ async def enqueue(request: web.Request) -> web.Response:
             f"message body is {request.content_length} bytes; the limit is {limit}"
         )
     body = await read_raw(request)
+    # Looked up after the body arrived: a slow body must not carry a queue
+    # resolved before a delete into the old queue number.
+    info = await request.app[CATALOG].queue(request.match_info["queue"])
     (mid,) = await queues.enqueue(info, [_new_message(request, body)])
     return web.Response(text=str(mid), content_type="text/plain")
 

@@ -10,7 +10,14 @@ from typing import Any
 
 from aiohttp import web
 
-from dynaq.api.codec import body_to_json, read_body, respond, sends_msgpack, wants_msgpack
+from dynaq.api.codec import (
+    SMALL_BODY_BYTES,
+    body_to_json,
+    read_body,
+    respond,
+    sends_msgpack,
+    wants_msgpack,
+)
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS
 from dynaq.api.params import (
     body_object,
@@ -81,9 +88,10 @@ async def describe_queue(request: web.Request) -> web.Response:
 
 @routes.post("/v2/queues/{queue}/messages")
 async def enqueue_batch(request: web.Request) -> web.Response:
+    # The body first: a slow body must not carry a queue looked up before a delete.
+    body = body_object(await read_body(request))
     info = await request.app[CATALOG].queue(request.match_info["queue"])
     q = _queues(request)
-    body = body_object(await read_body(request))
     messages = new_messages(body, sends_msgpack(request), q.limits.max_batch)
     ids = await q.enqueue(info, messages)
     binary = wants_msgpack(request)
@@ -93,7 +101,7 @@ async def enqueue_batch(request: web.Request) -> web.Response:
 @routes.post("/v2/queues/{queue}/messages/receive")
 async def receive_batch(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
-    body = body_object(await read_body(request))
+    body = body_object(await read_body(request, SMALL_BODY_BYTES))
     n = max_messages(body)
     vt = optional_seconds(body, "visibility_timeout_s")
     wait = optional_seconds(body, "wait_time_s") or 0.0
@@ -107,7 +115,7 @@ async def receive_batch(request: web.Request) -> web.Response:
 async def delete_batch(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
     q = _queues(request)
-    ids = ids_member(body_object(await read_body(request)), q.limits.max_batch)
+    ids = ids_member(body_object(await read_body(request, SMALL_BODY_BYTES)), q.limits.max_batch)
     removed = await q.delete(info, ids)
     binary = wants_msgpack(request)
     return respond(
@@ -119,7 +127,7 @@ async def delete_batch(request: web.Request) -> web.Response:
 async def change_visibility(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
     q = _queues(request)
-    body = body_object(await read_body(request))
+    body = body_object(await read_body(request, SMALL_BODY_BYTES))
     ids = ids_member(body, q.limits.max_batch)
     vt = required_seconds(body, "visibility_timeout_s")
     changed = await q.change_visibility(info, ids, vt)
@@ -130,9 +138,9 @@ async def change_visibility(request: web.Request) -> web.Response:
 @routes.post("/v2/topics/{topic}/messages")
 async def publish_batch(request: web.Request) -> web.Response:
     topic = request.match_info["topic"]
+    body = body_object(await read_body(request))
     await request.app[CATALOG].topic(topic)
     q = _queues(request)
-    body = body_object(await read_body(request))
     messages = new_messages(body, sends_msgpack(request), q.limits.max_batch)
     result = await request.app[TOPICS].publish(topic, messages)
     binary = wants_msgpack(request)

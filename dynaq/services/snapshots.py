@@ -77,6 +77,8 @@ async def read_page(
             ids.append(mid)
             bodies.append(body)
             size += len(body)
+            if attrs:  # attributes are part of the page too (up to the message limit)
+                size += sum(len(a) + len(b) for a, b in attrs.items())
             if size >= MAX_PAGE_BYTES:
                 break  # the page is full; the next one starts after this row
         else:

@@ -12,6 +12,8 @@ before the app runs (the last test says why).
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 from typing import Any
 
 import aiohttp
@@ -241,3 +243,31 @@ async def test_protocol_errors_are_aiohttps_plain_400(node: Node, request_bytes:
     head = answer.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower()
     assert head.startswith("http/1.0 400 bad request"), head
     assert "content-type: text/plain" in head
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("application/msgpack", msgpack.packb({"messages": [{}] * 30_000})),
+        ("application/msgpack", msgpack.packb({"messages": [0] * 20_000})),
+        ("application/json", b'{"messages":[' + b",".join([b"{}"] * 30_000) + b"]}"),
+    ],
+)
+async def test_bodies_that_would_build_millions_of_objects_are_refused(
+    http: aiohttp.ClientSession, queue: str, content_type: str, body: bytes
+) -> None:
+    """A few MB of empty maps cost a GB of memory once parsed: bounded while parsing."""
+    headers = {"Content-Type": content_type}
+    async with http.post(f"/v2/queues/{queue}/messages", data=body, headers=headers) as r:
+        await _check_4xx(r, 422)
+
+
+async def test_routes_that_carry_ids_refuse_big_bodies_before_parsing(
+    http: aiohttp.ClientSession, queue: str
+) -> None:
+    padding = json.dumps({"max_messages": 1, "pad": "x" * (2 * 1024 * 1024)}).encode()
+    headers = {"Content-Type": "application/json"}
+    for route in ("receive", "delete", "visibility"):
+        path = f"/v2/queues/{queue}/messages/{route}"
+        async with http.post(path, data=io.BytesIO(padding), headers=headers) as r:
+            await _check_4xx(r, 413)

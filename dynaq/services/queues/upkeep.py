@@ -26,6 +26,10 @@ from dynaq.tasks import cancel_and_wait, every
 
 log = logging.getLogger(__name__)
 
+WRITE_GRACE_S = 35.0
+"""A request's longest life after its queue was looked up: the body read
+(``http.body_timeout_s``, 30 s by default) and the store write."""
+
 
 class Upkeep:
     """Owns the dedup sweeper and the purge tasks."""
@@ -39,6 +43,10 @@ class Upkeep:
         self._purges: dict[int, asyncio.Task[None]] = {}
         self._legacy_cursor: bytes | None = None
         self._counter: asyncio.Task[None] | None = None
+        self.settle_s = catalog.recreate_after_s + WRITE_GRACE_S
+        """How long after a delete a write to the old queue number may still land:
+        until every node's cached config has expired (``recreate_after_s``) and a
+        request admitted just before has read its body and committed."""
 
     async def start(self) -> None:
         """Resume interrupted purges and start sweeping dedup records."""
@@ -140,8 +148,11 @@ class Upkeep:
                 await self._store.delete_range(*keys.dedup_queue_in_bucket(b, number))
             if tomb is None:
                 await self._store.delete(keys.purge_marker(number))
-            else:
+            elif self._clock.wall_ms() >= tomb.deleted_ms + int(self.settle_s * 1000):
                 await self._catalog.mark_purged(tomb)
+            # else: a write admitted before the delete (a node's cached config, a
+            # body still arriving) may land after this pass; the tombstone stays
+            # unpurged and the next round sweeps again, until none can.
         except DynaqError:  # the next round resumes it
             log.warning("queue purge failed; it will resume", exc_info=True)
             return
