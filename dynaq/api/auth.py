@@ -15,17 +15,21 @@ everything (fail closed), and a test fails until it is classified.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from dynaq.api.batches import ESTIMATED_BASE, EXACT_BASE
-from dynaq.core.access import ADMIN, READ, WRITE, AccessPolicy
+from dynaq.core.access import ADMIN, READ, WRITE, AccessPolicy, Token
+from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE
+from dynaq.core.messages import NewMessage
 from dynaq.core.peer_auth import INTERNAL_PREFIX
 from dynaq.errors import Forbidden, Unauthorized
 
 ACCESS = web.AppKey("access", AccessPolicy)
+TOKEN = web.RequestKey("token", Token)
+"""The token a request was admitted with (absent when no policy is configured)."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -171,4 +175,20 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         kind = None if need.kind == "*" else need.kind
         if not token.allows(need.perm, kind, name):
             raise Forbidden(f"token {token.name!r} may not {need.perm} {need.kind} {name!r}")
+    request[TOKEN] = token
     return await handler(request)
+
+
+def require(request: web.Request, perm: str, kind: str, name: str) -> None:
+    """A check a handler makes once it knows what the body asks for (the middleware
+    saw only the route): :class:`Forbidden` unless the request's token allows it."""
+    token = request.get(TOKEN)
+    if token is not None and not token.allows(perm, kind, name):
+        raise Forbidden(f"token {token.name!r} may not {perm} {kind} {name!r}")
+
+
+def require_batch_tags(request: web.Request, messages: Iterable[NewMessage]) -> None:
+    """Tagging a message with a batch item acks that item when the message is
+    deleted, so it needs ``write`` on exact batches, as acking the item directly does."""
+    if any(m.attributes and BATCH_ITEM_ATTRIBUTE in m.attributes for m in messages):
+        require(request, WRITE, "batch", "exact")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from dynaq.api.auth import require_batch_tags
 from dynaq.api.codec import body_to_json, json_response, parse_json, read_raw
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS, VIEW
 from dynaq.api.params import batch_size, id_list, parse_id
@@ -101,7 +102,9 @@ async def publish(request: web.Request) -> web.Response:
     topic = request.match_info["topic"]
     await request.app[CATALOG].topic(topic)  # 404 before reading a body for nothing
     body = await read_raw(request)
-    result = await request.app[TOPICS].publish(topic, [_new_message(request, body)])
+    message = _new_message(request, body)
+    require_batch_tags(request, [message])
+    result = await request.app[TOPICS].publish(topic, [message])
     return json_response({q: str(ids[0]) for q, ids in result.items()})
 
 
@@ -165,7 +168,9 @@ async def enqueue(request: web.Request) -> web.Response:
     # Looked up after the body arrived: a slow body must not carry a queue
     # resolved before a delete into the old queue number.
     info = await request.app[CATALOG].queue(request.match_info["queue"])
-    (mid,) = await queues.enqueue(info, [_new_message(request, body)])
+    message = _new_message(request, body)
+    require_batch_tags(request, [message])
+    (mid,) = await queues.enqueue(info, [message])
     return web.Response(text=str(mid), content_type="text/plain")
 
 

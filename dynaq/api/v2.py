@@ -10,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dynaq.api.auth import require_batch_tags
 from dynaq.api.codec import (
     SMALL_BODY_BYTES,
     body_to_json,
@@ -93,6 +94,7 @@ async def enqueue_batch(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
     q = _queues(request)
     messages = new_messages(body, sends_msgpack(request), q.limits.max_batch)
+    require_batch_tags(request, messages)
     ids = await q.enqueue(info, messages)
     binary = wants_msgpack(request)
     return respond(request, {"ids": _ids_out(binary, ids)}, binary=binary)
@@ -142,6 +144,7 @@ async def publish_batch(request: web.Request) -> web.Response:
     await request.app[CATALOG].topic(topic)
     q = _queues(request)
     messages = new_messages(body, sends_msgpack(request), q.limits.max_batch)
+    require_batch_tags(request, messages)
     result = await request.app[TOPICS].publish(topic, messages)
     binary = wants_msgpack(request)
     return respond(

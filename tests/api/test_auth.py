@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -182,3 +183,41 @@ async def test_each_route_refuses_a_token_without_its_permission(
             assert (await r.json())["code"] == "forbidden"
     async with http.request(method, path, headers=bearer(ADMIN)) as r:
         assert r.status not in (401, 403), (method, path)
+
+
+async def test_tagging_a_message_with_a_batch_item_needs_batch_write(
+    http: aiohttp.ClientSession,
+) -> None:
+    """Deleting a tagged message acks its item: a queue writer without batch write
+    must not complete somebody's batch that way (v1 query, header, v2 attribute)."""
+    async with http.put("/v1/queues/jobs-1", headers=bearer(ADMIN)) as r:
+        assert r.status == 201
+    item = "1:00000000-0000-0000-0000-000000000000:0"
+    tagged: list[tuple[str, str, dict[str, Any]]] = [
+        ("put", "/v1/queues/jobs-1/message", {"params": {"batch_item_id": item}, "data": b"x"}),
+        (
+            "put",
+            "/v1/queues/jobs-1/message",
+            {"headers": {"X-Dynaq-Batch-Item": item}, "data": b"x"},
+        ),
+        (
+            "post",
+            "/v2/queues/jobs-1/messages",
+            {"json": {"messages": [{"body": "x", "attributes": {"dynaq.batch_item": item}}]}},
+        ),
+    ]
+    for method, path, kw in tagged:
+        headers = {**bearer(WRITER), **kw.pop("headers", {})}
+        async with http.request(method, path, headers=headers, **kw) as r:
+            assert r.status == 403, (path, await r.text())
+            assert (await r.json())["code"] == "forbidden"
+    # Untagged, the same writer may send; with batch write too, tagged is fine.
+    async with http.put("/v1/queues/jobs-1/message", headers=bearer(WRITER), data=b"x") as r:
+        assert r.status == 200
+    async with http.put(
+        "/v1/queues/jobs-1/message",
+        headers=bearer(ADMIN),
+        params={"batch_item_id": item},
+        data=b"x",
+    ) as r:
+        assert r.status == 200
