@@ -88,7 +88,7 @@ def parse(argv: list[str]) -> Options:
         "--storage",
         default="",
         metavar="B1,B2,...",
-        help="compare storage backends (embedded, cassandra, riak) instead; bench/queue_backends.py",
+        help="compare storage backends (embedded, cassandra, riak) instead; bench._queue_backends.py",
     )
     p.add_argument(
         "--node-env",
@@ -232,7 +232,7 @@ def _ratio(a: float, b: float) -> float:
 def main(argv: list[str]) -> dict[str, Any]:
     o = parse(argv)
     if o.storage:
-        from bench.queue_backends import run
+        from bench._queue_backends import run
 
         return run(o, o.storage)
     tmp = Path(tempfile.mkdtemp(prefix="dynaq-bench-"))

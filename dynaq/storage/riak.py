@@ -61,8 +61,26 @@ class RiakStore(Store):
     # lifecycle and schema -------------------------------------------------
 
     async def open(self) -> None:
+        """Connect, check the bucket type exists, finish batches crashed writers left."""
         await self._db.open()
+        try:
+            await self._check_and_replay()
+        except BaseException:
+            await self._db.close()
+            raise
+
+    async def _check_and_replay(self) -> None:
+        if await self._db.props(self._journal.bucket) is None:
+            raise self._no_bucket_type()
         await self._journal.replay(self._apply)
+
+    def _no_bucket_type(self) -> InvalidInput:
+        t = self._db.bucket_type
+        return InvalidInput(
+            f"Riak has no bucket type {t!r}; create it on a Riak node: "
+            f"riak admin bucket-type create {t} '{{\"props\":{{}}}}' && "
+            f"riak admin bucket-type activate {t}"
+        )
 
     async def close(self) -> None:
         await self._db.close()
@@ -83,11 +101,7 @@ class RiakStore(Store):
         for bucket, want in self.bucket_props().items():
             have = await self._db.props(bucket)
             if have is None:
-                raise InvalidInput(
-                    f"Riak has no bucket type {self._db.bucket_type!r}; create it on a Riak node: "
-                    f"riak admin bucket-type create {self._db.bucket_type} '{{\"props\":{{}}}}' && "
-                    f"riak admin bucket-type activate {self._db.bucket_type}"
-                )
+                raise self._no_bucket_type()
             if any(have.get(k) != v for k, v in want.items()):
                 await self._db.set_props(bucket, want)
                 changed = True

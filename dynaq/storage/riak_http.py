@@ -148,7 +148,7 @@ class RiakHttp:
             "GET",
             self._key_path(bucket, key),
             params={"deletedvclock": "true"},
-            headers={"Accept": "multipart/mixed, */*"},
+            headers={"Accept": "multipart/mixed, */*;q=0.5"},
             ok=(200, 300, 404),
         )
         return _object(status, hdrs, body)
@@ -168,7 +168,7 @@ class RiakHttp:
         appear when a concurrent write did not descend from ``vclock``)."""
         headers = {"Content-Type": "application/octet-stream"}
         if returnbody:
-            headers["Accept"] = "multipart/mixed, */*"
+            headers["Accept"] = "multipart/mixed, */*;q=0.5"
         if vclock:
             headers["X-Riak-Vclock"] = vclock
         for name, v in (meta or {}).items():
