@@ -45,7 +45,7 @@ def _shim() -> None:
     def namedtuple(*a: Any, verbose: bool = False, **kw: Any) -> Any:
         return original(*a, **kw)
 
-    collections.namedtuple = namedtuple  # type: ignore[assignment]
+    collections.namedtuple = namedtuple
 
 
 async def _dynaq(http: str, n: int, c: int) -> dict[str, float]:
