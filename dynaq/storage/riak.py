@@ -23,6 +23,8 @@ from dynaq.storage.riak_journal import Journal
 
 _WRITE_TRIES = 20
 _SETTLE_TRIES = 10
+_PAGE = 1000
+_FIRST_WINDOW = 1 << 23  # ids of ~1 s (an id holds wall ms from bit 13)
 
 
 class RiakStore(Store):
@@ -143,18 +145,37 @@ class RiakStore(Store):
         return [k for k, _ in await self._scan(start, end, limit, with_values=False)]
 
     async def last_key(self, start: bytes, end: bytes) -> bytes | None:
-        """Pages of keys only (2i has no reverse order): the last one seen."""
-        last: bytes | None = None
-        page = 1000
-        while start < end:
-            rows = await self._scan(start, end, page, with_values=False)
-            if not rows:
-                break
-            last = rows[-1][0]
-            if len(rows) < page:
-                break
-            start = last + b"\x00"
-        return last
+        """The greatest key: message keys by probing ``id_int`` windows down from
+        ``end`` (2i has no reverse order; ids grow with time, so the newest key is
+        near the top and the first probe usually finds it), kv keys by paging."""
+        lo, hi = lay.msg_pos(start), lay.msg_pos(end)
+        found: list[bytes] = []
+        if lo < hi:
+            window, top = _FIRST_WINDOW, hi
+            while top > lo and not found:
+                bottom = max(lo, top - window)
+                found = await self._all_keys(self._m, lay.INDEX, bottom, top - 1, lay.from_msg)
+                top, window = bottom, window << 4
+        kv = await self._all_keys(
+            self._kv, lay.KEY_INDEX, lay.kv_name(start), lay.kv_name(end), lay.from_kv
+        )
+        kv = [k for k in kv if k < end]
+        if kv:  # ``$key`` may list a tombstone: the greatest live one
+            items = await self.get_many(kv)
+            kv = [k for k, i in zip(kv, items, strict=True) if i is not None]
+        candidates = found[-1:] + kv[-1:]
+        return max(candidates) if candidates else None
+
+    async def _all_keys(
+        self, bucket: str, index: str, lo: str | int, hi: str | int, decode: Any
+    ) -> list[bytes]:
+        out: list[bytes] = []
+        cont: str | None = None
+        while True:
+            names, cont = await self._db.index_page(bucket, index, lo, hi, _PAGE, cont)
+            out.extend(decode(n) for n in names)
+            if not cont or not names:
+                return out
 
     async def _scan(
         self, start: bytes, end: bytes, limit: int, *, with_values: bool
