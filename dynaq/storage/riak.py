@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from dynaq.errors import InvalidInput, StorageUnavailable
@@ -20,6 +19,7 @@ from dynaq.storage import riak_layout as lay
 from dynaq.storage.base import Delete, Item, Op, Put, Store
 from dynaq.storage.riak_http import RiakHttp, RiakObject, gather_limited
 from dynaq.storage.riak_journal import Journal
+from dynaq.storage.riak_locks import KeyLocks
 
 _WRITE_TRIES = 20
 _SETTLE_TRIES = 10
@@ -58,7 +58,7 @@ class RiakStore(Store):
         self._fanout = pool_size
         self._versions = lay.Versions(random.getrandbits(10) ^ os.getpid())
         self._journal = Journal(self._db, f"{bucket_prefix}_jr", journal_replay_after_s)
-        self._locks: dict[bytes, tuple[asyncio.Lock, int]] = {}
+        self._locks = KeyLocks()
 
     # lifecycle and schema -------------------------------------------------
 
@@ -122,7 +122,7 @@ class RiakStore(Store):
         if cur is None:
             return None
         if len(live) > 1:  # left by a writer that died before settling: re-put, as Dynamiq did
-            async with self._lock(key):
+            async with self._locks.hold(key):
                 await self._settle(lay.kv_name(key), obj, cur)
         return Item(cur.value, cur.version)
 
@@ -275,7 +275,7 @@ class RiakStore(Store):
         bucket = self._m if lay.is_message(key) else self._kv
         name = lay.msg_name(key) if bucket == self._m else lay.kv_name(key)
         conditional = absent or expect is not None
-        async with self._lock(key):
+        async with self._locks.hold(key):
             for _ in range(_WRITE_TRIES):
                 obj = await self._db.fetch(bucket, name)
                 cur = lay.current(lay.siblings(obj.contents))
@@ -388,7 +388,7 @@ class RiakStore(Store):
     async def _remove(self, key: bytes) -> bool:
         if lay.is_message(key):
             return await self._db.remove(self._m, lay.msg_name(key))
-        async with self._lock(key):
+        async with self._locks.hold(key):
             obj = await self._db.fetch(self._kv, lay.kv_name(key))
             if not lay.siblings(obj.contents):
                 return False
@@ -406,21 +406,6 @@ class RiakStore(Store):
             await self._apply([Delete(k) for k, _ in rows])
             removed += len(rows)
             start = rows[-1][0] + b"\x00"
-
-    @asynccontextmanager
-    async def _lock(self, key: bytes) -> AsyncIterator[None]:
-        """Serialise this process's writes of ``key`` (the lock lives while used)."""
-        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
 
 
 async def _nothing() -> list[tuple[bytes, bytes | None]]:
