@@ -2,12 +2,16 @@
 
 * kill -9 of a node mid-consumption, restarted once the survivors dropped it:
   the history checker's verdict (nothing lost, nothing stuck);
-* a queue config PATCH on one node reaches every node within the sync interval.
+* a queue config PATCH on one node reaches every node within the sync interval;
+* the Riak node paused (SIGSTOP of its beam for ~5 s, then SIGCONT): only
+  retriable 503s, nothing lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -82,3 +86,45 @@ async def test_riak_ring_kill9_mid_consumption_and_config_reaches_every_node(
         assert all(n.alive() for n in ring.nodes)
     assert server_errors(h) == {}, h.responses
     await assert_verdict("riak ring: kill -9 mid-consumption", h, wall, artifacts=tmp_path, kills=1)
+
+
+@pytest.mark.slow
+async def test_riak_paused_for_five_seconds(tmp_path: Path, riak: RiakServer) -> None:
+    async with run_cluster(
+        3,
+        "riak",
+        riak_http=[riak.http],
+        keyspace=new_prefix(),
+        directory=tmp_path,
+        timeout_s=90,
+        env={"DYNAQ_RIAK_N_VAL": "1", "DYNAQ_RIAK_REQUEST_TIMEOUT_S": "3"},
+    ) as ring:
+        endpoints = [n.url for n in ring.nodes]
+        beam = riak.pids[0]
+
+        async def faults(h: History) -> None:
+            await asyncio.sleep(4.0)
+            f = h.fault("Riak SIGSTOP 5 s")
+            os.kill(beam, signal.SIGSTOP)
+            try:
+                await asyncio.sleep(5.0)
+            finally:
+                os.kill(beam, signal.SIGCONT)
+            f.ended = h.now()
+
+        workload = Workload(
+            endpoints=endpoints,
+            messages=600,
+            duration_s=15.0,
+            visibility_timeout_s=3.0,
+            request_timeout_s=15.0,
+            drain_max_s=120.0,
+            seed=23,
+        )
+        t0 = time.monotonic()
+        h = await run_workload(workload, faults)
+        wall = time.monotonic() - t0
+        assert all(n.alive() for n in ring.nodes)
+    # The outage showed as retriable 503s (or requests that waited it out), never a 500.
+    assert server_errors(h) == {}, h.responses
+    await assert_verdict("riak ring: Riak SIGSTOP 5 s", h, wall, artifacts=tmp_path)
