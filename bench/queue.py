@@ -71,6 +71,7 @@ class Options:
     peer: bool
     quick: bool
     node_env: dict[str, str] = field(default_factory=dict)
+    storage: list[str] = field(default_factory=list)
 
 
 def parse(argv: list[str]) -> Options:
@@ -84,6 +85,12 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--no-peer", action="store_true", help="skip NATS JetStream")
     p.add_argument("--quick", action="store_true", help="tiny smoke run (a few seconds)")
     p.add_argument(
+        "--storage",
+        default="",
+        metavar="B1,B2,...",
+        help="compare storage backends (embedded, cassandra, riak) instead; bench._queue_backends.py",
+    )
+    p.add_argument(
         "--node-env",
         action="append",
         default=[],
@@ -92,8 +99,9 @@ def parse(argv: list[str]) -> Options:
     )
     a = p.parse_args(argv)
     env = dict(kv.split("=", 1) for kv in a.node_env)
+    storage = [b.strip() for b in a.storage.split(",") if b.strip()]
     if a.quick:
-        return Options(2_000, 300, 200, 5.0, 4, 1, not a.no_peer, True, env)
+        return Options(2_000, 300, 200, 5.0, 4, 1, not a.no_peer, True, env, storage)
     procs = max(1, min(a.procs, a.concurrency))
     return Options(
         max(BATCH, a.messages),
@@ -105,6 +113,7 @@ def parse(argv: list[str]) -> Options:
         not a.no_peer,
         False,
         env,
+        storage,
     )
 
 
@@ -222,6 +231,10 @@ def _ratio(a: float, b: float) -> float:
 
 def main(argv: list[str]) -> dict[str, Any]:
     o = parse(argv)
+    if o.storage:
+        from bench._queue_backends import run
+
+        return run(o, o.storage)
     tmp = Path(tempfile.mkdtemp(prefix="dynaq-bench-"))
     node = None
     peer: NatsServer | None = None

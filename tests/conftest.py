@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.fixtures.nodes",
     "tests.fixtures.cassandra",
     "tests.fixtures.postgres",
+    "tests.fixtures.riak",
     "tests.fixtures.spark",
     "tests.fixtures.tls",
 ]

@@ -24,6 +24,7 @@ from dynaq.config.sections import (
     NodeConfig,
     OutboxConfig,
     QueueDefaults,
+    RiakConfig,
     StatsConfig,
     StorageConfig,
     SyncConfig,
@@ -42,6 +43,7 @@ class Config:
     storage: StorageConfig = field(default_factory=StorageConfig)
     embedded: EmbeddedConfig = field(default_factory=EmbeddedConfig)
     cassandra: CassandraConfig = field(default_factory=CassandraConfig)
+    riak: RiakConfig = field(default_factory=RiakConfig)
     gossip: GossipConfig = field(default_factory=GossipConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
     queues: QueueDefaults = field(default_factory=QueueDefaults)
@@ -129,6 +131,9 @@ _RANGES: dict[str, tuple[float, float]] = {
     "cassandra.replication_factor": (1, 32),
     "cassandra.protocol_version": (3, 5),
     "cassandra.pool_size": (1, 256),
+    "riak.pool_size": (1, 4096),
+    "riak.n_val": (1, 16),
+    "riak.request_timeout_s": (0.1, 3_600),
     "gossip.port": (0, 65_535),
     "sync.interval_s": (0.05, _DAY_S),
     "queues.visibility_timeout_s": (0, 43_200),
@@ -172,6 +177,12 @@ def check_ranges(config: Config) -> None:
             lo, hi = _RANGES.get(where, (0, float("inf")))
             if not lo <= value <= hi:
                 raise InvalidInput(f"setting {where} must be in {lo:g}..{hi:g}, got {value}")
+    for listener in (*config.riak.http, *config.riak.pb):
+        _, sep, port = listener.rpartition(":")
+        if not sep or not port.isdecimal() or int(port) > 65_535:
+            raise InvalidInput(f"settings riak.http and riak.pb take host:port, got {listener!r}")
+    if config.storage.backend == "riak" and not config.riak.http:
+        raise InvalidInput("setting riak.http needs at least one host:port (the store speaks HTTP)")
     h = config.http
     if bool(h.tls_cert) != bool(h.tls_key):
         raise InvalidInput(

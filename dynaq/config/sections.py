@@ -97,6 +97,22 @@ class CassandraConfig:
 
 
 @dataclass(frozen=True)
+class RiakConfig:
+    """The Riak KV store (Dynamiq's ``riaknodes`` and ``backendconnectionpool``)."""
+
+    http: list[str] = field(default_factory=lambda: ["127.0.0.1:8098"])
+    """HTTP listeners (``host:port``) the store speaks to, in turn."""
+    pb: list[str] = field(default_factory=list)
+    """Protocol-buffers listeners: accepted for Dynamiq configs, unused (the store speaks HTTP)."""
+    pool_size: int = 64
+    """Connections kept open to Riak (all listeners together)."""
+    bucket_type: str = "default"
+    bucket_prefix: str = "dynaq"
+    n_val: int = 3
+    request_timeout_s: float = 15.0
+
+
+@dataclass(frozen=True)
 class GossipConfig:
     """The SWIM membership ring."""
 

@@ -62,8 +62,20 @@ def build_store(config: Config) -> Store:
             # Dedup windows timed by Cassandra's clock, not by each node's.
             expire_prefixes={keys.DEDUP: math.ceil(config.queues.dedup_window_s)},
         )
+    if backend == "riak":
+        from dynaq.storage.riak import RiakStore
+
+        r = config.riak
+        return RiakStore(
+            r.http,
+            bucket_prefix=r.bucket_prefix,
+            bucket_type=r.bucket_type,
+            n_val=r.n_val,
+            pool_size=r.pool_size,
+            request_timeout_s=r.request_timeout_s,
+        )
     raise InvalidInput(
-        f"unknown storage backend {backend!r}; use 'embedded', 'cassandra' or 'memory'"
+        f"unknown storage backend {backend!r}; use 'embedded', 'cassandra', 'riak' or 'memory'"
     )
 
 
@@ -89,7 +101,7 @@ def check_ring_store(config: Config, *, store_given: bool) -> None:
         raise InvalidInput(
             f"a ring needs one shared store: storage.backend = {config.storage.backend!r} keeps "
             "messages on each node, and each node serves only its slice of the ring. Use "
-            "backend = 'cassandra' (set gossip.allow_node_local_store = true only to test "
+            "backend = 'cassandra' or 'riak' (set gossip.allow_node_local_store = true only to test "
             "membership)"
         )
 
@@ -153,10 +165,11 @@ def build_writer_slots(
 
 async def migrate(store: Store) -> bool:
     """Prepare a store for this version of dynaq; return whether anything was written."""
+    changed = await store.migrate_schema()
     item = await store.get(keys.SCHEMA)
     if item is None:
         await store.put_if_absent(keys.SCHEMA, SCHEMA_VERSION)
         return True
     if item.value != SCHEMA_VERSION:
         raise InvalidInput(f"store schema {item.value!r} is not supported by this dynaq")
-    return False
+    return changed

@@ -122,6 +122,12 @@ class Store(abc.ABC):
     ) -> list[bytes]:
         """Return up to ``limit`` keys that begin with ``prefix``, ascending, after ``start_after``."""
 
+    async def migrate_schema(self) -> bool:
+        """Create or update what the backend needs on its server (``dynaq migrate``
+        and every node start call it); return whether anything changed. Backends
+        that set themselves up in :meth:`open` keep this default."""
+        return False
+
     def expires_itself(self, key: bytes) -> bool:
         """Whether the store removes ``key`` by itself a set time after each write,
         timed by the store's own clock (callers then trust a present key instead

@@ -134,6 +134,8 @@ class LocalCluster:
     backend: str = "embedded"
     cassandra_hosts: list[str] = field(default_factory=list)
     keyspace: str = "dynaq"
+    riak_http: list[str] = field(default_factory=list)
+    """With ``backend="riak"``: the Riak HTTP listeners; ``keyspace`` is the bucket prefix."""
     secret: str = "test-gossip-secret"
     preset: str = "local"
     sync_interval_s: float = 1.0
@@ -166,6 +168,9 @@ class LocalCluster:
         if self.backend == "cassandra":
             env["DYNAQ_CASSANDRA_HOSTS"] = ",".join(self.cassandra_hosts)
             env["DYNAQ_CASSANDRA_KEYSPACE"] = self.keyspace
+        elif self.backend == "riak":
+            env["DYNAQ_RIAK_HTTP"] = ",".join(self.riak_http)
+            env["DYNAQ_RIAK_BUCKET_PREFIX"] = self.keyspace
         else:  # each node on its own LMDB: a membership-only ring (see the module docs)
             env["DYNAQ_GOSSIP_ALLOW_NODE_LOCAL_STORE"] = "true"
         env.update(self.env)
@@ -194,7 +199,7 @@ class LocalCluster:
 
     def start(self, timeout_s: float = 60.0) -> LocalCluster:
         """Launch every node at once; return when all are healthy and see each other."""
-        if self.backend == "cassandra":
+        if self.backend in ("cassandra", "riak"):
             self.migrate()
         for n in self.nodes:
             n.launch()

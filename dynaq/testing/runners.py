@@ -254,9 +254,10 @@ class Cluster:
 @contextlib.asynccontextmanager
 async def run_cluster(
     size: int = 3,
-    storage: Literal["embedded", "cassandra"] = "embedded",
+    storage: Literal["embedded", "cassandra", "riak"] = "embedded",
     *,
     cassandra_hosts: Sequence[str] | None = None,
+    riak_http: Sequence[str] = (),
     keyspace: str = "dynaq",
     directory: Path | str | None = None,
     env: Mapping[str, str] | None = None,
@@ -270,7 +271,9 @@ async def run_cluster(
     ``storage="cassandra"`` puts every node on one keyspace, as a real
     cluster runs: on ``cassandra_hosts`` (``host:port``), or, when none are
     given, on a throwaway Cassandra started with :func:`run_cassandra` for
-    the cluster's lifetime. ``settings`` and ``env`` apply to every node, as
+    the cluster's lifetime. ``storage="riak"`` puts every node on the Riak
+    whose HTTP listeners are ``riak_http``, buckets prefixed ``keyspace``
+    (start one with :mod:`dynaq.testing.servers.riak`). ``settings`` and ``env`` apply to every node, as
     in :func:`run_node`.
 
     Yields once every node answers ``/health`` and lists every other node in
@@ -290,6 +293,7 @@ async def run_cluster(
             size=size,
             backend=storage,
             cassandra_hosts=hosts,
+            riak_http=list(riak_http),
             keyspace=keyspace,
             env=extra,
         )

@@ -13,7 +13,7 @@ from dynaq.storage.base import Delete, Put, Store, prefix_end
 from dynaq.storage.embedded import LmdbStore
 from dynaq.storage.memory import MemoryStore
 
-BACKENDS = ["memory", "embedded", "cassandra"]
+BACKENDS = ["memory", "embedded", "cassandra", "riak"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -28,9 +28,15 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
         server = request.getfixturevalue("cassandra")
         s = CassandraStore([server.host], keyspace=new_keyspace())
+    elif request.param == "riak":
+        from tests.fixtures.riak import open_riak_store
+
+        # Started (first time: ~20 s) off the loop: the session fixture blocks.
+        s = await open_riak_store(await asyncio.to_thread(request.getfixturevalue, "riak"))
     else:
         s = LmdbStore(tmp_path / "lmdb", map_size=256 * 1024**2)
-    await s.open()
+    if request.param != "riak":
+        await s.open()
     try:
         yield s
     finally:

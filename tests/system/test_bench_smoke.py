@@ -117,3 +117,33 @@ def test_a_verdict_that_is_not_ok_is_the_exit_code(monkeypatch: pytest.MonkeyPat
     passing = types.SimpleNamespace(main=lambda argv: {"scenario": "fake", "ok": True})
     monkeypatch.setattr(importlib, "import_module", lambda name: passing)
     assert bench_main.main(["fake"]) == 0
+
+
+@pytest.mark.slow
+def test_queue_storage_riak_quick_reports_each_backend() -> None:
+    """``--storage riak`` runs the embedded store first as the yardstick, then a real Riak."""
+    from dynaq.testing.servers import riak
+
+    why = riak.available()
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNAQ_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "queue", "--quick", "--storage", "riak"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["scenario"] == "queue-backends" and result["yardstick"] == "embedded"
+    for backend in ("embedded", "riak"):
+        row = result[backend]
+        assert row["errors"] == 0
+        assert row["enqueue_msgs_per_s"] > 0 and row["receive_delete_msgs_per_s"] > 0
+        assert row["consumed"] > 0

@@ -1,0 +1,415 @@
+"""The Riak store: the storage contract on Riak KV 2.x / 3.x over its HTTP API.
+
+The design (buckets, the ``id_int`` index, conditional writes with vector
+clocks and siblings, batches through a journal, tombstones) is in
+``docs/storage-riak.md``; the wire layer is :mod:`dynaq.storage.riak_http`,
+the key layout and sibling rule :mod:`dynaq.storage.riak_layout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from dynaq.errors import InvalidInput, StorageUnavailable
+from dynaq.storage import riak_layout as lay
+from dynaq.storage.base import Delete, Item, Op, Put, Store
+from dynaq.storage.riak_http import RiakHttp, RiakObject, gather_limited
+from dynaq.storage.riak_journal import Journal
+from dynaq.storage.riak_locks import KeyLocks
+
+_WRITE_TRIES = 20
+_SETTLE_TRIES = 10
+_PAGE = 1000
+_FIRST_WINDOW = 1 << 23  # ids of ~1 s (an id holds wall ms from bit 13)
+
+
+class RiakStore(Store):
+    """:class:`~dynaq.storage.base.Store` on a Riak KV cluster (see the module docs).
+
+    ``http`` are ``"host:port"`` HTTP listeners. Buckets are named
+    ``<bucket_prefix>_m`` (messages), ``_kv`` (everything else) and ``_jr``
+    (the batch journal) in ``bucket_type``; :meth:`migrate_schema` gives them
+    their properties (``dynaq migrate`` calls it).
+    """
+
+    def __init__(
+        self,
+        http: Sequence[str] = ("127.0.0.1:8098",),
+        *,
+        bucket_prefix: str = "dynaq",
+        bucket_type: str = "default",
+        n_val: int = 3,
+        pool_size: int = 64,
+        request_timeout_s: float = 15.0,
+        journal_replay_after_s: float = 60.0,
+    ) -> None:
+        if not bucket_prefix.replace("_", "").replace("-", "").isalnum():
+            raise InvalidInput(f"invalid Riak bucket prefix {bucket_prefix!r}")
+        self._db = RiakHttp(
+            http, bucket_type=bucket_type, pool_size=pool_size, timeout_s=request_timeout_s
+        )
+        self._m = f"{bucket_prefix}_m"
+        self._kv = f"{bucket_prefix}_kv"
+        self._n_val = n_val
+        self._fanout = pool_size
+        self._versions = lay.Versions(random.getrandbits(10) ^ os.getpid())
+        self._journal = Journal(self._db, f"{bucket_prefix}_jr", journal_replay_after_s)
+        self._locks = KeyLocks()
+
+    # lifecycle and schema -------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, check the bucket type exists, finish batches crashed writers left."""
+        await self._db.open()
+        try:
+            await self._check_and_replay()
+        except BaseException:
+            await self._db.close()
+            raise
+
+    async def _check_and_replay(self) -> None:
+        if await self._db.props(self._journal.bucket) is None:
+            raise self._no_bucket_type()
+        await self._journal.replay(self._apply)
+
+    def _no_bucket_type(self) -> InvalidInput:
+        t = self._db.bucket_type
+        return InvalidInput(
+            f"Riak has no bucket type {t!r}; create it on a Riak node: "
+            f"riak admin bucket-type create {t} '{{\"props\":{{}}}}' && "
+            f"riak admin bucket-type activate {t}"
+        )
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    def bucket_props(self) -> dict[str, dict[str, Any]]:
+        """The properties each bucket needs: siblings kept (``allow_mult``, dotted
+        version vectors) where conditional writes happen, plain last-write-wins
+        nowhere (messages are written once, so they need no siblings)."""
+        base = {"n_val": self._n_val, "last_write_wins": False, "r": "quorum", "w": "quorum"}
+        return {
+            self._kv: {**base, "allow_mult": True, "dvv_enabled": True},
+            self._m: {**base, "allow_mult": False},
+            self._journal.bucket: {**base, "allow_mult": False},
+        }
+
+    async def migrate_schema(self) -> bool:
+        changed = False
+        for bucket, want in self.bucket_props().items():
+            have = await self._db.props(bucket)
+            if have is None:
+                raise self._no_bucket_type()
+            if any(have.get(k) != v for k, v in want.items()):
+                await self._db.set_props(bucket, want)
+                changed = True
+        return changed
+
+    # reads -------------------------------------------------------------------
+
+    async def get(self, key: bytes) -> Item | None:
+        if lay.is_message(key):
+            obj = await self._db.fetch(self._m, lay.msg_name(key))
+            live = lay.siblings(obj.contents)
+            return Item(live[0].value, live[0].version) if live else None
+        obj = await self._db.fetch(self._kv, lay.kv_name(key))
+        live = lay.siblings(obj.contents)
+        cur = lay.current(live)
+        if cur is None:
+            return None
+        if len(live) > 1:  # left by a writer that died before settling: re-put, as Dynamiq did
+            async with self._locks.hold(key):
+                await self._settle(lay.kv_name(key), obj, cur)
+        return Item(cur.value, cur.version)
+
+    async def get_many(self, keys: Sequence[bytes]) -> list[Item | None]:
+        return await gather_limited([self.get(k) for k in keys], self._fanout)
+
+    async def scan(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        rows = await self._scan(start, end, limit, with_values=True)
+        return [(k, v or b"") for k, v in rows]
+
+    async def list_keys(
+        self, prefix: bytes, limit: int, start_after: bytes | None = None
+    ) -> list[bytes]:
+        from dynaq.storage.base import prefix_end
+
+        start = prefix
+        if start_after is not None and start_after >= prefix:
+            start = start_after + b"\x00"
+        end = prefix_end(prefix) if prefix else b"\xff" * 65
+        return [k for k, _ in await self._scan(start, end, limit, with_values=False)]
+
+    async def last_key(self, start: bytes, end: bytes) -> bytes | None:
+        """The greatest key: message keys by probing ``id_int`` windows down from
+        ``end`` (2i has no reverse order; ids grow with time, so the newest key is
+        near the top and the first probe usually finds it), kv keys by paging."""
+        lo, hi = lay.msg_pos(start), lay.msg_pos(end)
+        found: list[bytes] = []
+        if lo < hi:
+            window, top = _FIRST_WINDOW, hi
+            while top > lo and not found:
+                bottom = max(lo, top - window)
+                found = await self._all_keys(self._m, lay.INDEX, bottom, top - 1, lay.from_msg)
+                top, window = bottom, window << 4
+        kv = await self._all_keys(
+            self._kv, lay.KEY_INDEX, lay.kv_name(start), lay.kv_name(end), lay.from_kv
+        )
+        kv = [k for k in kv if k < end]
+        if kv:  # ``$key`` may list a tombstone: the greatest live one
+            items = await self.get_many(kv)
+            kv = [k for k, i in zip(kv, items, strict=True) if i is not None]
+        candidates = found[-1:] + kv[-1:]
+        return max(candidates) if candidates else None
+
+    async def _all_keys(
+        self, bucket: str, index: str, lo: str | int, hi: str | int, decode: Any
+    ) -> list[bytes]:
+        out: list[bytes] = []
+        cont: str | None = None
+        while True:
+            names, cont = await self._db.index_page(bucket, index, lo, hi, _PAGE, cont)
+            out.extend(decode(n) for n in names)
+            if not cont or not names:
+                return out
+
+    async def _scan(
+        self, start: bytes, end: bytes, limit: int, *, with_values: bool
+    ) -> list[tuple[bytes, bytes | None]]:
+        if limit <= 0 or start >= end:
+            return []
+        lo, hi = lay.msg_pos(start), lay.msg_pos(end)
+        msgs, kvs = await asyncio.gather(
+            self._paged(self._m, lay.INDEX, lo, hi - 1, limit, with_values, lay.from_msg)
+            if lo < hi
+            else _nothing(),
+            self._paged(
+                self._kv,
+                lay.KEY_INDEX,
+                lay.kv_name(start),
+                lay.kv_name(end),
+                limit,
+                with_values,
+                lay.from_kv,
+            ),
+        )
+        rows = [*msgs, *(r for r in kvs if r[0] < end)]
+        if msgs and kvs:
+            rows.sort(key=lambda r: r[0])
+        return rows[:limit]
+
+    async def _paged(
+        self,
+        bucket: str,
+        index: str,
+        lo: str | int,
+        hi: str | int,
+        limit: int,
+        with_values: bool,
+        decode: Any,
+    ) -> list[tuple[bytes, bytes | None]]:
+        """Up to ``limit`` live keys of a 2i range, in order, following continuations.
+
+        Message keys leave ``id_int`` the moment they are deleted; ``$key`` may
+        still list a kv key's tombstone, so kv keys are always read back.
+        """
+        out: list[tuple[bytes, bytes | None]] = []
+        cont: str | None = None
+        check = with_values or bucket == self._kv
+        while len(out) < limit:
+            want = limit - len(out) + (1 if bucket == self._kv else 0)  # room for ``end``
+            names, cont = await self._db.index_page(bucket, index, lo, hi, want, cont)
+            keys = [decode(n) for n in names]
+            if check:
+                items = await self.get_many(keys)
+                out.extend((k, i.value) for k, i in zip(keys, items, strict=True) if i)
+            else:
+                out.extend((k, None) for k in keys)
+            if not cont or not names:
+                break
+        return out[: limit + (1 if bucket == self._kv else 0)]
+
+    # writes ------------------------------------------------------------------
+
+    async def put(self, key: bytes, value: bytes) -> int:
+        if lay.is_message(key):
+            v = self._versions.next()
+            await self._put_message(key, value, v)
+            return v
+        v2 = await self._write(key, value, expect=None, absent=False)
+        assert v2 is not None  # an unconditional write always lands
+        return v2
+
+    async def put_if_absent(self, key: bytes, value: bytes) -> int | None:
+        return await self._write(key, value, expect=None, absent=True)
+
+    async def put_if_version(self, key: bytes, value: bytes, version: int) -> int | None:
+        return await self._write(key, value, expect=version, absent=False)
+
+    async def delete(self, key: bytes) -> bool:
+        return (await self.write_batch([Delete(key)]))[0]
+
+    async def _put_message(self, key: bytes, value: bytes, version: int) -> None:
+        await self._db.store(
+            self._m,
+            lay.msg_name(key),
+            value,
+            meta={lay.V: str(version), lay.P: "0"},
+            indexes={lay.INDEX: lay.position(key)},
+        )
+
+    async def _write(
+        self, key: bytes, value: bytes, *, expect: int | None, absent: bool
+    ) -> int | None:
+        """A write that reads the current sibling first and sends its vclock back.
+
+        Conditional (``absent``, or ``expect`` a version): Riak applies the PUT
+        even if another writer got in between; the write then comes back with
+        siblings, and :func:`riak_layout.won` says who won. Writes of one key
+        are serialised within this process, so only other processes race.
+        """
+        bucket = self._m if lay.is_message(key) else self._kv
+        name = lay.msg_name(key) if bucket == self._m else lay.kv_name(key)
+        conditional = absent or expect is not None
+        async with self._locks.hold(key):
+            for _ in range(_WRITE_TRIES):
+                obj = await self._db.fetch(bucket, name)
+                cur = lay.current(lay.siblings(obj.contents))
+                if absent and cur is not None:
+                    return None
+                if expect is not None and (cur is None or cur.version != expect):
+                    return None
+                parent = cur.version if cur else 0
+                v = self._versions.next(above=parent)
+                res = await self._db.store(
+                    bucket,
+                    name,
+                    value,
+                    vclock=obj.vclock,
+                    meta={lay.V: str(v), lay.P: str(parent)},
+                    indexes={lay.INDEX: lay.position(key)} if bucket == self._m else None,
+                    returnbody=True,
+                )
+                assert res is not None
+                live = lay.siblings(res.contents)
+                if len(live) <= 1:
+                    return v
+                mine = next(s for s in live if s.version == v)
+                if not conditional or lay.won(v, live):
+                    await self._settle(name, res, mine, bucket)
+                    return v
+                others = [s for s in live if s.version != v]
+                winner = lay.current(others)
+                assert winner is not None
+                await self._settle(name, res, winner, bucket)
+                return None
+            raise StorageUnavailable(f"write of {key!r} kept racing other writers")
+
+    async def _settle(
+        self, name: str, obj: RiakObject, keep: lay.Sibling, bucket: str | None = None
+    ) -> None:
+        """Replace the siblings of ``obj`` by ``keep`` (one write that descends from all)."""
+        bucket = bucket or self._kv
+        for _ in range(_SETTLE_TRIES):
+            res = await self._db.store(
+                bucket,
+                name,
+                keep.value,
+                vclock=obj.vclock,
+                meta={lay.V: str(keep.version), lay.P: str(keep.parent)},
+                indexes={lay.INDEX: lay.position(lay.from_msg(name))}
+                if bucket == self._m
+                else None,
+                returnbody=True,
+            )
+            assert res is not None
+            if len(lay.siblings(res.contents)) <= 1:
+                return
+            obj = res  # a write landed meanwhile: settle again on what is there now
+            live = lay.siblings(res.contents)
+            newer = lay.current(live)
+            if newer is not None:
+                keep = newer
+
+    async def write_batch(self, ops: Sequence[Op]) -> list[bool]:
+        """Every op, concurrently; through the journal when there are several keys."""
+        if not ops:
+            if self._db.closed:
+                raise StorageUnavailable("the Riak store is closed")
+            return []
+        last: dict[bytes, Op] = {}
+        for op in ops:
+            last.pop(op.key, None)
+            last[op.key] = op
+        first: dict[bytes, Op] = {}
+        for op in ops:
+            first.setdefault(op.key, op)
+        # A key deleted, then put again in this batch: whether it existed before.
+        again = [
+            k for k, op in last.items() if isinstance(op, Put) and isinstance(first[k], Delete)
+        ]
+        before = dict(zip(again, await self.get_many(again), strict=True)) if again else {}
+        if len(last) == 1:
+            existed = await self._apply(list(last.values()))
+        else:
+            async with self._journal.entry(list(last.values())):
+                existed = await self._apply(list(last.values()))
+        # Results in op order: a delete reports whether the key existed just before it.
+        state = dict(existed)
+        state.update((k, item is not None) for k, item in before.items())
+        results: list[bool] = []
+        for op in ops:
+            if isinstance(op, Put):
+                results.append(True)
+                state[op.key] = True
+            else:
+                results.append(state.get(op.key, False))
+                state[op.key] = False
+        return results
+
+    async def _apply(self, ops: Sequence[Op]) -> dict[bytes, bool]:
+        """Apply ops on distinct keys; map each deleted key to whether it existed."""
+
+        async def one(op: Op) -> tuple[bytes, bool]:
+            if isinstance(op, Put):
+                if lay.is_message(op.key):
+                    await self._put_message(op.key, op.value, self._versions.next())
+                else:
+                    await self._write(op.key, op.value, expect=None, absent=False)
+                return op.key, True
+            return op.key, await self._remove(op.key)
+
+        return dict(await gather_limited([one(op) for op in ops], self._fanout))
+
+    async def _remove(self, key: bytes) -> bool:
+        if lay.is_message(key):
+            return await self._db.remove(self._m, lay.msg_name(key))
+        async with self._locks.hold(key):
+            obj = await self._db.fetch(self._kv, lay.kv_name(key))
+            if not lay.siblings(obj.contents):
+                return False
+            # With the vclock read: a write that lands meanwhile survives as a sibling.
+            await self._db.remove(self._kv, lay.kv_name(key), obj.vclock)
+            return True
+
+    async def delete_range(self, start: bytes, end: bytes, chunk: int = 10_000) -> int:
+        """Delete ``[start, end)`` a chunk of keys at a time (concurrent deletes; not atomic)."""
+        removed = 0
+        while True:
+            rows = await self._scan(start, end, chunk, with_values=False)
+            if not rows:
+                return removed
+            await self._apply([Delete(k) for k, _ in rows])
+            removed += len(rows)
+            start = rows[-1][0] + b"\x00"
+
+
+async def _nothing() -> list[tuple[bytes, bytes | None]]:
+    return []
+
+
+__all__ = ["RiakStore"]
