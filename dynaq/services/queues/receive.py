@@ -181,6 +181,11 @@ class Receiver:
         token = st.begin_read()
         try:
             items = await self._store.get_many([keys.message(info.number, m) for m in expired])
+        except BaseException:
+            # A failed read (or a cancelled receive) serves none of them: back on
+            # the heap, so the next receive serves them at once, not a scan later.
+            st.requeue_expired(expired)
+            raise
         finally:
             st.end_read(token)
         now = self._clock.monotonic()
