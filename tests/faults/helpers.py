@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from dynaq.testing import Cluster
 from dynaq.testing.history import History, Verdict, check
 
 COMPLETION_TOPIC = "batch-done"
@@ -141,3 +142,14 @@ def server_errors(h: History, allowed: frozenset[int] = frozenset({503})) -> dic
         if status.isdigit() and int(status) >= 500 and int(status) not in allowed:
             out[key] = n
     return out
+
+
+async def kill9_and_rejoin(ring: Cluster, name: str, h: History, names: list[str]) -> None:
+    """``kill -9`` one node of ``ring``, wait until the survivors dropped it, start it
+    on its data dir and wait until all of ``names`` see each other; recorded in ``h``."""
+    f = h.fault("kill -9", name)
+    await ring.kill(name)
+    await ring.wait_converged([n for n in names if n != name], timeout_s=30)
+    await ring.start(name, timeout_s=60)
+    await ring.wait_converged(names, timeout_s=30)
+    f.ended = h.now()

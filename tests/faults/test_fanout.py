@@ -17,6 +17,7 @@ from pathlib import Path
 from dynaq.testing import History, run_cluster, run_node
 from dynaq.testing.fanout import FanoutHistory, FanoutWorkload, check_fanout, run_fanout
 from dynaq.testing.servers.cassandra import CassandraServer
+from tests.faults.helpers import kill9_and_rejoin
 from tests.fixtures.cassandra import new_keyspace
 
 NAMES = ["dynaq-1", "dynaq-2", "dynaq-3"]
@@ -75,12 +76,7 @@ async def test_fanout_stays_whole_through_kill9_in_a_ring(
         async def faults(h: History) -> None:
             for name in ("dynaq-2", "dynaq-3"):
                 await asyncio.sleep(3.0)
-                f = h.fault("kill -9", name)
-                await ring.kill(name)
-                await ring.wait_converged([n for n in NAMES if n != name], timeout_s=30)
-                await ring.start(name, timeout_s=60)
-                await ring.wait_converged(NAMES, timeout_s=30)
-                f.ended = h.now()
+                await kill9_and_rejoin(ring, name, h, NAMES)
 
         t0 = time.monotonic()
         workload = FanoutWorkload(endpoints=[n.url for n in ring.nodes], messages=1_200, seed=32)

@@ -29,6 +29,7 @@ from tests.faults.helpers import (
     COMPLETION_TOPIC,
     assert_verdict,
     faketime_env,
+    kill9_and_rejoin,
     server_errors,
 )
 from tests.fixtures.cassandra import new_keyspace
@@ -85,12 +86,7 @@ async def test_kill9_each_node_in_turn(tmp_path: Path, cassandra: CassandraServe
         async def faults(h: History) -> None:
             for name in NAMES:
                 await asyncio.sleep(3.0)
-                f = h.fault("kill -9", name)
-                await ring.kill(name)
-                await ring.wait_converged([n for n in NAMES if n != name], timeout_s=30)
-                await ring.start(name, timeout_s=60)
-                await ring.wait_converged(NAMES, timeout_s=30)
-                f.ended = h.now()
+                await kill9_and_rejoin(ring, name, h, NAMES)
 
         t0 = time.monotonic()
         h = await run_workload(_workload(endpoints, seed=21), faults)
