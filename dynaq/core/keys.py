@@ -32,6 +32,9 @@ finishes what a crash interrupted without scanning every batch."""
 BATCH_COMPLETION = b"b/c/"
 """Completion records: written before the header update that completes a batch
 and removed once the completion reached every listener (the relay's outbox)."""
+BATCH_PUBLISHED = b"b/p/"
+"""Published markers: written in the same store batch as a batch's completion
+event, so a delivery retried after a crash finds it and does not publish twice."""
 BATCH_REAPER_LEASE = b"b/reaper"
 """The batch reaper's lease (a :class:`~dynaq.core.leases.CasLease` record, JSON).
 Its earlier msgpack record lives on under ``b/lease``, which older nodes still
@@ -147,6 +150,11 @@ def batch_repair(batch_id: int, nonce: bytes) -> bytes:
 def batch_completion(batch_id: int, nonce: bytes) -> bytes:
     """A completion record of a batch (``nonce``: 16 random bytes, one per attempt)."""
     return BATCH_COMPLETION + _BID.pack(batch_id) + nonce
+
+
+def batch_published(batch_id: int) -> bytes:
+    """The marker of a batch whose completion event was published."""
+    return BATCH_PUBLISHED + _BID.pack(batch_id)
 
 
 def batch_id_after(prefix: bytes, key: bytes) -> int:

@@ -110,7 +110,9 @@ class Node:
         # Deleting a message that carries a batch item id acks the item.
         self.queues.add_delete_listener(batch_acks(self.batches))
         if b.completion_topic:
-            self.batches.on_completion(completion_publisher(self.topics, b.completion_topic))
+            self.batches.on_completion(
+                completion_publisher(self.store, self.topics, b.completion_topic)
+            )
         self.app = build_app(
             catalog=self.catalog,
             queues=self.queues,

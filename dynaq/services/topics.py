@@ -14,7 +14,7 @@ from dynaq.core.messages import NewMessage
 from dynaq.errors import QueueNotFound
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queues.writes import PreparedWrite, Writer
-from dynaq.storage.base import Put, Store
+from dynaq.storage.base import Op, Store
 
 
 class TopicService:
@@ -25,8 +25,14 @@ class TopicService:
         self._catalog = catalog
         self._writer = writer
 
-    async def publish(self, topic: str, messages: Sequence[NewMessage]) -> dict[str, list[int]]:
-        """Publish ``messages`` to every queue subscribed to ``topic``; return ids per queue."""
+    async def publish(
+        self, topic: str, messages: Sequence[NewMessage], *, with_ops: Sequence[Op] = ()
+    ) -> dict[str, list[int]]:
+        """Publish ``messages`` to every queue subscribed to ``topic``; return ids per queue.
+
+        ``with_ops`` are written in the same store batch as the copies: all or
+        none (a caller's marker that the publish happened).
+        """
         info = await self._catalog.topic(topic)
         self._writer.check_batch(messages)
         targets: list[QueueInfo] = []
@@ -41,7 +47,8 @@ class TopicService:
             async with self._writer.dedup_guard(targets, messages):
                 for q in targets:
                     writes.append(await self._writer.prepare(q, messages))
-                ops: list[Put] = [op for w in writes for op in w.ops]
+                ops: list[Op] = [op for w in writes for op in w.ops]
+                ops.extend(with_ops)
                 if ops:
                     await self._store.write_batch(ops)
             for w in writes:

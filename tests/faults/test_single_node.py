@@ -101,14 +101,15 @@ async def test_restarts_with_the_clock_stepped_back_and_ahead_lose_nothing(
     """Restarted with its clock 1 h behind (twice: the second start must know the ids the
     first drew), then 1 h ahead, then on time again (1 h behind its newest ids).
 
-    Batches are checked by their status only. Open: a completion published just
-    before a kill -9 but not yet marked announced is published again at the restart,
-    and the topic's dedup record (in the embedded store's time bucket of the earlier
-    clock) is not found by a node restarted an hour off, so 1-2 batches a run got two
-    completion events."""
+    Completion events are counted. This run found a completion published just
+    before a kill -9 but not yet marked announced published again at the restart:
+    the topic's dedup record (in the embedded store's time bucket of the earlier
+    clock) was not found by a node restarted an hour off (1-2 batches a run). The
+    event and a published marker are now one store batch
+    (tests/services/test_completion_once.py)."""
     steps = ["-1h", "-1h", "+1h", ""]
     envs = [await asyncio.to_thread(faketime_env, o) if o else {} for o in steps]
-    async with run_node(directory=tmp_path) as node:
+    async with run_node(directory=tmp_path, batches_completion_topic=COMPLETION_TOPIC) as node:
 
         async def faults(h: History) -> None:
             for offset, env in zip(steps, envs, strict=True):
@@ -116,7 +117,7 @@ async def test_restarts_with_the_clock_stepped_back_and_ahead_lose_nothing(
                 await _restart(node, h, f"kill -9, clock {offset or 'reset'}", env)
 
         t0 = time.monotonic()
-        h = await run_workload(_workload(node, 4_000, 20.0, seed=2, events=False), faults)
+        h = await run_workload(_workload(node, 4_000, 20.0, seed=2), faults)
         wall = time.monotonic() - t0
     await assert_verdict("single node: clock steps", h, wall, artifacts=tmp_path, steps=steps)
 

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
+from dynaq.core import keys
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, ItemRef, parse_item_id
 from dynaq.core.messages import NewMessage
 from dynaq.errors import DynaqError, InvalidInput, NotFound, StorageUnavailable
@@ -15,6 +16,7 @@ from dynaq.services.batches.records import Completion, CompletionListener
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.queues.service import BeforeDelete
 from dynaq.services.topics import TopicService
+from dynaq.storage.base import Put, Store
 
 log = logging.getLogger(__name__)
 
@@ -85,15 +87,22 @@ async def _ack(batches: ItemAcks, refs: list[ItemRef]) -> None:
         await _ack(batches, [ref])
 
 
-def completion_publisher(topics: TopicService, topic: str) -> CompletionListener:
-    """Publish ``{batchId, userKey, completedAt}`` (JSON) to ``topic`` for every completion.
+def completion_publisher(store: Store, topics: TopicService, topic: str) -> CompletionListener:
+    """Publish ``{batchId, userKey, completedAt}`` (JSON) to ``topic`` once per completion.
 
-    The relay may call it again for a completion it already published (a
-    retry whose first delivery did succeed); the dedup id stores it once
-    within the topic's dedup window.
+    The relay may call it again for a completion it already published: a node
+    killed after the publish and before the header was marked announced
+    delivers again when it restarts. The event's copies and a published
+    marker are one store batch, and a delivery that finds the marker publishes
+    nothing: once, whatever the clocks did meanwhile (the dedup id alone
+    holds only within the dedup window, and a restart with its clock stepped
+    an hour looked for it in the wrong time bucket).
     """
 
     async def publish(done: Completion) -> None:
+        marker = keys.batch_published(done.batch_id)
+        if await store.get(marker) is not None:
+            return
         body = json.dumps(
             {"batchId": done.batch_id, "userKey": done.user_key, "completedAt": done.completed_ms}
         ).encode()
@@ -107,6 +116,7 @@ def completion_publisher(topics: TopicService, topic: str) -> CompletionListener
                     dedup_id=f"batch-completed:{done.batch_id}",
                 )
             ],
+            with_ops=[Put(marker, b"")],
         )
 
     return publish
