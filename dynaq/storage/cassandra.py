@@ -10,33 +10,23 @@ import asyncio
 import random
 import re
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dynaq.errors import InvalidInput, StorageUnavailable
 from dynaq.storage.base import LANE_SHIFT, Delete, Item, Op, Put, Store
 from dynaq.storage.cassandra_layout import (
     ID_BITS,
-    ID_MASK,
-    after_blob,
-    after_id,
     is_message,
     kv_part,
-    live,
-    msg_key,
     msg_parts,
     msg_pos,
-    ordered,
-    row_key,
-    same_key,
 )
+from dynaq.storage.cassandra_reads import DIR_KV, DIR_QUEUE, CassandraReads
 from dynaq.storage.cassandra_schema import Statements
 from dynaq.storage.cassandra_session import BatchStatement, BatchType, CassandraSession
 
 _KEYSPACE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
-_DIR_QUEUE = 0  # directory kinds
-_DIR_KV = 1
-_IN_CHUNK = 100  # keys per ``IN`` read
 _DELETE_TRIES = 50
 
 
@@ -77,6 +67,7 @@ class CassandraStore(Store):
         )
         # Keys (never message keys) that Cassandra expires itself: prefix -> TTL s.
         self._ttl = {k: max(1, int(v)) for k, v in (expire_prefixes or {}).items()}
+        self._reads = CassandraReads(self._db)
         self._known: set[tuple[int, int]] = set()
         self._salt = random.getrandbits(10)
         self._last_us = 0
@@ -126,18 +117,14 @@ class CassandraStore(Store):
         new: set[tuple[int, int]] = set()
         for k in keys:
             if is_message(k):
-                new.add((_DIR_QUEUE, int.from_bytes(k[1:5], "big")))
+                new.add((DIR_QUEUE, int.from_bytes(k[1:5], "big")))
             else:
-                new.add((_DIR_KV, kv_part(k)[0]))
+                new.add((DIR_KV, kv_part(k)[0]))
         new -= self._known
         if new:
             st = self._stmts()
             await asyncio.gather(*(self._run(st.d_add, entry) for entry in new))
             self._known |= new
-
-    async def _listed(self, kind: int, lo: int, hi: int) -> list[int]:
-        rows = await self._run(self._stmts().d_list, (kind, lo, hi))
-        return sorted(r[0] for r in rows)
 
     # reads -------------------------------------------------------------------
 
@@ -145,43 +132,11 @@ class CassandraStore(Store):
         return (await self.get_many([key]))[0]
 
     async def get_many(self, keys: Sequence[bytes]) -> list[Item | None]:
-        found = await self._lookup(keys, with_values=True)
+        found = await self._reads.lookup(keys, with_values=True)
         return [found.get(k) for k in keys]
 
-    async def _lookup(self, keys: Sequence[bytes], *, with_values: bool) -> dict[bytes, Any]:
-        """Fetch ``keys`` grouped by partition with ``IN``; map key -> Item (or True)."""
-        st = self._stmts()
-        groups: dict[tuple[Any, ...], list[Any]] = {}
-        for k in dict.fromkeys(keys):
-            if is_message(k):
-                q, lane, mid = msg_parts(k)
-                groups.setdefault((True, q, lane), []).append(mid)
-            else:
-                p, ck = kv_part(k)
-                groups.setdefault((False, p), []).append(ck)
-        calls: list[Awaitable[list[Any]]] = []
-        metas: list[tuple[Any, ...]] = []
-        for g, cks in groups.items():
-            for i in range(0, len(cks), _IN_CHUNK):
-                chunk = cks[i : i + _IN_CHUNK]
-                if g[0]:
-                    stmt = st.m_get if with_values else st.m_ver
-                    calls.append(self._run(stmt, (g[1], g[2], chunk)))
-                else:
-                    stmt = st.kv_get if with_values else st.kv_ver
-                    calls.append(self._run(stmt, (g[1], chunk)))
-                metas.append(g)
-        out: dict[bytes, Any] = {}
-        for g, rows in zip(metas, await asyncio.gather(*calls), strict=True):
-            for row in rows:
-                if row[-1] is None:
-                    continue  # a bare row marker: absent
-                k = msg_key(g[1], row[0]) if g[0] else (row[0] if g[1] >= 0 else b"")
-                out[k] = Item(row[1] or b"", row[2]) if with_values else True
-        return out
-
     async def scan(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
-        return await self._scan(start, end, limit, with_values=True)
+        return await self._reads.scan(start, end, limit, with_values=True)
 
     async def list_keys(
         self, prefix: bytes, limit: int, start_after: bytes | None = None
@@ -192,7 +147,7 @@ class CassandraStore(Store):
         if start_after is not None and start_after >= prefix:
             start = start_after + b"\x00"
         end = prefix_end(prefix) if prefix else b"\xff" * 64 + b"\xff"
-        return await self._scan(start, end, limit, with_values=False)
+        return await self._reads.scan(start, end, limit, with_values=False)
 
     def expires_itself(self, key: bytes) -> bool:
         return self._ttl_of(key) is not None
@@ -224,90 +179,7 @@ class CassandraStore(Store):
         lane = id_lo >> LANE_SHIFT
         if id_hi >> LANE_SHIFT != lane:
             return await super().last_key(start, end)
-        stmt, page = self._stmts().m_last, 16
-        while id_hi >= id_lo:
-            rows = await self._run(stmt, (q, lane, id_lo, id_hi, page))
-            for row in rows:
-                if row[-1] is not None:
-                    return msg_key(q, row[0])
-            if len(rows) < page:
-                return None
-            id_hi = rows[-1][0] - 1
-        return None
-
-    async def _scan(self, start: bytes, end: bytes, limit: int, *, with_values: bool) -> list[Any]:
-        if limit <= 0 or start >= end:
-            return []
-        self._stmts()
-        lo, hi = msg_pos(start), msg_pos(end)
-        # Message keys and other keys live in different tables: read both, merge.
-        kv_rows, m_rows = await asyncio.gather(
-            self._scan_kv(start, end, limit, with_values),
-            self._scan_messages(lo, hi, limit, with_values) if lo < hi else _nothing(),
-        )
-        if not m_rows:
-            return kv_rows[:limit]
-        if not kv_rows:
-            return m_rows[:limit]
-        rows = sorted([*kv_rows, *m_rows], key=row_key if with_values else same_key)
-        return rows[:limit]
-
-    async def _scan_kv(self, start: bytes, end: bytes, limit: int, with_values: bool) -> list[Any]:
-        st = self._stmts()
-        first = start[0] if start else -1  # the empty key (partition -1) sorts first
-        last = end[0] - 1 if len(end) == 1 else end[0]  # end == bytes([b]) excludes b's keys
-        parts = [first] if first == last else await self._listed(_DIR_KV, first, last)
-
-        def fetch(p: int, n: int) -> Awaitable[list[Any]]:
-            if p == -1:
-                stmt = st.kv_get if with_values else st.kv_ver
-                return live(lambda lo, m: self._run(stmt, (-1, [b"\x00"])), b"", n, after_blob)
-            bounded = end[0] == p if end else False
-            if with_values:
-                stmt = st.kv_scan if bounded else st.kv_scan_open
-            else:
-                stmt = st.kv_keys if bounded else st.kv_keys_open
-
-            def run(lo: bytes, m: int) -> Awaitable[list[Any]]:
-                return self._run(stmt, (p, lo, end, m) if bounded else (p, lo, m))
-
-            return live(run, max(start, bytes([p])), n, after_blob)
-
-        rows = await ordered(parts, fetch, limit)
-        if with_values:
-            return [(b"" if k == b"\x00" and p == -1 else k, v or b"") for p, (k, v, *_) in rows]
-        return [b"" if p == -1 else r[0] for p, r in rows]
-
-    async def _scan_messages(self, lo: int, hi: int, limit: int, with_values: bool) -> list[Any]:
-        st = self._stmts()
-        q_lo, q_hi = lo >> ID_BITS, (hi - 1) >> ID_BITS
-        if q_lo == q_hi:
-            queues = [q_lo]
-        else:
-            queues = await self._listed(_DIR_QUEUE, q_lo, min(q_hi, (1 << 32) - 1))
-        parts: list[tuple[int, int]] = []
-        for q in queues:
-            base = q << ID_BITS
-            first = max(lo - base, 0) >> LANE_SHIFT
-            last = min(hi - 1 - base, ID_MASK) >> LANE_SHIFT
-            parts.extend((q, lane) for lane in range(first, last + 1))
-
-        def fetch(part: tuple[int, int], n: int) -> Awaitable[list[Any]]:
-            q, lane = part
-            base = q << ID_BITS
-            id_lo = max(lo - base, lane << LANE_SHIFT)
-            id_last = min(hi - base, (lane + 1) << LANE_SHIFT) - 1  # inclusive: 2^63 overflows
-            stmt = st.m_scan if with_values else st.m_keys
-
-            def run(first: int, m: int) -> Awaitable[list[Any]]:
-                return self._run(stmt, (q, lane, first, id_last, m))
-
-            return live(run, id_lo, n, after_id)
-
-        rows = await ordered(parts, fetch, limit)
-        if with_values:
-            return [(msg_key(part[0], r[0]), r[1] or b"") for part, r in rows]
-        return [msg_key(part[0], r[0]) for part, r in rows]
+        return await self._reads.last_in_lane(q, lane, id_lo, id_hi)
 
     # writes ------------------------------------------------------------------
 
@@ -371,7 +243,7 @@ class CassandraStore(Store):
             return []
         st = self._stmts()
         dels = [op.key for op in ops if isinstance(op, Delete)]
-        existing = await self._lookup(dels, with_values=False) if dels else {}
+        existing = await self._reads.lookup(dels, with_values=False) if dels else {}
         await self._note_parts([op.key for op in ops if isinstance(op, Put)])
         # Ops apply in order: a later op on a key replaces an earlier one
         # (in one batch they would share a timestamp, and a tombstone wins ties).
@@ -420,7 +292,7 @@ class CassandraStore(Store):
         """Delete ``[start, end)`` chunk by chunk, one batch per partition (not atomic)."""
         removed = 0
         while True:
-            keys = await self._scan(start, end, chunk, with_values=False)
+            keys = await self._reads.scan(start, end, chunk, with_values=False)
             if not keys:
                 return removed
             by_part: dict[tuple[Any, ...], list[Op]] = {}
@@ -441,10 +313,6 @@ class CassandraStore(Store):
             await asyncio.gather(*calls)
             removed += len(keys)
             start = keys[-1] + b"\x00"
-
-
-async def _nothing() -> list[Any]:
-    return []
 
 
 __all__ = ["CassandraStore"]
