@@ -22,6 +22,7 @@ from dynaq.config.sections import (
     QueueDefaults,
     StatsConfig,
     StorageConfig,
+    StreamsConfig,
     SyncConfig,
 )
 
@@ -41,6 +42,7 @@ __all__ = [
     "QueueDefaults",
     "StatsConfig",
     "StorageConfig",
+    "StreamsConfig",
     "SyncConfig",
     "check_ranges",
     "config_from_mapping",
