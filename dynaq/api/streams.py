@@ -171,8 +171,8 @@ async def acquire(request: web.Request) -> web.Response:
         extra = sorted(set(body) - {"ttl_s"})
         if extra:
             raise InvalidInput(f"unknown member {extra[0]!r}; expected ttl_s")
-        value: Any = body.get("ttl_s")
-        if value is not None:
+        if "ttl_s" in body:
+            value: Any = body["ttl_s"]
             if (
                 isinstance(value, bool)
                 or not isinstance(value, int | float)
