@@ -14,12 +14,14 @@ say), or the entry's index when none is named. Order keys are non-negative
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
+import jsonschema_rs
 from jsonschema.exceptions import best_match
 
 from dynaq.errors import InvalidInput, SchemaConflict
@@ -61,6 +63,27 @@ def _variant_name(variant: Any) -> str | None:
     return None
 
 
+def _remote_ref(schema: Any, depth: int = 0) -> str | None:
+    """The first ``$ref`` that is not local (``#...``): none may be, a node fetches nothing."""
+    if depth > 64:
+        return None
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key in ("$ref", "$dynamicRef") and not (
+                isinstance(value, str) and value.startswith("#")
+            ):
+                return str(value)
+            found = _remote_ref(value, depth + 1)
+            if found is not None:
+                return found
+    elif isinstance(schema, list):
+        for value in schema:
+            found = _remote_ref(value, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
 def _requires(schema: Any, field: str) -> bool:
     if not isinstance(schema, dict):
         return False
@@ -97,6 +120,9 @@ class EntryType:
             ) from None
         except Exception as exc:  # noqa: BLE001 - a hostile schema may break the checker itself
             raise InvalidInput(f"schema cannot be checked: {type(exc).__name__}") from None
+        remote = _remote_ref(schema)
+        if remote is not None:
+            raise InvalidInput(f"schema $ref {remote[:80]!r} is not local: only '#...' refs")
         variants = _variants(schema)
         if variants is not None:
             names = [_variant_name(v) for v in variants]
@@ -151,6 +177,11 @@ class EntryValidator:
         self.type = entry_type
         cls = jsonschema.Draft202012Validator
         self._whole = cls(entry_type.schema)
+        # The Rust validator answers "valid?" ~10x faster; the Python one explains failures.
+        # A schema it cannot build leaves the Python one to serve alone.
+        self._fast: Any = None
+        with contextlib.suppress(Exception):
+            self._fast = jsonschema_rs.validator_for(entry_type.schema)
         variants = _variants(entry_type.schema) or []
         # Per variant, for a precise error: oneOf's own error says only "no match".
         self._by_name = {
@@ -163,7 +194,7 @@ class EntryValidator:
     def order_of(self, entry: Any, index: int, where: str) -> int:
         """Validate ``entry`` and return its order key (``index`` when none is named)."""
         try:
-            ok = self._whole.is_valid(entry)
+            ok = (self._fast or self._whole).is_valid(entry)
         except Exception as exc:  # noqa: BLE001 - unresolvable $ref and the like
             raise InvalidInput(f"{where} cannot be validated: {type(exc).__name__}") from None
         if not ok:

@@ -149,7 +149,7 @@ def _arrange_stream(case: AnyCase, url: str) -> None:
         return
     if not NAME_PATTERN.fullmatch(name) or zlib.crc32(name.encode()) % 4 == 0:
         return
-    body = {"schema": STREAM_SCHEMA, "order_key": None}
+    body: dict[str, Any] = {"schema": STREAM_SCHEMA, "order_key": None}
     if requests.put(f"{url}/v2/streams/{name}", json=body, timeout=10).status_code == 201:
         entries = {"entries": [{"ts": 1}, {"ts": 2}]}
         requests.post(f"{url}/v2/streams/{name}/entries", json=entries, timeout=10)

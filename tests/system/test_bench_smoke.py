@@ -117,3 +117,25 @@ def test_a_verdict_that_is_not_ok_is_the_exit_code(monkeypatch: pytest.MonkeyPat
     passing = types.SimpleNamespace(main=lambda argv: {"scenario": "fake", "ok": True})
     monkeypatch.setattr(importlib, "import_module", lambda name: passing)
     assert bench_main.main(["fake"]) == 0
+
+
+def test_streams_quick_reports_both_systems_and_loses_nothing() -> None:
+    """``python -m bench streams --quick``: 5,000 entries appended and replayed by a real
+    node and a real JetStream; the issue's figures are all in the JSON line."""
+    _need_peer()
+    done = _run("streams", "--quick")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["scenario"] == "streams" and result["peer"] == "nats-jetstream"
+    for name in (
+        "append_entries_per_s",
+        "replay_entries_per_s",
+        "peer_append_entries_per_s",
+        "peer_replay_entries_per_s",
+        "append_ratio",
+        "replay_ratio",
+    ):
+        assert isinstance(result[name], int | float) and result[name] > 0, name
+    assert result["lost"] == 0
+    assert {"replication_lag_p99_ms", "failover_s"} <= set(result)
+    assert "dynaq replay" in done.stderr
