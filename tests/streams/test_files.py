@@ -178,3 +178,60 @@ async def test_a_stream_whose_files_carry_another_signature_refuses_to_open(
         assert "stream refuses to open" in await asyncio.to_thread(node.log)
     finally:
         await asyncio.to_thread(node.kill)
+
+
+async def test_retention_drops_the_oldest_files_and_listeners_start_at_what_is_kept(
+    tmp_path: Path,
+) -> None:
+    env = {
+        "DYNAQ_STREAMS_SEGMENT_MAX_ENTRIES": "10",
+        "DYNAQ_STREAMS_RETENTION_MAX_BYTES": "3000",
+    }
+    node = node_process(tmp_path, env=env)
+    await _start(node)
+    try:
+        async with aiohttp.ClientSession() as http:
+            await declare(http, node.url, "kept", TRADES)
+            for k in range(10):
+                await append(
+                    http, node.url, "kept", [{"ts": k * 10 + i, "price": 1} for i in range(10)]
+                )
+            finals = await asyncio.to_thread(_finalized, node, "kept")
+            assert finals and finals[0][0] > 0, finals  # the oldest files are gone
+            first_kept = finals[0][0]
+            _, body, headers = await read(http, node.url, "kept", nowait="true")
+            got = [i for i, _, _ in jsonl(body)]
+            assert got == list(range(first_kept, 100)), got
+            assert headers["X-Stream-Size"] == "100"  # indexes never restart
+            _, body, _ = await read(http, node.url, "kept", nowait="true", i=0, n=1)
+            assert [i for i, _, _ in jsonl(body)] == [first_kept]
+        await asyncio.to_thread(node.terminate)
+        await _start(node)  # reopens with the oldest files missing
+        async with aiohttp.ClientSession() as http:
+            status, body = await append(http, node.url, "kept", [{"ts": 999, "price": 1}])
+            assert status == 200 and body["first_index"] == 100
+    finally:
+        await asyncio.to_thread(node.kill)
+
+
+async def test_deletion_waits_for_a_listener_that_does_not_read(tmp_path: Path) -> None:
+    node = node_process(tmp_path, env={"DYNAQ_STREAMS_DELETE_WAIT_S": "3"})
+    await _start(node)
+    try:
+        async with aiohttp.ClientSession() as http:
+            await declare(http, node.url, "big", {"type": "object"}, None)
+            for _ in range(8):  # ~8 MB: more than the sockets buffer
+                await append(http, node.url, "big", [{"pad": "x" * 1000}] * 1000)
+            stuck = await http.get(f"{node.url}/v2/streams/big")  # never read
+            await asyncio.sleep(0.5)
+            deleting = asyncio.create_task(http.delete(f"{node.url}/v2/streams/big"))
+            await asyncio.sleep(0.5)
+            async with http.get(f"{node.url}/v2/streams/big/schema") as r:
+                assert r.status == 503 and (await r.json())["code"] == "stream_deleting"
+            async with await deleting as d:  # after delete_wait_s at most
+                assert d.status == 204
+            stuck.close()
+            async with http.get(f"{node.url}/v2/streams/big/schema") as r:
+                assert r.status == 404
+    finally:
+        await asyncio.to_thread(node.kill)
