@@ -8,12 +8,13 @@ catching up, ``DELETE .../subscriptions/{id}``, or the stream's deletion.
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from aiohttp import web
 
-from dynaq.api.codec import json_response, read_body, read_raw
+from dynaq.api.codec import json_response, read_body, read_raw, sends_msgpack
 from dynaq.api.params import body_object, is_decimal
 from dynaq.errors import InvalidInput
 from dynaq.streams import CONTENT_TYPES, FORMATS, Chunk, Start, Stops, StreamService
@@ -74,6 +75,20 @@ def _listen_params(query: Mapping[str, str]) -> tuple[Start, Stops, str, bool]:
     if fmt not in FORMATS:
         raise InvalidInput(f"format must be one of {', '.join(FORMATS)}")
     return start, stops, fmt, _flag(query, "nowait")
+
+
+def _check_finite(value: Any, where: str, depth: int = 0) -> None:
+    """msgpack can carry NaN and infinities; JSON cannot, so entries must not."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput(f"{where} holds {value}, which JSON cannot represent")
+    if depth > 64:
+        raise InvalidInput(f"{where} is nested deeper than 64 levels")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(v, f"{where}.{k}", depth + 1)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_finite(v, f"{where}[{i}]", depth + 1)
 
 
 def _token(request: web.Request) -> int | None:
@@ -158,6 +173,9 @@ async def append(request: web.Request) -> web.Response:
         raise InvalidInput(f"unknown member {extra[0]!r}" if extra else "entries is required")
     if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_ENTRIES:
         raise InvalidInput(f"entries must be an array of 1..{MAX_ENTRIES} entries")
+    if sends_msgpack(request):
+        for i, entry in enumerate(entries):
+            _check_finite(entry, f"entries[{i}]")
     staged = await svc.append(name, entries, token)
     return json_response({"first_index": staged.first_index, "count": staged.count})
 

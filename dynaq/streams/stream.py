@@ -19,6 +19,8 @@ from io import BufferedWriter
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from dynaq.config.sections import StreamsConfig
 from dynaq.errors import InvalidInput, OrderKeyDecreased, PayloadTooLarge, StreamUnavailable
 from dynaq.streams.schema import EntryType, EntryValidator
@@ -38,6 +40,21 @@ from dynaq.streams.segments import (
 
 log = logging.getLogger(__name__)
 META = "stream.json"
+
+
+def _entry_json(entry: Any, where: str) -> bytes:
+    """An entry's compact UTF-8 JSON: orjson (about 10x faster), or the standard
+    library for what orjson refuses but JSON holds (integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(entry)
+    except TypeError:
+        pass
+    try:
+        return json.dumps(
+            entry, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode()
+    except (TypeError, ValueError):
+        raise InvalidInput(f"{where} is not JSON (msgpack bytes or ext values?)") from None
 
 
 @dataclass
@@ -209,10 +226,7 @@ class Stream:
                     f"{where} (index {first + i}): order key {order} is below the previous "
                     f"entry's {last}; order keys must not decrease"
                 )
-            try:
-                payload = json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode()
-            except (TypeError, ValueError):
-                raise InvalidInput(f"{where} is not JSON (msgpack bytes or ext values?)") from None
+            payload = _entry_json(entry, where)
             if len(payload) > limit:
                 raise PayloadTooLarge(f"{where} is {len(payload)} bytes; the limit is {limit}")
             last = order

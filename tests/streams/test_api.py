@@ -116,9 +116,10 @@ async def test_appends_are_validated_and_ordered(
     headers = {"Content-Type": "application/msgpack"}
     async with http.post(f"{url}/v2/streams/ev/entries", data=packed, headers=headers) as r:
         assert r.status == 200 and await r.json() == {"first_index": 2, "count": 1}
-    bad = msgpack.packb({"entries": [{"type": "buy", "ts": 9, "buy": b"\xff"}]})
-    async with http.post(f"{url}/v2/streams/ev/entries", data=bad, headers=headers) as r:
-        assert r.status == 422
+    for bad_entry in ({"buy": b"\xff"}, {"buy": "ok", "x": float("nan")}):
+        bad = msgpack.packb({"entries": [{"type": "buy", "ts": 9, **bad_entry}]})
+        async with http.post(f"{url}/v2/streams/ev/entries", data=bad, headers=headers) as r:
+            assert r.status == 422, bad_entry
     bodies: list[dict[str, Any]] = [{"entries": []}, {"entries": "x"}, {"other": 1}, {}]
     for bad_body in bodies:
         async with http.post(f"{url}/v2/streams/ev/entries", json=bad_body) as r:
