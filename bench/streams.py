@@ -27,7 +27,7 @@ from typing import Any
 
 import msgpack
 
-from bench.common import process_cpu_s, progress, rate, start_node
+from bench.common import fsync_latency_ms, process_cpu_s, progress, rate, start_node
 from bench.queue import NatsServer
 
 ENTRY_BYTES = 256
@@ -222,9 +222,12 @@ def main(argv: list[str]) -> dict[str, Any]:
     peer: NatsServer | None = None
     res: dict[str, Phase] = {}
     lost = 0
+    disk: dict[str, float] = {}
     try:
         node = start_node(tmp)
         assert node.proc is not None
+        disk = fsync_latency_ms(tmp, 50 if o.entries < 100_000 else 200)
+        progress(f"disk: write+fdatasync p50 {disk['p50']:.2f} ms, p99 {disk['p99']:.2f} ms")
         pid = node.proc.pid
         asyncio.run(_dq_setup(node.url))
         progress(f"dynaq node pid {pid}; {o.entries} entries of {ENTRY_BYTES} bytes")
@@ -272,6 +275,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         "replay_ratio": _ratio(dq_r.per_s, js_r.per_s) if js_r else None,
         "phases": {k: v.row() for k, v in res.items()},
         "peer_fsyncs_before_ack": False,
+        "disk_fsync_ms": {k: round(v, 2) for k, v in disk.items()},
         "replication_lag_p99_ms": None,
         "failover_s": None,
         "lost": lost,

@@ -333,6 +333,9 @@ class StreamService:
                 results.append(exc)
             except OSError as exc:
                 results.append(StorageError(f"stream {job.stream.name!r}: write failed: {exc}"))
+            except Exception:  # one bad job must not stop every later commit
+                log.exception("stream append failed", extra={"stream": job.stream.name})
+                results.append(StorageError(f"stream {job.stream.name!r}: append failed"))
         for stream in {id(j.stream): j.stream for j in jobs}.values():
             try:
                 stream.io_sync()
