@@ -233,7 +233,12 @@ async def listen(request: web.Request) -> web.StreamResponse:
         return sized
     start, stops, fmt, nowait = _listen_params(query)
     sub = svc.subscribe(name, start, stops, fmt)
-    chunks: AsyncGenerator[Chunk, None] = svc.chunks(sub, nowait)
+
+    def alive() -> bool:
+        transport = request.transport
+        return transport is not None and not transport.is_closing()
+
+    chunks: AsyncGenerator[Chunk, None] = svc.chunks(sub, nowait, alive)
     headers = {SUBSCRIPTION_HEADER: sub.id, SIZE_HEADER: str(svc.info(name).size)}
     try:
         first = None

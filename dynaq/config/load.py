@@ -154,6 +154,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "streams.delete_wait_s": (0, 3_600),
     "streams.read_threads": (1, 256),
     "streams.listen_chunk_bytes": (1024, 64 * 1024 * 1024),
+    "streams.listen_idle_check_s": (0.01, 3_600),
     "stats.flush_interval_s": (0.01, 3_600),
     "outbox.max_in_flight": (1, 1_000_000),
     "outbox.mark_batch": (1, 100_000),

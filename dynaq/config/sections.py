@@ -171,6 +171,8 @@ class StreamsConfig:
     read_threads: int = 4
     listen_chunk_bytes: int = 256 * 1024
     """A listener reads (and writes to its response) at most about this much at a time."""
+    listen_idle_check_s: float = 5.0
+    """A caught-up listener checks this often whether its client is still connected."""
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import logging
 import re
 import secrets
 import shutil
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +49,7 @@ from dynaq.errors import (
 from dynaq.streams.listen import Chunk, Cursor, Stops
 from dynaq.streams.schema import EntryType
 from dynaq.streams.stream import META, Staged, Stream
-from dynaq.tasks import cancel_and_wait
+from dynaq.tasks import cancel_and_wait, wait_event
 
 log = logging.getLogger(__name__)
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,79}")
@@ -428,9 +428,13 @@ class StreamService:
             raise SubscriptionNotFound(f"no listener {sub_id!r} on stream {name!r}")
         sub.stop()
 
-    async def chunks(self, sub: Subscription, nowait: bool) -> AsyncGenerator[Chunk, None]:
+    async def chunks(
+        self, sub: Subscription, nowait: bool, alive: Callable[[], bool] = lambda: True
+    ) -> AsyncGenerator[Chunk, None]:
         """Replay, then follow live until a stop condition, ``nowait`` catching up,
-        termination, or deletion."""
+        termination, deletion, or ``alive()`` turning false (the listener's connection
+        closed: checked every ``listen_idle_check_s`` while caught up, so an idle
+        stream does not keep a gone listener's files open)."""
         loop = asyncio.get_running_loop()
         while not sub.stopped:
             sub.wake.clear()
@@ -442,4 +446,6 @@ class StreamService:
             if chunk.caught_up:
                 if nowait:
                     return
-                await sub.wake.wait()
+                while not await wait_event(sub.wake, self.clock, self.config.listen_idle_check_s):
+                    if not alive():
+                        return

@@ -7,7 +7,9 @@ each test uses streams of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -272,3 +274,41 @@ async def test_delete_ends_listeners_then_removes(
     # The name can be declared again, from index 0.
     assert (await declare(http, url, "doomed", TRADES))[0] == 201
     assert (await append(http, url, "doomed", [{"ts": 1, "price": 1}]))[1]["first_index"] == 0
+
+
+def _open_segments(node: NodeProcess, name: str) -> int:
+    """How many of the node's file descriptors are a segment file of stream ``name``
+    (the writer's own appends through an ``ab`` handle count too: subtract it)."""
+    assert node.proc is not None
+    fds = Path(f"/proc/{node.proc.pid}/fd")
+    targets = []
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            targets.append(os.readlink(fd))
+    return sum(1 for t in targets if f"/streams/{name}/" in t and t.endswith(".seg")) - 1
+
+
+async def test_a_listener_whose_client_went_away_ends_while_the_stream_is_idle(
+    tmp_path: Path,
+) -> None:
+    node = node_process(tmp_path, env={"DYNAQ_STREAMS_LISTEN_IDLE_CHECK_S": "0.2"})
+    await asyncio.to_thread(node.start)
+    try:
+        async with aiohttp.ClientSession() as http:
+            await declare(http, node.url, "idle", TRADES)
+            async with aiohttp.ClientSession() as gone:
+                r = await gone.get(f"{node.url}/v2/streams/idle")
+                assert r.status == 200
+                await asyncio.sleep(0.3)
+                assert await asyncio.to_thread(_open_segments, node, "idle") == 1
+                r.close()  # the client disconnects; nothing is ever appended
+            for _ in range(50):  # the listener ends and closes its file
+                if await asyncio.to_thread(_open_segments, node, "idle") == 0:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the listener of a closed connection still holds its file")
+            status, _ = await append(http, node.url, "idle", [{"ts": 1, "price": 1}])
+            assert status == 200
+    finally:
+        await asyncio.to_thread(node.kill)
