@@ -75,11 +75,17 @@ def _listen_params() -> list[Obj]:
 def paths() -> Obj:
     entry_record = _obj(["index", "order", "entry"], index=_INDEX, order=_INDEX, entry={})
     info = _obj(
-        ["name", "order_key", "signature", "size"],
+        ["name", "order_key", "signature", "size", "segments", "fsyncs"],
         name={"type": "string"},
         order_key=_ORDER_KEY,
         signature=_SIG,
         size=_INDEX,
+        segments={"type": "integer", "minimum": 1},
+        fsyncs={
+            "type": "integer",
+            "minimum": 0,
+            "description": "Data fsyncs since the node started: concurrent appends share one.",
+        },
     )
     declared = _obj(
         ["name", "signature", "order_key", "created", "extended"],

@@ -113,6 +113,8 @@ async def list_streams(request: web.Request) -> web.Response:
                 "order_key": info.order_key,
                 "signature": info.signature,
                 "size": info.size,
+                "segments": info.segments,
+                "fsyncs": info.fsyncs,
             }
         )
     return json_response({"streams": out})

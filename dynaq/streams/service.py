@@ -109,6 +109,7 @@ class StreamInfo:
     first_index: int
     segments: int
     schema: dict[str, Any]
+    fsyncs: int
 
 
 class StreamService:
@@ -233,7 +234,9 @@ class StreamService:
         segments, size = stream.snapshot()
         t = stream.type
         first = segments[0].first_index
-        return StreamInfo(name, t.order_key, t.signature, size, first, len(segments), t.schema)
+        return StreamInfo(
+            name, t.order_key, t.signature, size, first, len(segments), t.schema, stream.fsyncs
+        )
 
     def names(self) -> list[str]:
         return sorted(n for n, rt in self._runtime.items() if not rt.deleting)

@@ -94,6 +94,8 @@ class Stream:
         self._w_first_order = -1
         self._w_sparse: list[tuple[int, int, int]] = []
         self._dirty = False
+        self.fsyncs = 0
+        """Data fsyncs since the node started (group commit makes it far fewer than appends)."""
 
     # -- meta ------------------------------------------------------------------
 
@@ -266,6 +268,7 @@ class Stream:
         assert self._file is not None
         self._file.flush()
         os.fsync(self._file.fileno())
+        self.fsyncs += 1
         self._dirty = False
         self._publish()
 
