@@ -46,6 +46,7 @@ from dynaq.errors import (
     StreamUnavailable,
     SubscriptionNotFound,
 )
+from dynaq.streams.leases import PublisherLease
 from dynaq.streams.listen import Chunk, Cursor, Stops
 from dynaq.streams.schema import EntryType
 from dynaq.streams.stream import META, Staged, Stream
@@ -85,8 +86,7 @@ class Subscription:
 class _Runtime:
     """What the event loop keeps per stream beside its files."""
 
-    lease: tuple[int, float] | None = None
-    """(token, monotonic expiry) of the publisher lease."""
+    lease: PublisherLease = field(default_factory=PublisherLease)
     subscribers: dict[str, Subscription] = field(default_factory=dict)
     deleting: bool = False
     idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -277,19 +277,7 @@ class StreamService:
         return await future
 
     def _check_publisher(self, rt: _Runtime, token: int | None) -> None:
-        lease = rt.lease
-        held = lease is not None and lease[1] > self.clock.monotonic()
-        if token is None:
-            if held:
-                raise PublisherFenced(
-                    "the stream's publisher lease is held: append with its X-Publisher-Token"
-                )
-            return
-        if not held or lease is None or token != lease[0]:
-            raise PublisherFenced(
-                f"publisher token {token} does not hold the stream's lease (expired, released "
-                "or taken over): acquire it again"
-            )
+        rt.lease.check(token, self.clock.monotonic())
 
     async def _commit_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -353,37 +341,29 @@ class StreamService:
     # -- publisher lease ---------------------------------------------------------
 
     async def acquire(self, name: str, token: int | None, ttl_s: float | None) -> tuple[int, float]:
-        """Take (or, with the holder's token, renew) the publisher lease."""
+        """Take (or, with the holder's token, renew) the publisher lease: see
+        :mod:`dynaq.streams.leases`."""
         stream, rt = self._get(name)
         ttl = self.config.publisher_lease_s if ttl_s is None else ttl_s
-        now = self.clock.monotonic()
-        lease = rt.lease
-        if lease is not None and lease[1] > now:
-            if token != lease[0]:
-                raise PublisherFenced(
-                    f"the publisher lease is held by another token for {lease[1] - now:.1f} s more"
-                )
-            rt.lease = (lease[0], now + ttl)
-            return lease[0], ttl
+        if rt.lease.renew(token, ttl, self.clock.monotonic()):
+            return rt.lease.token, ttl
 
         def bump() -> int:
             stream.publisher_token += 1
             stream.io_write_meta()
             return stream.publisher_token
 
+        # Stored before it is handed out: a token is never issued twice.
         new = int(await self._in_io(bump))
-        rt.lease = (new, self.clock.monotonic() + ttl)
+        now = self.clock.monotonic()
+        if rt.lease.held(now):  # a concurrent acquire got there first: it holds it
+            raise PublisherFenced("the publisher lease was just taken by another request")
+        rt.lease.grant(new, ttl, now)
         return new, ttl
 
     def release(self, name: str, token: int) -> None:
         _, rt = self._get(name)
-        lease = rt.lease
-        if lease is None or lease[1] <= self.clock.monotonic():
-            rt.lease = None
-            return
-        if token != lease[0]:
-            raise PublisherFenced(f"token {token} does not hold the publisher lease")
-        rt.lease = None
+        rt.lease.release(token, self.clock.monotonic())
 
     # -- listening -----------------------------------------------------------------
 

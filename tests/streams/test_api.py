@@ -334,3 +334,16 @@ async def test_concurrent_appends_share_fsyncs(
     assert sorted(body["first_index"] for _, body in results) == list(range(40))
     used = await fsyncs() - before
     assert 1 <= used < 40, f"{used} fsyncs for 40 concurrent appends: no group commit"
+
+
+async def test_concurrent_lease_requests_grant_one(
+    node: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    await declare(http, node.url, "race", TRADES)
+
+    async def take() -> int:
+        async with http.post(f"{node.url}/v2/streams/race/publisher") as r:
+            return r.status
+
+    statuses = await asyncio.gather(*(take() for _ in range(8)))
+    assert sorted(statuses) == [201] + [409] * 7, statuses
