@@ -205,6 +205,22 @@ class Client:
         )
         return page
 
+    # streams -----------------------------------------------------------------
+
+    def stream_size(self, stream: str) -> int:
+        """How many entries the stream holds (its next index)."""
+        out: dict[str, Any] = self._request("GET", f"/v2/streams/{self._q(stream)}?sizeonly=true")
+        return int(out["size"])
+
+    def read_stream(self, stream: str, start: int, count: int) -> list[dict[str, Any]]:
+        """Up to ``count`` entries from index ``start``, as ``{"index", "order", "entry"}``;
+        answers at once with what is there (``nowait``), never waits for more."""
+        query = urllib.parse.urlencode(
+            {"i": start, "n": count, "nowait": "true", "format": "array"}
+        )
+        out = self._request("GET", f"/v2/streams/{self._q(stream)}?{query}")
+        return list(out or [])
+
     # messages ----------------------------------------------------------------
 
     @staticmethod

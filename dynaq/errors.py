@@ -15,7 +15,9 @@ codes.
     ├── NotFound                404
     │   ├── QueueNotFound
     │   ├── TopicNotFound
-    │   └── BatchNotFound            also a missing block of an exact batch
+    │   ├── BatchNotFound            also a missing block of an exact batch
+    │   ├── StreamNotFound
+    │   └── SubscriptionNotFound     no listener with that id on that stream
     ├── AlreadyExists           422  (Dynamiq answers 422, not 409)
     ├── MalformedBody           400  a body that does not match its framing or Content-Encoding
     ├── PayloadTooLarge         413
@@ -24,10 +26,16 @@ codes.
     ├── Unauthorized            401  no credentials, or ones that do not check out (token, peer MAC)
     ├── Forbidden               403  the token lacks the permission the route needs
     ├── Conflict                409  a concurrent update won; retry
-    │   └── BatchClosed         409  items added to a closed batch (inherits ``retriable``)
+    │   ├── BatchClosed         409  items added to a closed batch (inherits ``retriable``)
+    │   ├── OrderKeyDecreased   409  a stream entry's order key is below its predecessor's
+    │   ├── SchemaConflict      409  a stream re-declared with an incompatible schema
+    │   └── PublisherFenced     409  a stream's publisher lease is held by another token
     ├── ClusterFull             503  every writer slot is held by a live node
     ├── SlotLost                503  another node took this node's writer slot: stop
     ├── NotServing              503  this node is starting or draining: retry (elsewhere)
+    ├── StreamUnavailable       503  a stream refuses to open (signature mismatch) or
+    │   │                            is being deleted
+    │   └── StreamDeleting      503  deletion waits for its listeners to finish
     └── StorageError            503  the store failed; ``retriable`` says whether to retry
         ├── StorageUnavailable  503
         │   ├── IdClockStalled  503  ids would outrun their persisted high-water mark
@@ -107,6 +115,18 @@ class BatchNotFound(NotFound):
     code = "batch_not_found"
 
 
+class StreamNotFound(NotFound):
+    """The named stream was never declared (or has been deleted)."""
+
+    code = "stream_not_found"
+
+
+class SubscriptionNotFound(NotFound):
+    """No listener with that subscription id reads that stream (it may have ended)."""
+
+    code = "subscription_not_found"
+
+
 class AlreadyExists(DynaqError):
     """Creating something that exists already (Dynamiq answers 422)."""
 
@@ -179,6 +199,29 @@ class BatchClosed(Conflict):
     code = "batch_closed"
 
 
+class OrderKeyDecreased(Conflict):
+    """An appended entry's order key is lower than the one before it (the batch is refused)."""
+
+    code = "order_key_decreased"
+    retriable = False
+
+
+class SchemaConflict(Conflict):
+    """A stream re-declared with a schema that is neither the same nor an extension
+    (new ``oneOf`` variants), or with another order key."""
+
+    code = "schema_conflict"
+    retriable = False
+
+
+class PublisherFenced(Conflict):
+    """The stream's publisher lease is held and the request's token is not the holder's
+    (missing, older or unknown): the append or release is refused."""
+
+    code = "publisher_fenced"
+    retriable = False
+
+
 class ClusterFull(DynaqError):
     """Every writer slot is held by a live (or recently live) node."""
 
@@ -199,6 +242,21 @@ class NotServing(DynaqError):
 
     status = 503
     code = "node_not_serving"
+    retriable = True
+
+
+class StreamUnavailable(DynaqError):
+    """The stream cannot be served: its files carry a signature its schema does not
+    have (it refuses to open), or it is being deleted."""
+
+    status = 503
+    code = "stream_unavailable"
+
+
+class StreamDeleting(StreamUnavailable):
+    """The stream is being deleted: deletion waits for its listeners to finish."""
+
+    code = "stream_deleting"
     retriable = True
 
 
@@ -268,12 +326,19 @@ __all__ = [
     "MalformedBody",
     "NotFound",
     "NotServing",
+    "OrderKeyDecreased",
     "PayloadTooLarge",
+    "PublisherFenced",
     "QueueNotFound",
     "RequestTimeout",
+    "SchemaConflict",
     "SlotLost",
     "StorageError",
     "StorageUnavailable",
+    "StreamDeleting",
+    "StreamNotFound",
+    "StreamUnavailable",
+    "SubscriptionNotFound",
     "TopicNotFound",
     "Unauthorized",
     "UnsupportedMediaType",

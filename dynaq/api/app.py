@@ -8,6 +8,7 @@ from aiohttp import web
 
 from dynaq.api import batches as batch_routes
 from dynaq.api import bulk, internal, openapi, v1, v2
+from dynaq.api import streams as stream_routes
 from dynaq.api.auth import ACCESS, auth_middleware
 from dynaq.api.batches import BATCHES
 from dynaq.api.codec import BODY_TIMEOUT, json_response
@@ -22,6 +23,7 @@ from dynaq.services.batches import BatchService
 from dynaq.services.catalog import Catalog
 from dynaq.services.queues import QueueService
 from dynaq.services.topics import TopicService
+from dynaq.streams import StreamService
 
 
 async def health(request: web.Request) -> web.Response:
@@ -44,6 +46,7 @@ def build_app(
     body_timeout_s: float = 30.0,
     access: AccessPolicy | None = None,
     peer_verifier: PeerVerifier | None = None,
+    streams: StreamService | None = None,
 ) -> web.Application:
     """``access``: client tokens (``None``: every client is let in); ``peer_verifier``:
     the cluster's MAC check for ``/internal/`` (``None``: those routes refuse everything)."""
@@ -61,6 +64,8 @@ def build_app(
     app[VIEW] = view
     app[NODE_STATE] = state
     app[BATCHES] = batches
+    if streams is not None:
+        app[stream_routes.STREAMS] = streams
     app[OPENAPI] = build_spec(
         SpecLimits(
             max_batch=queues.limits.max_batch,
@@ -76,4 +81,6 @@ def build_app(
     app.router.add_routes(v2.routes)
     app.router.add_routes(batch_routes.routes)
     app.router.add_routes(bulk.routes)
+    if streams is not None:
+        app.router.add_routes(stream_routes.routes)
     return app

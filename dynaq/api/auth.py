@@ -68,6 +68,10 @@ def _t(perm: str) -> tuple[Need, ...]:
     return (Need(perm, "topic", "{topic}"),)
 
 
+def _s(perm: str) -> tuple[Need, ...]:
+    return (Need(perm, "stream", "{name}"),)
+
+
 ROUTES: dict[tuple[str, str], tuple[Need, ...] | None] = {
     ("GET", "/health"): OPEN,
     ("GET", "/openapi.json"): ANY_TOKEN,
@@ -101,6 +105,17 @@ ROUTES: dict[tuple[str, str], tuple[Need, ...] | None] = {
     ("POST", "/v2/queues/{queue}/messages/receive"): _q(READ),
     ("POST", "/v2/queues/{queue}/messages/delete"): _q(WRITE),
     ("POST", "/v2/queues/{queue}/messages/visibility"): _q(WRITE),
+    # streams: declaring and deleting need admin, appending and the publisher lease write,
+    # listening, the schema and the size read.
+    ("GET", "/v2/streams"): ANY_TOKEN,
+    ("PUT", "/v2/streams/{name}"): _s(ADMIN),
+    ("DELETE", "/v2/streams/{name}"): _s(ADMIN),
+    ("GET", "/v2/streams/{name}"): _s(READ),
+    ("GET", "/v2/streams/{name}/schema"): _s(READ),
+    ("POST", "/v2/streams/{name}/entries"): _s(WRITE),
+    ("POST", "/v2/streams/{name}/publisher"): _s(WRITE),
+    ("DELETE", "/v2/streams/{name}/publisher"): _s(WRITE),
+    ("DELETE", "/v2/streams/{name}/subscriptions/{id}"): _s(READ),
     # bulk reads
     ("GET", "/v2/queues/{queue}/partitions"): _q(READ),
     ("GET", "/v2/queues/{queue}/snapshot"): _q(READ),

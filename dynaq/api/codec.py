@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import json
 from typing import Any
 
@@ -81,7 +82,13 @@ of nested empty arrays would otherwise build millions of lists."""
 _PARSE_OFF_LOOP_BYTES = 256 * 1024
 
 
-async def read_body(request: web.Request, max_bytes: int | None = None) -> Any:
+async def read_body(
+    request: web.Request,
+    max_bytes: int | None = None,
+    *,
+    max_items: int = MAX_ARRAY_LEN,
+    max_objects: int = MAX_OBJECTS,
+) -> Any:
     """Decode a JSON or msgpack request body; :class:`InvalidInput` when malformed.
 
     Malformed covers every shape a decoder can choke on: bad bytes, nesting
@@ -97,10 +104,11 @@ async def read_body(request: web.Request, max_bytes: int | None = None) -> Any:
     if max_bytes is not None and len(raw) > max_bytes:
         raise PayloadTooLarge(f"this route takes bodies of at most {max_bytes} bytes")
     ctype = request.content_type
+    parse: Callable[[bytes], Any]
     if ctype in MSGPACK_TYPES:
-        parse = parse_msgpack
+        parse = functools.partial(parse_msgpack, max_items=max_items, max_objects=max_objects)
     elif ctype in (JSON_TYPE, "application/octet-stream", "text/plain", ""):
-        parse = parse_json
+        parse = functools.partial(parse_json, max_objects=max_objects)
     else:
         raise UnsupportedMediaType(
             f"unsupported Content-Type {ctype!r}: send application/json or application/msgpack"
@@ -110,30 +118,32 @@ async def read_body(request: web.Request, max_bytes: int | None = None) -> Any:
     return parse(raw)
 
 
-def parse_msgpack(raw: bytes) -> Any:
+def parse_msgpack(
+    raw: bytes, *, max_items: int = MAX_ARRAY_LEN, max_objects: int = MAX_OBJECTS
+) -> Any:
     """Parse a msgpack body strictly and within bounds (see :func:`read_body`)."""
     try:
         return msgpack.unpackb(
             raw,
             raw=False,
             strict_map_key=False,
-            max_array_len=MAX_ARRAY_LEN,
+            max_array_len=max_items,
             max_map_len=MAX_MAP_LEN,
             max_ext_len=0,
-            object_hook=_counted_maps(),
+            object_hook=_counted_maps(max_objects),
         )
     except (ValueError, TypeError, RecursionError, msgpack.UnpackException) as exc:
         raise InvalidInput(f"malformed msgpack body: {exc}") from None
 
 
-def _counted_maps() -> Any:
+def _counted_maps(most: int) -> Any:
     seen = 0
 
     def hook(obj: dict[Any, Any]) -> dict[Any, Any]:
         nonlocal seen
         seen += 1
-        if seen > MAX_OBJECTS:
-            raise ValueError(f"more than {MAX_OBJECTS} maps or objects")
+        if seen > most:
+            raise ValueError(f"more than {most} maps or objects")
         return obj
 
     return hook
@@ -164,14 +174,14 @@ def _check_strings(value: Any, depth: int = 0) -> None:
             _check_strings(v, depth + 1)
 
 
-def parse_json(raw: bytes) -> Any:
+def parse_json(raw: bytes, *, max_objects: int = MAX_OBJECTS) -> Any:
     """Parse a JSON body strictly (see :func:`read_body`)."""
     if not raw.strip():
         raise InvalidInput("request body is empty; expected a JSON object")
     if raw.count(b"[") > MAX_JSON_ARRAYS:
         raise InvalidInput(f"malformed JSON body: more than {MAX_JSON_ARRAYS} arrays")
     try:
-        data = json.loads(raw, parse_constant=_no_constant, object_hook=_counted_maps())
+        data = json.loads(raw, parse_constant=_no_constant, object_hook=_counted_maps(max_objects))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidInput(f"malformed JSON body: {exc}") from None
     # Surrogates can only come from \u escapes (raw UTF-8 cannot hold them):

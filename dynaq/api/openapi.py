@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 description of every route, served at ``GET /openapi.json``.
 
 Built in code as a dict: the paths come from :mod:`~dynaq.api.openapi_v1`,
-:mod:`~dynaq.api.openapi_v2`, :mod:`~dynaq.api.openapi_batches` and
+:mod:`~dynaq.api.openapi_v2`, :mod:`~dynaq.api.openapi_batches`, :mod:`~dynaq.api.openapi_streams` and
 :mod:`~dynaq.api.openapi_node`, the shared pieces (error body, ids, messages)
 from :mod:`~dynaq.api.openapi_common`. A
 node serves the description with its own configured limits, so every range in
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from dynaq.api import openapi_batches, openapi_node, openapi_v1, openapi_v2
+from dynaq.api import openapi_batches, openapi_node, openapi_streams, openapi_v1, openapi_v2
 from dynaq.api.codec import json_response
 from dynaq.api.openapi_common import (
     JSON,
@@ -70,6 +70,7 @@ def build_spec(limits: SpecLimits | None = None) -> Obj:
             {"name": "v2", "description": "Batches in JSON or msgpack"},
             {"name": "bulk", "description": "Bulk reads for analytics (the Spark source)"},
             {"name": "batches", "description": "Batch-completion tracking (Carlyle's routes)"},
+            {"name": "streams", "description": "Typed persistent streams (Sherlock's)"},
             {"name": "node", "description": "Health and this description"},
             {"name": "internal", "description": "Node to node; never exposed through HAProxy"},
         ],
@@ -77,6 +78,7 @@ def build_spec(limits: SpecLimits | None = None) -> Obj:
             **openapi_v1.paths(limits),
             **openapi_v2.paths(limits),
             **openapi_batches.paths(limits),
+            **openapi_streams.paths(),
             **openapi_node.paths(),
         },
         "components": {

@@ -156,13 +156,22 @@ _ERRORS: dict[int, tuple[str, str, tuple[str, ...]]] = {
     ),
     404: (
         "NotFound",
-        "The named queue, topic or batch does not exist, or the path matches no route.",
-        ("not_found", "queue_not_found", "topic_not_found", "batch_not_found"),
+        "The named queue, topic, batch, stream or subscription does not exist, or the path "
+        "matches no route.",
+        (
+            "not_found",
+            "queue_not_found",
+            "topic_not_found",
+            "batch_not_found",
+            "stream_not_found",
+            "subscription_not_found",
+        ),
     ),
     409: (
         "Conflict",
-        "A concurrent update won (retry), a closed batch, or a queue name deleted moments ago.",
-        ("conflict", "batch_closed"),
+        "A concurrent update won (retry), a closed batch, a queue name deleted moments ago, "
+        "a stream order key that decreases, an incompatible stream schema, or a fenced publisher.",
+        ("conflict", "batch_closed", "order_key_decreased", "schema_conflict", "publisher_fenced"),
     ),
     413: (
         "PayloadTooLarge",
@@ -191,6 +200,8 @@ _ERRORS: dict[int, tuple[str, str, tuple[str, ...]]] = {
             "node_not_serving",
             "cluster_full",
             "writer_slot_lost",
+            "stream_unavailable",
+            "stream_deleting",
         ),
     ),
 }

@@ -23,6 +23,7 @@ from dynaq.config.sections import (
     RiakConfig,
     StatsConfig,
     StorageConfig,
+    StreamsConfig,
     SyncConfig,
 )
 
@@ -43,6 +44,7 @@ __all__ = [
     "RiakConfig",
     "StatsConfig",
     "StorageConfig",
+    "StreamsConfig",
     "SyncConfig",
     "check_ranges",
     "config_from_mapping",

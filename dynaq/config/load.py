@@ -27,6 +27,7 @@ from dynaq.config.sections import (
     RiakConfig,
     StatsConfig,
     StorageConfig,
+    StreamsConfig,
     SyncConfig,
 )
 from dynaq.errors import InvalidInput
@@ -50,6 +51,7 @@ class Config:
     stats: StatsConfig = field(default_factory=StatsConfig)
     outbox: OutboxConfig = field(default_factory=OutboxConfig)
     batches: BatchesConfig = field(default_factory=BatchesConfig)
+    streams: StreamsConfig = field(default_factory=StreamsConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
 
 
@@ -146,6 +148,18 @@ _RANGES: dict[str, tuple[float, float]] = {
     "batches.closed_max_age_s": (1, 365 * _DAY_S),
     "batches.reap_interval_s": (0, _DAY_S),
     "batches.max_items_per_request": (1, 100_000_000),
+    "streams.segment_max_bytes": (4096, 4 * 1024**3),
+    "streams.segment_max_entries": (1, 2**40),
+    "streams.segment_max_age_s": (0.001, 365 * _DAY_S),
+    "streams.sparse_index_every": (1, 1_000_000),
+    "streams.max_entry_bytes": (16, 64 * 1024 * 1024),
+    "streams.retention_max_bytes": (0, 2**50),
+    "streams.retention_max_age_s": (0, 100 * 365 * _DAY_S),
+    "streams.publisher_lease_s": (0.1, _DAY_S),
+    "streams.delete_wait_s": (0, 3_600),
+    "streams.read_threads": (1, 256),
+    "streams.listen_chunk_bytes": (1024, 64 * 1024 * 1024),
+    "streams.listen_idle_check_s": (0.01, 3_600),
     "stats.flush_interval_s": (0.01, 3_600),
     "outbox.max_in_flight": (1, 1_000_000),
     "outbox.mark_batch": (1, 100_000),

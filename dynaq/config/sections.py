@@ -163,6 +163,35 @@ class BatchesConfig:
 
 
 @dataclass(frozen=True)
+class StreamsConfig:
+    """Typed persistent streams (Sherlock): segment files under ``<data.dir>/streams/``.
+
+    A segment is finalized when it reaches ``segment_max_bytes``, holds
+    ``segment_max_entries`` or is ``segment_max_age_s`` old (Sherlock's defaults:
+    10 MB, 100M entries, 24 h). Retention is off by default (0): streams are
+    "hardly deleted"; with it, the oldest finalized segments go first.
+    """
+
+    segment_max_bytes: int = 10 * 1024 * 1024
+    segment_max_entries: int = 100_000_000
+    segment_max_age_s: float = 86_400.0
+    sparse_index_every: int = 1024
+    """One seek point per this many entries of a segment."""
+    max_entry_bytes: int = 1024 * 1024
+    retention_max_bytes: int = 0
+    retention_max_age_s: float = 0.0
+    publisher_lease_s: float = 30.0
+    """How long a publisher lease lasts unless renewed (the request may ask for less or more)."""
+    delete_wait_s: float = 10.0
+    """How long deleting a stream waits for its listeners to finish writing."""
+    read_threads: int = 4
+    listen_chunk_bytes: int = 256 * 1024
+    """A listener reads (and writes to its response) at most about this much at a time."""
+    listen_idle_check_s: float = 5.0
+    """A caught-up listener checks this often whether its client is still connected."""
+
+
+@dataclass(frozen=True)
 class StatsConfig:
     """statsd metrics; ``type = "none"`` turns them off."""
 

@@ -37,6 +37,7 @@ from dynaq.node.builders import (
     gossip_enabled,
     migrate,
 )
+from dynaq.node.streams import build_streams
 from dynaq.services.batches import BatchService
 from dynaq.services.batches.hooks import batch_acks, completion_publisher
 from dynaq.services.catalog import Catalog
@@ -113,6 +114,7 @@ class Node:
             self.batches.on_completion(
                 completion_publisher(self.store, self.topics, b.completion_topic)
             )
+        self.streams = build_streams(config, self.clock)
         self.app = build_app(
             catalog=self.catalog,
             queues=self.queues,
@@ -124,6 +126,7 @@ class Node:
             body_timeout_s=h.body_timeout_s,
             access=self.access,
             peer_verifier=None if self.peer_auth is None else self.peer_auth[1],
+            streams=self.streams,
         )
         # In a cluster, writes made here are hinted (signed) to the owners of their slices.
         self.peer_ssl = peer_ssl_context(h) if gossip_enabled(config) else None
@@ -170,6 +173,7 @@ class Node:
         self.queues.set_ids(ids, self.id_floor.refresh)
         await self.queues.start()
         await self.batches.start()
+        await self.streams.open()
         await self.metrics.start()
         if self.hints is not None:
             await self.hints.start()
@@ -229,6 +233,8 @@ class Node:
         # Leave before the HTTP drain: peers take over this slice at once
         # instead of after failure detection (duplicates possible, no loss).
         await self.membership.stop()
+        # Stream listeners follow forever: end them so the HTTP drain does not wait.
+        self.streams.stop_listeners()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -242,6 +248,7 @@ class Node:
         if self.writer_slots is not None:
             await self.writer_slots.stop()
         await self.batches.stop()
+        await self.streams.close()
         await self.queues.stop()
         if self.id_floor is not None:
             await self.id_floor.stop()

@@ -16,6 +16,9 @@
   ``attributes`` map, ``group``, ``dedup_id``) are enqueued into ``queue`` or
   published to ``topic`` in batches of 1000; each task reports its count.
 
+With ``.option("stream", name)`` instead of a queue, the batch read is of a
+typed stream (:mod:`dynaq.spark.streams`).
+
 Options: ``endpoint`` (``http://host:port`` of any node), ``queue`` / ``topic``,
 ``pageSize`` (rows per snapshot page, 20000), ``pushdown`` (``true``: the batch
 reader takes id filters; ``false``, the default), ``visibilityTimeout``
@@ -68,6 +71,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from dynaq.client import Client, DynaqClientError, ReceivedMessage
+from dynaq.spark.streams import STREAM_SCHEMA, StreamPushdownReader, StreamReader
 
 SCHEMA = (
     "id bigint, partition int, node string, body binary, "
@@ -434,10 +438,14 @@ class DynaqDataSource(DataSource):
         return "dynaq"
 
     def schema(self) -> str:
-        return SCHEMA
+        return STREAM_SCHEMA if "stream" in _options(self.options) else SCHEMA
 
-    def reader(self, schema: StructType) -> DynaqReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
         options = _options(self.options)
+        if "stream" in options:  # a typed stream: see dynaq.spark.streams
+            if _flag(options, "pushdown"):
+                return StreamPushdownReader(options)
+            return StreamReader(options)
         if _flag(options, "pushdown"):
             return DynaqPushdownReader(options)
         return DynaqReader(options)

@@ -147,3 +147,25 @@ def test_queue_storage_riak_quick_reports_each_backend() -> None:
         assert row["errors"] == 0
         assert row["enqueue_msgs_per_s"] > 0 and row["receive_delete_msgs_per_s"] > 0
         assert row["consumed"] > 0
+
+
+def test_streams_quick_reports_both_systems_and_loses_nothing() -> None:
+    """``python -m bench streams --quick``: 5,000 entries appended and replayed by a real
+    node and a real JetStream; the issue's figures are all in the JSON line."""
+    _need_peer()
+    done = _run("streams", "--quick")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["scenario"] == "streams" and result["peer"] == "nats-jetstream"
+    for name in (
+        "append_entries_per_s",
+        "replay_entries_per_s",
+        "peer_append_entries_per_s",
+        "peer_replay_entries_per_s",
+        "append_ratio",
+        "replay_ratio",
+    ):
+        assert isinstance(result[name], int | float) and result[name] > 0, name
+    assert result["lost"] == 0
+    assert {"replication_lag_p99_ms", "failover_s"} <= set(result)
+    assert "dynaq replay" in done.stderr

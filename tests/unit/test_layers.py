@@ -46,7 +46,7 @@ FLOORS: list[set[str]] = [
     {"cli"},
     {"node"},
     {"api", "outbox"},
-    {"services", "cluster"},
+    {"services", "streams", "cluster"},
     {"core"},
     {"storage"},
     {"errors", "clock", "tasks", "config", "metrics", "logs"},
@@ -60,7 +60,7 @@ MAY_IMPORT_BESIDE = {
     "spark": {"client", "spark"},
 }
 ROOTS = {"cli", "node"}
-NO_AIOHTTP = {"services", "core"}
+NO_AIOHTTP = {"services", "streams", "core"}
 # `from dynaq import X` for a lazily re-exported X means the module X lives in.
 REEXPORTS = {"Client": "dynaq.client", "DynaqError": "dynaq.errors"}
 

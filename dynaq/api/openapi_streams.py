@@ -1,0 +1,270 @@
+"""The OpenAPI paths of typed persistent streams (:mod:`dynaq.api.streams`)."""
+
+from __future__ import annotations
+
+from dynaq.api.openapi_common import (
+    Obj,
+    body,
+    errors,
+    link,
+    operation,
+    path_param,
+    query_param,
+    ref,
+    response,
+)
+from dynaq.api.streams import MAX_ENTRIES, MAX_INDEX, MAX_LEASE_S, MIN_LEASE_S
+
+TAG = "streams"
+NAME = path_param("name", ref("Name"), "A stream's name.")
+_TOKEN = {
+    "name": "X-Publisher-Token",
+    "in": "header",
+    "required": False,
+    "description": "The publisher lease's fencing token (required while a lease is held).",
+    "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
+}
+_INDEX = {"type": "integer", "minimum": 0, "maximum": MAX_INDEX}
+_SIG = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+_ORDER_KEY = {"type": ["string", "null"], "minLength": 1}
+_HEADERS = {
+    "X-Subscription-Id": {
+        "description": "This listener's id (DELETE .../subscriptions/{id} ends it).",
+        "schema": {"type": "string"},
+    },
+    "X-Stream-Size": {"description": "Entries in the stream.", "schema": _INDEX},
+}
+
+
+def _obj(required: list[str], **props: Obj) -> Obj:
+    return {
+        "type": "object",
+        "required": required,
+        "properties": props,
+        "additionalProperties": False,
+    }
+
+
+def _q(name: str, schema: Obj, text: str) -> Obj:
+    return query_param(name, schema, text)
+
+
+def _listen_params() -> list[Obj]:
+    flag = {"type": "boolean"}
+    return [
+        NAME,
+        _q("i", _INDEX, "Start at this index."),
+        _q("tail", _INDEX, "Start with the last this many entries."),
+        _q("since", _INDEX, "Start at the first entry whose order key is at least this."),
+        _q("recent", _INDEX, "Start at order key now (epoch ms) minus this many ms."),
+        _q("n", {**_INDEX, "minimum": 1}, "Stop after this many entries."),
+        _q("until", _INDEX, "Stop before the first entry whose order key is above this."),
+        _q("stop_after_bytes", {**_INDEX, "minimum": 1}, "Stop once this many bytes are out."),
+        _q("nowait", flag, "Answer with what is there now and end (204 when nothing)."),
+        _q("sizeonly", flag, "Answer only the size (JSON and X-Stream-Size)."),
+        _q(
+            "format",
+            {"enum": ["jsonl", "array", "entries_only", "msgpack"]},
+            'jsonl (default): `{"index": i, "order": k}\\t<entry>\\n`; array: a JSON array '
+            "of {index, order, entry}; entries_only: one entry per line; msgpack: a "
+            "sequence of {index, order, entry} maps.",
+        ),
+    ]
+
+
+def paths() -> Obj:
+    entry_record = _obj(["index", "order", "entry"], index=_INDEX, order=_INDEX, entry={})
+    info = _obj(
+        ["name", "order_key", "signature", "size", "segments", "fsyncs"],
+        name={"type": "string"},
+        order_key=_ORDER_KEY,
+        signature=_SIG,
+        size=_INDEX,
+        segments={"type": "integer", "minimum": 1},
+        fsyncs={
+            "type": "integer",
+            "minimum": 0,
+            "description": "Data fsyncs since the node started: concurrent appends share one.",
+        },
+    )
+    declared = _obj(
+        ["name", "signature", "order_key", "created", "extended"],
+        name={"type": "string"},
+        signature=_SIG,
+        order_key=_ORDER_KEY,
+        created={"type": "boolean"},
+        extended={"type": "boolean"},
+    )
+    declare_body = _obj(
+        ["schema"],
+        schema={"type": "object", "description": "A JSON Schema (draft 2020-12)."},
+        order_key={
+            **_ORDER_KEY,
+            "description": "A required integer field of every entry; null: the index.",
+        },
+    )
+    entries_body = _obj(
+        ["entries"], entries={"type": "array", "minItems": 1, "maxItems": MAX_ENTRIES}
+    )
+    listen_links = {
+        "Terminate": link(
+            "terminateSubscription",
+            "End this listener.",
+            parameters={"name": "$request.path.name", "id": "$response.header.X-Subscription-Id"},
+        )
+    }
+    listening = {
+        "description": "Chunked: replay, then new entries as they are appended.",
+        "headers": _HEADERS,
+        "links": listen_links,
+        "content": {
+            "text/plain": {"schema": {"type": "string"}},
+            "application/json": {
+                "schema": {
+                    "oneOf": [{"type": "array", "items": entry_record}, _obj(["size"], size=_INDEX)]
+                }
+            },
+            "application/x-ndjson": {"schema": {}},
+            "application/x-msgpack-seq": {"schema": {}},
+        },
+    }
+    declare_links = {
+        op: link(op, what, parameters={"name": "$request.path.name"})
+        for op, what in (
+            ("appendEntries", "Append to it."),
+            ("listenStream", "Listen to it."),
+            ("getStreamSchema", "Read its schema."),
+            ("acquirePublisher", "Take its publisher lease."),
+        )
+    }
+    return {
+        "/v2/streams": {
+            "get": operation(
+                "listStreams",
+                "Every stream on this node, with its size",
+                TAG,
+                {
+                    "200": response(
+                        "Streams.", json=_obj(["streams"], streams={"type": "array", "items": info})
+                    )
+                },
+            )
+        },
+        "/v2/streams/{name}": {
+            "put": operation(
+                "declareStream",
+                "Declare a stream (201), or re-declare it (200: same, or with new oneOf variants)",
+                TAG,
+                {
+                    "201": response("Declared.", declare_links, json=declared),
+                    "200": response(
+                        "Already so declared (or extended).", declare_links, json=declared
+                    ),
+                    **errors(409, 413, 415, 422, 503),
+                },
+                parameters=[NAME],
+                body=body(json=declare_body, msgpack=declare_body),
+            ),
+            "get": operation(
+                "listenStream",
+                "Listen: replay from a start, then follow live (chunked); HEAD gives X-Stream-Size",
+                TAG,
+                {
+                    "200": listening,
+                    "204": {"description": "nowait, and nothing to send.", "headers": _HEADERS},
+                    **errors(404, 422, 503),
+                },
+                parameters=_listen_params(),
+                description="At most one of i, tail, since, recent; none starts at the "
+                "beginning. HEAD answers X-Stream-Size with no body.",
+            ),
+            "delete": operation(
+                "deleteStream",
+                "Delete a stream once its listeners have finished (503 for it meanwhile)",
+                TAG,
+                {"204": {"description": "Deleted."}, **errors(404, 503)},
+                parameters=[NAME],
+            ),
+        },
+        "/v2/streams/{name}/schema": {
+            "get": operation(
+                "getStreamSchema",
+                "The stream's schema, order key and signature",
+                TAG,
+                {
+                    "200": response(
+                        "The declaration.",
+                        json=_obj(
+                            ["name", "schema", "order_key", "signature"],
+                            name={"type": "string"},
+                            schema={"type": "object"},
+                            order_key=_ORDER_KEY,
+                            signature=_SIG,
+                        ),
+                    ),
+                    **errors(404, 503),
+                },
+                parameters=[NAME],
+            )
+        },
+        "/v2/streams/{name}/entries": {
+            "post": operation(
+                "appendEntries",
+                "Append entries (durable before the answer); all or none",
+                TAG,
+                {
+                    "200": response(
+                        "Appended.",
+                        json=_obj(["first_index", "count"], first_index=_INDEX, count=_INDEX),
+                    ),
+                    **errors(404, 409, 413, 415, 422, 503),
+                },
+                parameters=[NAME, _TOKEN],
+                body=body(json=entries_body, msgpack=entries_body),
+            )
+        },
+        "/v2/streams/{name}/publisher": {
+            "post": operation(
+                "acquirePublisher",
+                "Take the exclusive publisher lease (or renew it with its token)",
+                TAG,
+                {
+                    "201": response(
+                        "The lease.",
+                        json=_obj(
+                            ["token", "ttl_s"],
+                            token={"type": "integer", "minimum": 1},
+                            ttl_s={"type": "number"},
+                        ),
+                    ),
+                    **errors(404, 409, 413, 415, 422, 503),
+                },
+                parameters=[NAME, _TOKEN],
+                body=body(
+                    False,
+                    json=_obj(
+                        [], ttl_s={"type": "number", "minimum": MIN_LEASE_S, "maximum": MAX_LEASE_S}
+                    ),
+                ),
+            ),
+            "delete": operation(
+                "releasePublisher",
+                "Release the publisher lease",
+                TAG,
+                {
+                    "204": {"description": "Released (or none was held)."},
+                    **errors(404, 409, 422, 503),
+                },
+                parameters=[NAME, {**_TOKEN, "required": True}],
+            ),
+        },
+        "/v2/streams/{name}/subscriptions/{id}": {
+            "delete": operation(
+                "terminateSubscription",
+                "End a listener",
+                TAG,
+                {"204": {"description": "Told to end."}, **errors(404, 503)},
+                parameters=[NAME, path_param("id", {"type": "string"}, "A subscription id.")],
+            )
+        },
+    }

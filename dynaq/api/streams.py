@@ -1,0 +1,271 @@
+"""Typed persistent streams over HTTP (Sherlock's interface); see :mod:`dynaq.streams`.
+
+``GET /v2/streams/{name}`` is a chunked response: it replays from the chosen
+start, then keeps the response open and writes entries as they are appended,
+until a stop condition (``n``, ``until``, ``stop_after_bytes``), ``nowait``
+catching up, ``DELETE .../subscriptions/{id}``, or the stream's deletion.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from dynaq.api.codec import json_response, read_body, read_raw, sends_msgpack
+from dynaq.api.params import body_object, is_decimal
+from dynaq.errors import InvalidInput
+from dynaq.streams import CONTENT_TYPES, FORMATS, Chunk, Start, Stops, StreamService
+
+STREAMS = web.AppKey("streams", StreamService)
+TOKEN_HEADER = "X-Publisher-Token"
+SUBSCRIPTION_HEADER = "X-Subscription-Id"
+SIZE_HEADER = "X-Stream-Size"
+MAX_INDEX = 2**63 - 1
+MAX_ENTRIES = 100_000
+"""Most entries one append may carry (the request size limit applies as well)."""
+MIN_LEASE_S, MAX_LEASE_S = 0.1, 86_400.0
+LISTEN_PARAMS = frozenset(
+    {"i", "tail", "since", "recent", "n", "until", "stop_after_bytes", "nowait", "format"}
+    | {"sizeonly"}
+)
+_TRUE = ("", "1", "true", "yes")
+_FALSE = ("0", "false", "no")
+
+routes = web.RouteTableDef()
+
+
+def _service(request: web.Request) -> StreamService:
+    return request.app[STREAMS]
+
+
+def _int(query: Mapping[str, str], name: str, lo: int = 0) -> int | None:
+    text = query.get(name)
+    if text is None:
+        return None
+    if not is_decimal(text) or len(text) > 19 or not lo <= int(text) <= MAX_INDEX:
+        raise InvalidInput(f"query parameter {name} must be a decimal integer in {lo}..2^63-1")
+    return int(text)
+
+
+def _flag(query: Mapping[str, str], name: str) -> bool:
+    text = query.get(name)
+    if text is None:
+        return False
+    if text.lower() in _TRUE:
+        return True
+    if text.lower() in _FALSE:
+        return False
+    raise InvalidInput(f"query parameter {name} must be true or false")
+
+
+def _listen_params(query: Mapping[str, str]) -> tuple[Start, Stops, str, bool]:
+    unknown = sorted(set(query) - LISTEN_PARAMS)
+    if unknown:
+        raise InvalidInput(f"unknown query parameter {unknown[0]!r}")
+    start = Start(_int(query, "i"), _int(query, "tail"), _int(query, "since"))
+    start.recent_ms = _int(query, "recent")
+    given = [k for k in ("i", "tail", "since", "recent") if k in query]
+    if len(given) > 1:
+        raise InvalidInput(f"give at most one of i, tail, since, recent (got {', '.join(given)})")
+    stops = Stops(_int(query, "n", 1), _int(query, "until"), _int(query, "stop_after_bytes", 1))
+    fmt = query.get("format", "jsonl")
+    if fmt not in FORMATS:
+        raise InvalidInput(f"format must be one of {', '.join(FORMATS)}")
+    return start, stops, fmt, _flag(query, "nowait")
+
+
+def _check_finite(value: Any, where: str, depth: int = 0) -> None:
+    """msgpack can carry NaN and infinities; JSON cannot, so entries must not."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput(f"{where} holds {value}, which JSON cannot represent")
+    if depth > 64:
+        raise InvalidInput(f"{where} is nested deeper than 64 levels")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(v, f"{where}.{k}", depth + 1)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_finite(v, f"{where}[{i}]", depth + 1)
+
+
+def _token(request: web.Request) -> int | None:
+    text = request.headers.get(TOKEN_HEADER)
+    if text is None:
+        return None
+    t = text.strip()
+    if not is_decimal(t) or len(t) > 19 or int(t) > MAX_INDEX:
+        raise InvalidInput(f"{TOKEN_HEADER} must be a decimal integer (the lease's token)")
+    return int(t)
+
+
+@routes.get("/v2/streams")
+async def list_streams(request: web.Request) -> web.Response:
+    svc = _service(request)
+    out = []
+    for name in svc.names():
+        info = svc.info(name)
+        out.append(
+            {
+                "name": name,
+                "order_key": info.order_key,
+                "signature": info.signature,
+                "size": info.size,
+                "segments": info.segments,
+                "fsyncs": info.fsyncs,
+            }
+        )
+    return json_response({"streams": out})
+
+
+@routes.put("/v2/streams/{name}")
+async def declare(request: web.Request) -> web.Response:
+    body = body_object(await read_body(request))
+    extra = sorted(set(body) - {"schema", "order_key"})
+    if extra:
+        raise InvalidInput(f"unknown member {extra[0]!r}; expected schema and order_key")
+    if "schema" not in body:
+        raise InvalidInput("schema is required (a JSON Schema object)")
+    name = request.match_info["name"]
+    created, extended = await _service(request).declare(name, body["schema"], body.get("order_key"))
+    info = _service(request).info(name)
+    return json_response(
+        {
+            "name": name,
+            "signature": info.signature,
+            "order_key": info.order_key,
+            "created": created,
+            "extended": extended,
+        },
+        201 if created else 200,
+    )
+
+
+@routes.delete("/v2/streams/{name}")
+async def delete(request: web.Request) -> web.Response:
+    await _service(request).delete(request.match_info["name"])
+    return web.Response(status=204)
+
+
+@routes.get("/v2/streams/{name}/schema")
+async def schema(request: web.Request) -> web.Response:
+    info = _service(request).info(request.match_info["name"])
+    return json_response(
+        {
+            "name": info.name,
+            "schema": info.schema,
+            "order_key": info.order_key,
+            "signature": info.signature,
+        }
+    )
+
+
+@routes.post("/v2/streams/{name}/entries")
+async def append(request: web.Request) -> web.Response:
+    svc = _service(request)
+    name = request.match_info["name"]
+    svc.info(name)  # 404/503 before reading a large body
+    token = _token(request)
+    # Entries are objects (some nested): up to 8 per entry within the request limit.
+    body = body_object(await read_body(request, max_items=MAX_ENTRIES, max_objects=8 * MAX_ENTRIES))
+    entries = body.get("entries")
+    if set(body) != {"entries"}:
+        extra = sorted(set(body) - {"entries"})
+        raise InvalidInput(f"unknown member {extra[0]!r}" if extra else "entries is required")
+    if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_ENTRIES:
+        raise InvalidInput(f"entries must be an array of 1..{MAX_ENTRIES} entries")
+    if sends_msgpack(request):
+        for i, entry in enumerate(entries):
+            _check_finite(entry, f"entries[{i}]")
+    staged = await svc.append(name, entries, token)
+    return json_response({"first_index": staged.first_index, "count": staged.count})
+
+
+@routes.post("/v2/streams/{name}/publisher")
+async def acquire(request: web.Request) -> web.Response:
+    raw = await read_raw(request)
+    ttl: float | None = None
+    if raw.strip():
+        body = body_object(await read_body(request))
+        extra = sorted(set(body) - {"ttl_s"})
+        if extra:
+            raise InvalidInput(f"unknown member {extra[0]!r}; expected ttl_s")
+        if "ttl_s" in body:
+            value: Any = body["ttl_s"]
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not MIN_LEASE_S <= value <= MAX_LEASE_S
+            ):
+                raise InvalidInput(f"ttl_s must be a number of seconds in {MIN_LEASE_S}..86400")
+            ttl = float(value)
+    token, ttl_s = await _service(request).acquire(request.match_info["name"], _token(request), ttl)
+    return json_response({"token": token, "ttl_s": ttl_s}, 201)
+
+
+@routes.delete("/v2/streams/{name}/publisher")
+async def release(request: web.Request) -> web.Response:
+    token = _token(request)
+    if token is None:
+        raise InvalidInput(f"{TOKEN_HEADER} is required to release the publisher lease")
+    _service(request).release(request.match_info["name"], token)
+    return web.Response(status=204)
+
+
+@routes.delete("/v2/streams/{name}/subscriptions/{id}")
+async def terminate(request: web.Request) -> web.Response:
+    _service(request).terminate(request.match_info["name"], request.match_info["id"])
+    return web.Response(status=204)
+
+
+@routes.get("/v2/streams/{name}")
+async def listen(request: web.Request) -> web.StreamResponse:
+    svc = _service(request)
+    name = request.match_info["name"]
+    query = request.query
+    if request.method == "HEAD" or _flag(query, "sizeonly"):
+        if request.method != "HEAD":
+            _listen_params(query)
+        size = svc.info(name).size
+        if request.method == "HEAD":
+            return web.Response(headers={SIZE_HEADER: str(size)})
+        sized = json_response({"size": size})
+        sized.headers[SIZE_HEADER] = str(size)
+        return sized
+    start, stops, fmt, nowait = _listen_params(query)
+    sub = svc.subscribe(name, start, stops, fmt)
+
+    def alive() -> bool:
+        transport = request.transport
+        return transport is not None and not transport.is_closing()
+
+    chunks: AsyncGenerator[Chunk, None] = svc.chunks(sub, nowait, alive)
+    headers = {SUBSCRIPTION_HEADER: sub.id, SIZE_HEADER: str(svc.info(name).size)}
+    try:
+        first = None
+        if nowait:
+            first = await anext(chunks, None)
+            if first is None or not first.data:
+                return web.Response(status=204, headers=headers)
+        resp = web.StreamResponse(headers=headers)
+        resp.content_type = CONTENT_TYPES[fmt]
+        resp.enable_chunked_encoding()
+        try:
+            await resp.prepare(request)
+            if fmt == "array":
+                await resp.write(b"[")
+            if first is not None:
+                await resp.write(first.data)
+            async for chunk in chunks:
+                await resp.write(chunk.data)
+            if fmt == "array":
+                await resp.write(b"]")
+            await resp.write_eof()
+        except ConnectionError:
+            pass  # the listener went away: nothing to answer
+        return resp
+    finally:
+        await chunks.aclose()
+        svc.unsubscribe(sub)

@@ -1,0 +1,434 @@
+"""The stream service: the catalog of streams on this node, group commit, publisher
+leases, listeners and deletion.
+
+Guarantees:
+
+- **Durable before acknowledged.** :meth:`StreamService.append` returns only after
+  its entries are written and fsync'd. Appends are handed to one I/O thread;
+  while it commits a group, new appends queue up and go together in the next
+  group, so many concurrent appends share one fsync (group commit).
+- **All or nothing per request**, and in order: an append whose entries fail the
+  schema (422) or whose order keys decrease (409) writes nothing; indexes are
+  dense, 0-based and assigned in commit order.
+- **Listeners read only what is durable**, each from its own cursor on a reader
+  thread: a slow listener falls behind, nobody waits for it.
+- **Fencing**: while a publisher lease is held, only its token appends; a lease
+  that expired, or was taken over, fences its holder out. Tokens grow across
+  restarts (the last one is stored with the stream).
+- **Deletion waits for listeners**: they are told to stop, and until they have
+  (or ``delete_wait_s`` passed) the stream answers 503 ``stream_deleting``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import secrets
+import shutil
+from collections.abc import AsyncGenerator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dynaq.clock import Clock
+from dynaq.config.sections import StreamsConfig
+from dynaq.errors import (
+    DynaqError,
+    InvalidInput,
+    InvalidName,
+    PublisherFenced,
+    StorageError,
+    StreamDeleting,
+    StreamNotFound,
+    StreamUnavailable,
+    SubscriptionNotFound,
+)
+from dynaq.streams.leases import PublisherLease
+from dynaq.streams.listen import Chunk, Cursor, Stops
+from dynaq.streams.schema import EntryType
+from dynaq.streams.stream import META, Staged, Stream
+from dynaq.tasks import cancel_and_wait, wait_event
+
+log = logging.getLogger(__name__)
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,79}")
+"""Stream names: like queue names, 1-80 of letters, digits, ``_``, ``-``, ``.``."""
+
+
+@dataclass
+class Start:
+    """Where a listener starts: at most one of these is set (none: the beginning)."""
+
+    i: int | None = None
+    tail: int | None = None
+    since: int | None = None
+    recent_ms: int | None = None
+
+
+@dataclass
+class Subscription:
+    """One listener: its id, cursor, and the event that wakes it."""
+
+    id: str
+    stream: Stream
+    cursor: Cursor
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    stopped: bool = False
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.wake.set()
+
+
+@dataclass
+class _Runtime:
+    """What the event loop keeps per stream beside its files."""
+
+    lease: PublisherLease = field(default_factory=PublisherLease)
+    subscribers: dict[str, Subscription] = field(default_factory=dict)
+    deleting: bool = False
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class _Append:
+    stream: Stream
+    entries: list[Any]
+    token: int | None
+    future: asyncio.Future[Staged]
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    name: str
+    order_key: str | None
+    signature: str
+    size: int
+    first_index: int
+    segments: int
+    schema: dict[str, Any]
+    fsyncs: int
+
+
+class StreamService:
+    """Every stream under ``root`` (``<data.dir>/streams``)."""
+
+    def __init__(self, root: Path, config: StreamsConfig, clock: Clock) -> None:
+        self.root = root
+        self.config = config
+        self.clock = clock
+        self._streams: dict[str, Stream] = {}
+        self._runtime: dict[str, _Runtime] = {}
+        self._broken: dict[str, str] = {}
+        self._io = ThreadPoolExecutor(1, thread_name_prefix="dynaq-streams-io")
+        self._read = ThreadPoolExecutor(config.read_threads, thread_name_prefix="dynaq-streams-rd")
+        self._pending: list[_Append] = []
+        self._wake = asyncio.Event()
+        self._committer: asyncio.Task[None] | None = None
+        self._declare_lock = asyncio.Lock()
+
+    async def _in_io(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    # -- life cycle ---------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open every stream; one that refuses (signature mismatch, corrupt file) is
+        logged as an error and answers 503 until fixed; the others serve."""
+        await self._in_io(lambda: self.root.mkdir(parents=True, exist_ok=True))
+        names = await self._in_io(lambda: sorted(p.name for p in self.root.iterdir()))
+        for name in names:
+            meta_path = self.root / name / META
+            if not meta_path.is_file():
+                continue
+            try:
+                meta = json.loads(await self._in_io(meta_path.read_bytes))
+                stream = Stream(self.root / name, name, meta, self.config)
+                cut = await self._in_io(stream.io_open, self.clock.wall_ms())
+            except (DynaqError, OSError, ValueError, KeyError) as exc:
+                self._broken[name] = str(exc)
+                # Loud, but no traceback: the message says which file and why.
+                log.error(  # noqa: TRY400
+                    "stream refuses to open", extra={"stream": name, "error": str(exc)}
+                )
+                continue
+            if cut:
+                log.warning("stream torn tail truncated", extra={"stream": name, "bytes": cut})
+            self._streams[name] = stream
+            self._runtime[name] = _Runtime()
+        self._committer = asyncio.create_task(self._commit_loop(), name="streams-commit")
+
+    def stop_listeners(self) -> None:
+        """End every listener (before the HTTP site drains: they would never end)."""
+        for rt in self._runtime.values():
+            for sub in list(rt.subscribers.values()):
+                sub.stop()
+
+    async def close(self) -> None:
+        """Stop listeners, commit what is queued, close the files."""
+        self.stop_listeners()
+        while self._pending:
+            self._wake.set()
+            await asyncio.sleep(0)
+            await self._in_io(lambda: None)
+        await cancel_and_wait(self._committer)
+        for stream in self._streams.values():
+            await self._in_io(stream.io_close)
+        await asyncio.to_thread(self._io.shutdown, wait=True)
+        await asyncio.to_thread(self._read.shutdown, wait=True)
+
+    # -- catalog -----------------------------------------------------------------
+
+    def _get(self, name: str) -> tuple[Stream, _Runtime]:
+        if name in self._broken:
+            raise StreamUnavailable(self._broken[name])
+        stream = self._streams.get(name)
+        if stream is None:
+            raise StreamNotFound(f"stream {name!r} does not exist")
+        rt = self._runtime[name]
+        if rt.deleting:
+            raise StreamDeleting(f"stream {name!r} is being deleted; its listeners are finishing")
+        return stream, rt
+
+    async def declare(self, name: str, schema: Any, order_key: Any) -> tuple[bool, bool]:
+        """Declare a stream; return (created, extended). The same declaration again is a
+        no-op; one with more ``oneOf`` variants extends it; anything else is a 409."""
+        if not NAME_PATTERN.fullmatch(name):
+            raise InvalidName(
+                f"invalid stream name {name!r}: 1-80 of letters, digits, '_', '-', '.'"
+            )
+        new = EntryType.declare(schema, order_key)
+        async with self._declare_lock:
+            if name in self._streams or name in self._broken:
+                stream, _ = self._get(name)
+                if not stream.type.extended_by(new):
+                    return False, False
+                await self._in_io(stream.io_extend, new)
+                return False, True
+            now = self.clock.wall_ms()
+            meta = {
+                "name": name,
+                "schema": new.schema,
+                "order_key": new.order_key,
+                "signature": new.signature,
+                "signatures": [new.signature],
+                "publisher_token": 0,
+                "created_ms": now,
+            }
+            stream = Stream(self.root / name, name, meta, self.config)
+
+            def create() -> None:
+                stream.directory.mkdir(parents=True, exist_ok=True)
+                stream.io_write_meta()
+                stream.io_open(now)
+
+            await self._in_io(create)
+            self._streams[name] = stream
+            self._runtime[name] = _Runtime()
+            return True, False
+
+    def info(self, name: str) -> StreamInfo:
+        stream, _ = self._get(name)
+        segments, size = stream.snapshot()
+        t = stream.type
+        first = segments[0].first_index
+        return StreamInfo(
+            name, t.order_key, t.signature, size, first, len(segments), t.schema, stream.fsyncs
+        )
+
+    def names(self) -> list[str]:
+        return sorted(n for n, rt in self._runtime.items() if not rt.deleting)
+
+    async def delete(self, name: str) -> None:
+        """Tell listeners to stop, wait for them (503 for everyone meanwhile), remove
+        the files."""
+        stream, rt = self._get(name)
+        rt.deleting = True
+        for sub in list(rt.subscribers.values()):
+            sub.stop()
+        if rt.subscribers:
+            try:
+                async with asyncio.timeout(self.config.delete_wait_s):
+                    await rt.idle.wait()
+            except TimeoutError:
+                log.warning("stream deleted with listeners still writing", extra={"stream": name})
+
+        def remove() -> None:
+            stream.io_close()
+            shutil.rmtree(stream.directory, ignore_errors=True)
+
+        await self._in_io(remove)
+        del self._streams[name]
+        del self._runtime[name]
+
+    # -- publishing --------------------------------------------------------------
+
+    async def append(self, name: str, entries: list[Any], token: int | None) -> Staged:
+        """Append ``entries`` durably (see the module's guarantees)."""
+        stream, rt = self._get(name)
+        if not entries:
+            raise InvalidInput("entries must hold at least one entry")
+        self._check_publisher(rt, token)
+        future: asyncio.Future[Staged] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Append(stream, entries, token, future))
+        self._wake.set()
+        return await future
+
+    def _check_publisher(self, rt: _Runtime, token: int | None) -> None:
+        rt.lease.check(token, self.clock.monotonic())
+
+    async def _commit_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            jobs, self._pending = self._pending, []
+            if not jobs:
+                continue
+            # Leases are checked again at commit time: one may have changed meanwhile.
+            checked: list[_Append] = []
+            for job in jobs:
+                rt = self._runtime.get(job.stream.name)
+                try:
+                    if rt is None or job.stream.name not in self._streams:
+                        raise StreamNotFound(f"stream {job.stream.name!r} was deleted")
+                    self._check_publisher(rt, job.token)
+                    checked.append(job)
+                except DynaqError as exc:
+                    if not job.future.done():
+                        job.future.set_exception(exc)
+            results = await loop.run_in_executor(
+                self._io, self._io_commit, checked, self.clock.wall_ms()
+            )
+            for job, result in zip(checked, results, strict=True):
+                if job.future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    job.future.set_exception(result)
+                else:
+                    job.future.set_result(result)
+            for stream in {id(j.stream): j.stream for j in checked}.values():
+                rt = self._runtime.get(stream.name)
+                for sub in list(rt.subscribers.values()) if rt else []:
+                    sub.wake.set()
+
+    def _io_commit(self, jobs: list[_Append], now_ms: int) -> list[Staged | BaseException]:
+        """Stage every job, then fsync each stream once (I/O thread)."""
+        results: list[Staged | BaseException] = []
+        for job in jobs:
+            try:
+                results.append(job.stream.io_stage(job.entries, now_ms))
+            except DynaqError as exc:
+                results.append(exc)
+            except OSError as exc:
+                results.append(StorageError(f"stream {job.stream.name!r}: write failed: {exc}"))
+            except Exception:  # one bad job must not stop every later commit
+                log.exception("stream append failed", extra={"stream": job.stream.name})
+                results.append(StorageError(f"stream {job.stream.name!r}: append failed"))
+        for stream in {id(j.stream): j.stream for j in jobs}.values():
+            try:
+                stream.io_sync()
+            except OSError as exc:
+                log.exception("stream fsync failed", extra={"stream": stream.name})
+                failed = StorageError(f"stream {stream.name!r}: fsync failed: {exc}")
+                results = [
+                    failed if j.stream is stream else r for j, r in zip(jobs, results, strict=True)
+                ]
+        return results
+
+    # -- publisher lease ---------------------------------------------------------
+
+    async def acquire(self, name: str, token: int | None, ttl_s: float | None) -> tuple[int, float]:
+        """Take (or, with the holder's token, renew) the publisher lease: see
+        :mod:`dynaq.streams.leases`."""
+        stream, rt = self._get(name)
+        ttl = self.config.publisher_lease_s if ttl_s is None else ttl_s
+        if rt.lease.renew(token, ttl, self.clock.monotonic()):
+            return rt.lease.token, ttl
+
+        def bump() -> int:
+            stream.publisher_token += 1
+            stream.io_write_meta()
+            return stream.publisher_token
+
+        # Stored before it is handed out: a token is never issued twice.
+        new = int(await self._in_io(bump))
+        now = self.clock.monotonic()
+        if rt.lease.held(now):  # a concurrent acquire got there first: it holds it
+            raise PublisherFenced("the publisher lease was just taken by another request")
+        rt.lease.grant(new, ttl, now)
+        return new, ttl
+
+    def release(self, name: str, token: int) -> None:
+        _, rt = self._get(name)
+        rt.lease.release(token, self.clock.monotonic())
+
+    # -- listening -----------------------------------------------------------------
+
+    def subscribe(self, name: str, start: Start, stops: Stops, fmt: str) -> Subscription:
+        stream, rt = self._get(name)
+        segments, size = stream.snapshot()
+        first_kept = segments[0].first_index
+        index, min_order = first_kept, 0
+        since = start.since
+        if start.recent_ms is not None:
+            if stream.type.order_key is None:
+                raise InvalidInput("recent needs a stream with an order key (this one has none)")
+            since = max(0, self.clock.wall_ms() - start.recent_ms)
+        if start.i is not None:
+            index = start.i
+        elif start.tail is not None:
+            index = max(first_kept, size - start.tail)
+        elif since is not None:
+            if stream.type.order_key is None:
+                index = since  # the order key is the index
+            else:
+                min_order, index = since, size
+                for seg in segments:  # names (and the active file's memory) alone
+                    if seg.count and seg.last_order >= since:
+                        index = seg.first_index
+                        break
+        cursor = Cursor(stream, index, min_order, fmt, stops, self.config.listen_chunk_bytes)
+        sub = Subscription(secrets.token_hex(8), stream, cursor)
+        rt.subscribers[sub.id] = sub
+        rt.idle.clear()
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        sub.cursor.close()
+        rt = self._runtime.get(sub.stream.name)
+        if rt is not None:
+            rt.subscribers.pop(sub.id, None)
+            if not rt.subscribers:
+                rt.idle.set()
+
+    def terminate(self, name: str, sub_id: str) -> None:
+        _, rt = self._get(name)
+        sub = rt.subscribers.get(sub_id)
+        if sub is None:
+            raise SubscriptionNotFound(f"no listener {sub_id!r} on stream {name!r}")
+        sub.stop()
+
+    async def chunks(
+        self, sub: Subscription, nowait: bool, alive: Callable[[], bool] = lambda: True
+    ) -> AsyncGenerator[Chunk, None]:
+        """Replay, then follow live until a stop condition, ``nowait`` catching up,
+        termination, deletion, or ``alive()`` turning false (the listener's connection
+        closed: checked every ``listen_idle_check_s`` while caught up, so an idle
+        stream does not keep a gone listener's files open)."""
+        loop = asyncio.get_running_loop()
+        while not sub.stopped:
+            sub.wake.clear()
+            chunk = await loop.run_in_executor(self._read, sub.cursor.read)
+            if chunk.data or chunk.done:
+                yield chunk
+            if chunk.done:
+                return
+            if chunk.caught_up:
+                if nowait:
+                    return
+                while not await wait_event(sub.wake, self.clock, self.config.listen_idle_check_s):
+                    if not alive():
+                        return
