@@ -13,6 +13,7 @@ import base64
 import binascii
 import functools
 import json
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
