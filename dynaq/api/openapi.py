@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from dynaq.api import openapi_batches, openapi_node, openapi_v1, openapi_v2
+from dynaq.api import openapi_batches, openapi_node, openapi_queues, openapi_v1, openapi_v2
 from dynaq.api.codec import json_response
 from dynaq.api.openapi_common import (
     JSON,
@@ -76,6 +76,7 @@ def build_spec(limits: SpecLimits | None = None) -> Obj:
         "paths": {
             **openapi_v1.paths(limits),
             **openapi_v2.paths(limits),
+            **openapi_queues.paths(),
             **openapi_batches.paths(limits),
             **openapi_node.paths(),
         },

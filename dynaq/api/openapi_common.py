@@ -255,6 +255,24 @@ def _new_message(body_schema: Obj) -> Obj:
     }
 
 
+def _origin(id_schema: Obj) -> Obj:
+    """Where a dead-lettered message came from."""
+    ms = {"type": "integer", "minimum": 0}
+    return {
+        "type": "object",
+        "description": "Present on a message moved to a dead-letter queue: where it came from.",
+        "required": ["queue", "id", "receive_count", "enqueued_at_ms", "dead_lettered_at_ms"],
+        "properties": {
+            "queue": {"type": "string"},
+            "id": id_schema,
+            "receive_count": {"type": "integer", "minimum": 0},
+            "enqueued_at_ms": ms,
+            "dead_lettered_at_ms": ms,
+        },
+        "additionalProperties": False,
+    }
+
+
 def _received(id_schema: Obj, body_schema: Obj, *, base64: bool) -> Obj:
     props: Obj = {
         "id": id_schema,
@@ -263,6 +281,7 @@ def _received(id_schema: Obj, body_schema: Obj, *, base64: bool) -> Obj:
         "receive_count": {"type": "integer", "minimum": 0},
         "attributes": _string_map(),
         "group": {"type": "string"},
+        "origin": _origin(id_schema),
     }
     if base64:
         props["encoding"] = {"const": "base64"}

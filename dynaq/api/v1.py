@@ -6,7 +6,7 @@ from aiohttp import web
 
 from dynaq.api.codec import body_to_json, json_response, parse_json, read_raw
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS, VIEW
-from dynaq.api.params import batch_size, id_list, parse_id
+from dynaq.api.params import batch_size, id_list, parse_id, settings_patch
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE
 from dynaq.core.messages import Message, NewMessage
 from dynaq.errors import InvalidInput, NotFound, PayloadTooLarge
@@ -139,7 +139,7 @@ async def configure_queue(request: web.Request) -> web.Response:
     name = request.match_info["queue"]
     await request.app[CATALOG].queue(name)
     patch = parse_json(await read_raw(request))
-    await request.app[CATALOG].update_queue(name, patch)
+    await request.app[CATALOG].update_queue(name, settings_patch(patch))
     return json_response("ok")
 
 

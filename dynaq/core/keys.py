@@ -39,6 +39,8 @@ read and could not decode as JSON; under its own key the two never meet."""
 ID_HIGH_WATER = b"w/hwm/"
 WRITER_SLOT = b"w/slot/"
 """Writer-slot leases (``cluster/slots.py``)."""
+TASK = b"t/"
+"""Background queue tasks' progress records (redrive, purge), JSON, by task id."""
 SCHEMA = b"c/schema"
 """The store's schema version (written by ``dynaq migrate``)."""
 
@@ -147,3 +149,13 @@ def batch_completion(batch_id: int, nonce: bytes) -> bytes:
 def batch_id_after(prefix: bytes, key: bytes) -> int:
     """The batch id in a key ``prefix`` + batch id + ... (markers, completion records)."""
     return int(_BID.unpack_from(key, len(prefix))[0])
+
+
+def task(task_id: str) -> bytes:
+    """A background queue task's progress record."""
+    return TASK + task_id.encode()
+
+
+def task_end() -> bytes:
+    """The end of the task records' key range."""
+    return TASK[:-1] + bytes([TASK[-1] + 1])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -24,6 +24,7 @@ from dynaq.core import keys
 from dynaq.errors import (
     AlreadyExists,
     Conflict,
+    InvalidInput,
     QueueNotFound,
     TopicNotFound,
 )
@@ -32,13 +33,13 @@ from dynaq.services.queue_records import (
     QueueSettings,
     Tombstone,
     TopicInfo,
+    apply_settings,
     check_name,
     decode_queue_record,
     decode_topic,
     encode_queue,
     encode_tombstone,
     encode_topic,
-    parse_settings_patch,
 )
 from dynaq.storage.base import Store, prefix_end
 
@@ -155,6 +156,22 @@ class Catalog:
     def cached_queue(self, name: str) -> QueueInfo | None:
         return self._queues.get(name)
 
+    async def queue_or_none(self, name: str) -> QueueInfo | None:
+        """The queue's config, or None if it does not exist."""
+        try:
+            return await self.queue(name)
+        except QueueNotFound:
+            return None
+
+    def dead_letter_sources(self, name: str) -> list[str]:
+        """The queues whose redrive policy names ``name`` (as of this node's last sync)."""
+        return [
+            q.name
+            for q in sorted(self._queues.values(), key=lambda q: q.name)
+            if q.settings.redrive_policy is not None
+            and q.settings.redrive_policy.dead_letter_queue == name
+        ]
+
     async def queue(self, name: str) -> QueueInfo:
         """The queue's config; reads through to the store on a cache miss or an expired entry."""
         info = self._queues.get(name)
@@ -237,12 +254,28 @@ class Catalog:
             raise QueueNotFound("Queue did not exist.")
         return record, item.version
 
-    async def update_queue(self, name: str, patch: Any) -> QueueInfo:
-        """Apply a settings PATCH with a conditional put, retrying on conflicts."""
+    async def update_queue(self, name: str, changes: Mapping[str, Any]) -> QueueInfo:
+        """Apply settings changes (setting name → typed value) with a conditional put,
+        retrying on conflicts.
+
+        A redrive policy must name another queue that exists now (422 otherwise);
+        if that queue is deleted later, messages stay in their queue (see
+        :mod:`dynaq.services.queues.dead_letters`).
+        """
         key = keys.queue_config(name)
+        rp = changes.get("redrive_policy")
+        if rp is not None:
+            if rp.dead_letter_queue == name:
+                raise InvalidInput("a queue cannot be its own dead-letter queue")
+            try:
+                await self.queue(rp.dead_letter_queue)
+            except QueueNotFound:
+                raise InvalidInput(
+                    f"dead-letter queue {rp.dead_letter_queue!r} does not exist"
+                ) from None
         for _ in range(_RETRIES):
             record, version = await self._read_live(name)
-            updated = replace(record, settings=parse_settings_patch(record.settings, patch))
+            updated = replace(record, settings=apply_settings(record.settings, changes))
             if await self._store.put_if_version(key, encode_queue(updated), version):
                 self._set_queue(name, updated)
                 return updated

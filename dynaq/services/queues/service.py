@@ -34,9 +34,11 @@ from dynaq.core.messages import Message, NewMessage, decode
 from dynaq.core.partitions import QueueState
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import Catalog, QueueInfo
+from dynaq.services.queues.dead_letters import DeadLetters
 from dynaq.services.queues.handover import Handover, HintRouter, PeerHints
 from dynaq.services.queues.receive import Receiver, check_visibility
 from dynaq.services.queues.state import QueueStates
+from dynaq.services.queues.tasks import QueueTasks
 from dynaq.services.queues.upkeep import Upkeep
 from dynaq.services.queues.writes import Limits, Writer
 from dynaq.services.snapshots import SnapshotPage, read_page
@@ -91,6 +93,13 @@ class QueueService:
         )
         self.receiver = Receiver(
             store, catalog, view, clock, metrics, self.states, limits.max_batch, idle_rescan_s
+        )
+        self.dead_letters = DeadLetters(
+            store, catalog, clock, metrics, self.states, self.writer, self.hints
+        )
+        self.receiver.dead_letter = self.dead_letters.move
+        self.tasks = QueueTasks(
+            store, catalog, self.dead_letters, self.note_purged, clock, lambda: view.me.name
         )
         self.upkeep = Upkeep(store, clock, catalog, dedup_window_s)
         self._delete_listeners: list[DeleteListener] = []
@@ -149,6 +158,7 @@ class QueueService:
         # node with a deep backlog serves at once (depth is approximate until then).
         self.upkeep.count_in_background(numbers, self.states.add_depth)
         await self.upkeep.start()
+        await self.tasks.start()
 
     async def sweep_dedup(self, limit: int = 100_000) -> int:
         """Delete dedup records whose window has passed; return how many."""
@@ -161,7 +171,8 @@ class QueueService:
             st.signal.set()
 
     async def stop(self) -> None:
-        """Stop background purges (they resume at the next start) and the sweeper."""
+        """Stop background purges and tasks (they resume at the next start) and the sweeper."""
+        await self.tasks.stop()
         await self.upkeep.stop()
 
     async def wait_for_purges(self) -> None:
@@ -190,6 +201,11 @@ class QueueService:
 
     def depth(self, info: QueueInfo) -> int:
         return self.states.depth(info.number)
+
+    def note_purged(self, info: QueueInfo, n: int) -> None:
+        """``n`` messages of ``info`` were removed by a purge task."""
+        self.states.add_depth(info.number, -n)
+        self._metrics.incr(f"{info.name}.purged.count", n)
 
     def in_flight(self, info: QueueInfo) -> int:
         st = self.states.get(info.number)
