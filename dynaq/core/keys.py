@@ -32,6 +32,9 @@ finishes what a crash interrupted without scanning every batch."""
 BATCH_COMPLETION = b"b/c/"
 """Completion records: written before the header update that completes a batch
 and removed once the completion reached every listener (the relay's outbox)."""
+BATCH_FAILED = b"b/x/"
+"""Failed items of exact batches (their messages were dead-lettered), by batch id and
+item id; removed with the batch."""
 BATCH_REAPER_LEASE = b"b/reaper"
 """The batch reaper's lease (a :class:`~dynaq.core.leases.CasLease` record, JSON).
 Its earlier msgpack record lives on under ``b/lease``, which older nodes still
@@ -159,3 +162,13 @@ def task(task_id: str) -> bytes:
 def task_end() -> bytes:
     """The end of the task records' key range."""
     return TASK[:-1] + bytes([TASK[-1] + 1])
+
+
+def batch_failed_item(batch_id: int, item: str) -> bytes:
+    """The failure record of one item of a batch (``item``: its ``batchId:block:index``)."""
+    return BATCH_FAILED + _BID.pack(batch_id) + item.encode()
+
+
+def batch_failed_items(batch_id: int) -> tuple[bytes, bytes]:
+    """The key range ``[start, end)`` of every failure record of a batch."""
+    return BATCH_FAILED + _BID.pack(batch_id), BATCH_FAILED + _BID.pack(batch_id + 1)

@@ -38,7 +38,7 @@ from dynaq.node.builders import (
     migrate,
 )
 from dynaq.services.batches import BatchService
-from dynaq.services.batches.hooks import batch_acks, completion_publisher
+from dynaq.services.batches.hooks import batch_acks, batch_failures, completion_publisher
 from dynaq.services.catalog import Catalog
 from dynaq.services.id_floor import IdFloor
 from dynaq.services.queues import Limits, QueueService
@@ -109,6 +109,7 @@ class Node:
         )
         # Deleting a message that carries a batch item id acks the item.
         self.queues.add_delete_listener(batch_acks(self.batches))
+        self.queues.dead_letters.failure_listeners.append(batch_failures(self.batches))
         if b.completion_topic:
             self.batches.on_completion(completion_publisher(self.topics, b.completion_topic))
         self.app = build_app(

@@ -174,3 +174,34 @@ async def test_purge_removes_what_was_there_and_keeps_later_enqueues(
     done = await _wait_task(http, clock, task["id"])
     assert done["state"] == "done" and done["moved"] == 51
     assert [m["id"] for m in await _receive(http, "p", 100)] == [kept]
+
+
+async def test_dead_lettered_batch_item_is_failed_and_the_batch_completes(
+    http: aiohttp.ClientSession, clock: ManualClock
+) -> None:
+    exact = "/api/v1/batch/exact"
+    await _setup(http, max_receive_count=1)
+    _, opened = await _call(http, "POST", exact, {})
+    batch = opened["batchId"]
+    _, added = await _call(http, "POST", f"{exact}/items", {"batchId": batch, "items": 2})
+    [block] = added["batchItemGroupIds"]
+    items = [f"{batch}:{block['id']}:{i}" for i in range(2)]
+    ok, poison = await _enqueue(
+        http,
+        "src",
+        {"body": "ok", "attributes": {"dynaq.batch_item": items[0]}},
+        {"body": "poison", "attributes": {"dynaq.batch_item": items[1]}},
+    )
+    assert (await _call(http, "POST", f"{exact}/close/{batch}"))[1] == {"isComplete": False}
+    got = {m["id"] for m in await _receive(http, "src")}
+    assert got == {ok, poison}
+    assert (await _call(http, "POST", "/v2/queues/src/messages/delete", {"ids": [ok]}))[0] == 200
+    clock.advance(6)
+    assert await _receive(http, "src") == []  # the poison message moves, failing its item
+    _, desc = await _call(http, "GET", f"{exact}/{batch}")
+    assert desc["isComplete"] is True and desc["pending"] == 0
+    assert desc["failedItems"] == [
+        {"item": items[1], "queue": "src", "messageId": poison, "reason": "dead_lettered"}
+    ]
+    [dead] = await _receive(http, "dlq")
+    assert dead["attributes"] == {"dynaq.batch_item": items[1]}
