@@ -251,6 +251,19 @@ def _new_message(body_schema: Obj) -> Obj:
             ),
             "group": nullable(_tag("Message group (delivered in order, one at a time)")),
             "dedup_id": nullable(_tag("Deduplication id")),
+            "delay_s": nullable(
+                {
+                    "type": "number",
+                    "minimum": 0,
+                    "maximum": 900,
+                    "description": "Invisible until this long after the enqueue (default: "
+                    "the queue's delay_s). Not with a group (set the queue's delay_s).",
+                }
+            ),
+        },
+        "not": {
+            "required": ["group", "delay_s"],
+            "properties": {"group": {"type": "string"}, "delay_s": {"type": "number"}},
         },
     }
 

@@ -4,7 +4,12 @@
 from __future__ import annotations
 
 from dynaq.api.openapi_common import QUEUE, Obj, body, errors, nullable, operation, path_param, ref
-from dynaq.services.queue_records import MAX_RECEIVE_COUNT
+from dynaq.services.queue_records import (
+    MAX_DELAY_S,
+    MAX_RECEIVE_COUNT,
+    MAX_RETENTION_S,
+    MIN_RETENTION_S,
+)
 from dynaq.services.queues.tasks import MAX_RATE_PER_S
 
 TAG = "v2"
@@ -30,14 +35,31 @@ def _redrive_policy() -> Obj:
     }
 
 
+def _timing() -> Obj:
+    return {
+        "delay_s": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": MAX_DELAY_S,
+            "description": "New messages stay invisible this long (unless they say otherwise).",
+        },
+        "retention_s": {
+            "type": "number",
+            "minimum": MIN_RETENTION_S,
+            "maximum": MAX_RETENTION_S,
+            "description": "Messages older than this (since their enqueue) are removed.",
+        },
+    }
+
+
 def settings_patch_extensions() -> Obj:
     """PATCH /v1/queues/{queue} keys added by these features."""
-    return {"redrive_policy": nullable(_redrive_policy())}
+    return {"redrive_policy": nullable(_redrive_policy()), **_timing()}
 
 
 def queue_description_extensions() -> Obj:
     """GET /v2/queues/{queue} members added by these features."""
-    return {"redrive_policy": nullable(_redrive_policy())}
+    return {"redrive_policy": nullable(_redrive_policy()), **_timing()}
 
 
 def _task() -> Obj:

@@ -62,6 +62,8 @@ def _queue_description() -> Obj:
             "max_partition_age_s",
             "compressed_messages",
             "redrive_policy",
+            "delay_s",
+            "retention_s",
             "partitions",
             "depth",
             "in_flight",

@@ -17,7 +17,7 @@ from dynaq.api.codec import body_from_wire
 from dynaq.core.ids import MAX_ID, is_valid_id
 from dynaq.core.messages import NewMessage
 from dynaq.errors import InvalidInput
-from dynaq.services.queue_records import RedrivePolicy
+from dynaq.services.queue_records import MAX_DELAY_S, RedrivePolicy
 from dynaq.services.queues.tasks import DEFAULT_RATE_PER_S as DEFAULT_REDRIVE_PER_S
 
 MAX_ATTRIBUTES = 32
@@ -99,6 +99,17 @@ def _tag(item: Mapping[str, Any], name: str, where: str) -> str | None:
     return value
 
 
+def _delay(item: Mapping[str, Any], where: str) -> float | None:
+    value = item.get("delay_s")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{where}.delay_s must be a number")
+    if not 0 <= value <= MAX_DELAY_S:  # also refuses NaN and infinities
+        raise InvalidInput(f"{where}.delay_s must be in 0..{MAX_DELAY_S} seconds")
+    return float(value)
+
+
 def _plain_bodies(items: list[Any]) -> list[bytes] | None:
     """The bodies when every item is exactly ``{"body": <bytes>}``, else None.
 
@@ -130,12 +141,21 @@ def new_messages(body: Mapping[str, Any], binary: bool, max_batch: int) -> list[
         where = f"messages[{i}]"
         if not isinstance(item, Mapping):
             raise InvalidInput(f"{where} must be an object")
+        group = _tag(item, "group", where)
+        delay_s = _delay(item, where)
+        if group is not None and delay_s is not None:
+            # Group order is id order, drawn at the enqueue: a delay per message would
+            # let a later message of the group overtake it (SQS FIFO refuses it too).
+            raise InvalidInput(
+                f"{where}: a group message cannot carry its own delay_s; set the queue's"
+            )
         out.append(
             NewMessage(
                 body_from_wire(dict(item), binary, where),
                 _attributes(item, where),
-                group=_tag(item, "group", where),
+                group=group,
                 dedup_id=_tag(item, "dedup_id", where),
+                delay_s=delay_s,
             )
         )
     return out
@@ -207,6 +227,8 @@ _PATCHABLE: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "max_partition_age": ("max_partition_age_s", (int, float)),
     "compressed_messages": ("compressed_messages", bool),
     "redrive_policy": ("redrive_policy", (Mapping, type(None))),
+    "delay_s": ("delay_s", (int, float)),
+    "retention_s": ("retention_s", (int, float)),
 }
 
 

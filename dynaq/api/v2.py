@@ -87,6 +87,8 @@ async def describe_queue(request: web.Request) -> web.Response:
                 "dead_letter_queue": s.redrive_policy.dead_letter_queue,
                 "max_receive_count": s.redrive_policy.max_receive_count,
             },
+            "delay_s": s.delay_s,
+            "retention_s": s.retention_s,
             "partitions": q.partition_count(info),
             "depth": q.depth(info),
             "in_flight": q.in_flight(info),

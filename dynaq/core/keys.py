@@ -42,6 +42,9 @@ read and could not decode as JSON; under its own key the two never meet."""
 ID_HIGH_WATER = b"w/hwm/"
 WRITER_SLOT = b"w/slot/"
 """Writer-slot leases (``cluster/slots.py``)."""
+DELAYED = b"y/"
+"""Delayed messages until due: ``y/`` + due wall ms + queue number + message id, so
+the due ones are one range scan from the start, whatever the backlog."""
 TASK = b"t/"
 """Background queue tasks' progress records (redrive, purge), JSON, by task id."""
 SCHEMA = b"c/schema"
@@ -172,3 +175,22 @@ def batch_failed_item(batch_id: int, item: str) -> bytes:
 def batch_failed_items(batch_id: int) -> tuple[bytes, bytes]:
     """The key range ``[start, end)`` of every failure record of a batch."""
     return BATCH_FAILED + _BID.pack(batch_id), BATCH_FAILED + _BID.pack(batch_id + 1)
+
+
+_DELAYED = struct.Struct(">QIQ")
+
+
+def delayed(due_ms: int, queue_number: int, message_id: int) -> bytes:
+    """Where a delayed message waits until ``due_ms`` (then it moves to :func:`message`)."""
+    return DELAYED + _DELAYED.pack(due_ms, queue_number, message_id)
+
+
+def delayed_until(due_ms: int) -> tuple[bytes, bytes]:
+    """The key range of every delayed message due before ``due_ms``."""
+    return DELAYED, DELAYED + _DELAYED.pack(due_ms, 0, 0)
+
+
+def delayed_fields(key: bytes) -> tuple[int, int, int]:
+    """``(due_ms, queue_number, message_id)`` of a delayed message's key."""
+    due, number, mid = _DELAYED.unpack_from(key, len(DELAYED))
+    return int(due), int(number), int(mid)

@@ -43,6 +43,7 @@ class NewMessage:
     time (SQS FIFO's MessageGroupId). ``dedup_id``: a second enqueue with the
     same id into the same queue within the dedup window returns the first
     message's id instead of enqueueing again (SQS's MessageDeduplicationId).
+    ``delay_s``: invisible until this long after the enqueue (SQS's DelaySeconds).
     """
 
     body: bytes
@@ -51,6 +52,8 @@ class NewMessage:
     dedup_id: str | None = None
     origin: DeadLetterOrigin | None = None
     """Set only when the queue service moves a message to a dead-letter queue."""
+    delay_s: float | None = None
+    """Invisible for this long after the enqueue (None: the queue's ``delay_s``)."""
 
 
 @dataclass(slots=True)

@@ -36,6 +36,9 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
+DEFAULT_RETENTION_S = 4 * 86_400.0
+
+
 @dataclass(frozen=True, slots=True)
 class RedrivePolicy:
     """Dead-lettering: a message received ``max_receive_count`` times is moved to
@@ -56,6 +59,10 @@ class QueueSettings:
     compressed_messages: bool
     redrive_policy: RedrivePolicy | None = None
     """Where messages go once received ``max_receive_count`` times (None: redelivered forever)."""
+    delay_s: float = 0.0
+    """How long a new message stays invisible unless it says otherwise (0..900 s)."""
+    retention_s: float = DEFAULT_RETENTION_S
+    """How long a message is kept after its enqueue (60 s..14 days; SQS's default 4 days)."""
 
     @classmethod
     def defaults(cls, d: QueueDefaults) -> QueueSettings:
@@ -86,6 +93,10 @@ class TopicInfo:
     queues: tuple[str, ...]
 
 
+MAX_DELAY_S = 900
+"""Longest delay, queue default or per message (SQS's limit, 15 minutes)."""
+MIN_RETENTION_S = 60
+MAX_RETENTION_S = 14 * 86_400
 MAX_RECEIVE_COUNT = 1000
 """Largest ``max_receive_count`` of a redrive policy (SQS's limit)."""
 
@@ -106,6 +117,12 @@ def check_settings(s: QueueSettings) -> QueueSettings:
         raise InvalidInput(f"max_partitions must be at most {_MAX_PARTITIONS} (one per lane)")
     if s.max_partition_age_s > _MAX_PARTITION_AGE_S:
         raise InvalidInput(f"max_partition_age must be at most {_MAX_PARTITION_AGE_S:g} seconds")
+    if s.delay_s > MAX_DELAY_S:
+        raise InvalidInput(f"delay_s must be in 0..{MAX_DELAY_S} seconds")
+    if not MIN_RETENTION_S <= s.retention_s <= MAX_RETENTION_S:
+        raise InvalidInput(
+            f"retention_s must be in {MIN_RETENTION_S}..{MAX_RETENTION_S} seconds (14 days)"
+        )
     rp = s.redrive_policy
     if rp is not None:
         check_name("queue", rp.dead_letter_queue)

@@ -35,8 +35,10 @@ from dynaq.core.partitions import QueueState
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queues.dead_letters import DeadLetters
+from dynaq.services.queues.delays import DelayMover
 from dynaq.services.queues.handover import Handover, HintRouter, PeerHints
 from dynaq.services.queues.receive import Receiver, check_visibility
+from dynaq.services.queues.retention import RetentionSweeper
 from dynaq.services.queues.state import QueueStates
 from dynaq.services.queues.tasks import QueueTasks
 from dynaq.services.queues.upkeep import Upkeep
@@ -98,6 +100,11 @@ class QueueService:
             store, catalog, clock, metrics, self.states, self.writer, self.hints
         )
         self.receiver.dead_letter = self.dead_letters.move
+        serving = lambda: self.receiver.in_ring and not self.receiver.draining  # noqa: E731
+        self.delays = DelayMover(store, catalog, clock, view, self.states, metrics, serving)
+        self.retention = RetentionSweeper(
+            store, catalog, clock, view, self.states, metrics, serving
+        )
         self.tasks = QueueTasks(
             store, catalog, self.dead_letters, self.note_purged, clock, lambda: view.me.name
         )
@@ -159,6 +166,8 @@ class QueueService:
         self.upkeep.count_in_background(numbers, self.states.add_depth)
         await self.upkeep.start()
         await self.tasks.start()
+        self.delays.start()
+        self.retention.start()
 
     async def sweep_dedup(self, limit: int = 100_000) -> int:
         """Delete dedup records whose window has passed; return how many."""
@@ -172,6 +181,8 @@ class QueueService:
 
     async def stop(self) -> None:
         """Stop background purges and tasks (they resume at the next start) and the sweeper."""
+        await self.retention.stop()
+        await self.delays.stop()
         await self.tasks.stop()
         await self.upkeep.stop()
 
