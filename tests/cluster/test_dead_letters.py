@@ -142,3 +142,51 @@ async def test_poison_message_dead_letters_after_exactly_max_receives_and_redriv
                 break
             await asyncio.sleep(0.2)
         assert rec["state"] == "done" and rec["moved"] >= 1
+
+
+async def test_delayed_messages_are_never_early_and_survive_kill_9_of_their_owner(
+    ring: tuple[LocalCluster, HaproxyProcess],
+) -> None:
+    cluster, lb = ring
+    delay_s = 4.0
+    async with aiohttp.ClientSession() as s:
+        assert (await _json(s, "PUT", f"{lb.url}/v1/queues/late"))[0] == 201
+        await _everywhere(cluster, "/v2/queues/late", lambda b: True)
+        due: dict[str, float] = {}
+        for n in cluster.nodes:  # through every node: ids (and so owners) spread over the ring
+            for i in range(5):
+                msgs = [{"body": f"{n.name}-{i}-{j}", "delay_s": delay_s} for j in range(4)]
+                status, out = await _json(
+                    s, "POST", f"{n.url}/v2/queues/late/messages", json={"messages": msgs}
+                )
+                assert status == 200, out
+                for mid in out["ids"]:
+                    due[mid] = time.time() + delay_s
+        await asyncio.to_thread(
+            cluster.node("dynaq-2").kill
+        )  # kill -9: its slice's waiting messages move elsewhere
+        early: list[tuple[str, float]] = []
+        got: set[str] = set()
+        deadline = time.monotonic() + 40
+        while len(got) < len(due) and time.monotonic() < deadline:
+            status, body = await _json(
+                s,
+                "POST",
+                f"{lb.url}/v2/queues/late/messages/receive",
+                json={"max_messages": 50, "visibility_timeout_s": 30, "wait_time_s": 0.5},
+            )
+            if status != 200:
+                await asyncio.sleep(0.2)  # 503 while the ring settles
+                continue
+            now = time.time()
+            for m in body["messages"]:
+                # enqueued_at_ms is the server's clock at the enqueue; same host, same clock
+                if now * 1000 < m["enqueued_at_ms"] + delay_s * 1000:
+                    early.append((m["id"], m["enqueued_at_ms"] + delay_s * 1000 - now * 1000))
+                got.add(m["id"])
+            ids = [m["id"] for m in body["messages"]]
+            if ids:
+                url = f"{lb.url}/v2/queues/late/messages/delete"
+                await _json(s, "POST", url, json={"ids": ids})
+        assert early == []
+        assert got == set(due), f"{len(set(due) - got)} delayed messages never came"
