@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dynaq.api.openapi_common import QUEUE, Obj, body, errors, nullable, operation, path_param, ref
+from dynaq.core.hints import VISIBILITY_PATH
 from dynaq.services.queue_records import (
     MAX_DELAY_S,
     MAX_RECEIVE_COUNT,
@@ -90,7 +91,44 @@ def _task_response(description: str) -> Obj:
 
 
 def paths() -> Obj:
+    forwarded = {
+        "type": "object",
+        "required": ["queue", "ids", "visibility_timeout_s"],
+        "properties": {
+            "queue": ref("Name"),
+            "ids": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+            "visibility_timeout_s": {"type": "number", "minimum": 0},
+        },
+    }
     return {
+        VISIBILITY_PATH: {
+            "post": operation(
+                "internalVisibility",
+                "A visibility change forwarded to the owner of the messages' slice "
+                "(node to node only)",
+                "internal",
+                {
+                    "200": {
+                        "description": "The ids that were in flight here.",
+                        "content": {
+                            "application/msgpack": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["changed"],
+                                    "properties": {
+                                        "changed": {"type": "array", "items": {"type": "integer"}}
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    **errors(404, 413, 422),
+                },
+                body=body(msgpack=forwarded),
+                description="Applied here, never forwarded again; signed like every "
+                "/internal/ route.",
+            )
+        },
         "/v2/queues/{queue}/dead_letter_sources": {
             "parameters": [QUEUE],
             "get": operation(

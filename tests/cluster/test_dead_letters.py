@@ -190,3 +190,42 @@ async def test_delayed_messages_are_never_early_and_survive_kill_9_of_their_owne
                 await _json(s, "POST", url, json={"ids": ids})
         assert early == []
         assert got == set(due), f"{len(set(due) - got)} delayed messages never came"
+
+
+async def test_visibility_extend_and_release_work_through_every_node(
+    ring: tuple[LocalCluster, HaproxyProcess],
+) -> None:
+    cluster, lb = ring
+    async with aiohttp.ClientSession() as s:
+        assert (await _json(s, "PUT", f"{lb.url}/v1/queues/vis"))[0] == 201
+        await _everywhere(cluster, "/v2/queues/vis", lambda b: True)
+        msgs = [{"body": f"m{i}"} for i in range(30)]
+        assert (
+            await _json(s, "POST", f"{lb.url}/v2/queues/vis/messages", json={"messages": msgs})
+        )[0] == 200
+        got: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            got = (await _receive_all(s, lb, "vis", vt=30, seconds=0.1))[:1]
+        [m] = got
+        for n in cluster.nodes:  # the owner answers whichever node is asked
+            status, out = await _json(
+                s,
+                "POST",
+                f"{n.url}/v2/queues/vis/messages/visibility",
+                json={"ids": [m["id"]], "visibility_timeout_s": 60},
+            )
+            assert (status, out) == (200, {"changed": [m["id"]]}), n.name
+        # release through a node, then it is served again at once (through any node)
+        last = cluster.nodes[-1]
+        status, out = await _json(
+            s,
+            "POST",
+            f"{last.url}/v2/queues/vis/messages/visibility",
+            json={"ids": [m["id"]], "visibility_timeout_s": 0},
+        )
+        assert out == {"changed": [m["id"]]}
+        again = [
+            x for x in await _receive_all(s, lb, "vis", vt=30, seconds=3.0) if x["id"] == m["id"]
+        ]
+        assert [x["receive_count"] for x in again] == [2]
