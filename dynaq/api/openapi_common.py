@@ -403,7 +403,14 @@ def schemas(limits: SpecLimits) -> Obj:
         "Queues": {
             "type": "object",
             "required": ["Queues"],
-            "properties": {"Queues": {"type": "array", "items": ref("Name")}},
+            "properties": {
+                "Queues": {"type": "array", "items": ref("Name")},
+                "Subscriptions": {
+                    "type": "object",
+                    "description": "Options of the subscriptions that have any.",
+                    "additionalProperties": {"type": "object"},
+                },
+            },
             "additionalProperties": False,
         },
         "Deleted": {

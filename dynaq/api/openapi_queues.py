@@ -63,6 +63,30 @@ def queue_description_extensions() -> Obj:
     return {"redrive_policy": nullable(_redrive_policy()), **_timing()}
 
 
+def subscription_body() -> Obj:
+    """PUT /v1/topics/{topic}/queues/{queue}: the optional subscription options."""
+    return body(
+        required=False,
+        json={
+            "type": "object",
+            "properties": {
+                "filter_policy": nullable(
+                    {
+                        "type": "object",
+                        "minProperties": 1,
+                        "maxProperties": 10,
+                        "additionalProperties": {"type": "array", "minItems": 1},
+                        "description": "SNS's grammar on message attributes: exact values, "
+                        '{"prefix"}, {"numeric": [op, n, ...]}, {"exists"}, {"anything-but"}.',
+                    }
+                ),
+                "raw_delivery": {"type": "boolean", "default": True},
+            },
+            "additionalProperties": False,
+        },
+    )
+
+
 def _task() -> Obj:
     count = {"type": "integer", "minimum": 0}
     return {

@@ -18,7 +18,7 @@ from dynaq.api.openapi_common import (
     ref,
     response,
 )
-from dynaq.api.openapi_queues import settings_patch_extensions
+from dynaq.api.openapi_queues import settings_patch_extensions, subscription_body
 
 TAG = "v1"
 
@@ -203,7 +203,9 @@ def _topic_paths() -> Obj:
                     **errors(404, 409, 422, 503),
                 },
                 parameters=[TOPIC, subscriber],
-                description="A missing topic or queue is a 422 (Dynamiq's contract).",
+                body=subscription_body(),
+                description="A missing topic or queue is a 422 (Dynamiq's contract). "
+                "The optional body sets a filter policy and raw or enveloped delivery.",
             ),
             "delete": operation(
                 "v1Unsubscribe",

@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from dynaq.api.codec import body_from_wire
+from dynaq.core.filters import compile_policy
 from dynaq.core.ids import MAX_ID, is_valid_id
 from dynaq.core.messages import NewMessage
 from dynaq.errors import InvalidInput
-from dynaq.services.queue_records import MAX_DELAY_S, RedrivePolicy
+from dynaq.services.queue_records import MAX_DELAY_S, RedrivePolicy, Subscription
 from dynaq.services.queues.tasks import DEFAULT_RATE_PER_S as DEFAULT_REDRIVE_PER_S
 
 MAX_ATTRIBUTES = 32
@@ -299,3 +300,18 @@ def redrive_request(body: Any) -> tuple[str | None, int]:
     if isinstance(rate, bool) or not isinstance(rate, int):
         raise InvalidInput("max_per_s must be an integer")
     return to_queue, rate
+
+
+def subscription_options(body: Any) -> Subscription:
+    """A subscribe's optional body ``{"filter_policy"?: {...} | null, "raw_delivery"?: bool}``."""
+    body = body_object(body)
+    extra = set(body) - {"filter_policy", "raw_delivery"}
+    if extra:
+        raise InvalidInput(f"unknown subscription members: {', '.join(sorted(map(str, extra)))}")
+    policy = body.get("filter_policy")
+    if policy is not None:
+        compile_policy(policy)  # InvalidInput names what is wrong
+    raw = body.get("raw_delivery", True)
+    if not isinstance(raw, bool):
+        raise InvalidInput("raw_delivery must be a boolean")
+    return Subscription(None if policy is None else dict(policy), raw)

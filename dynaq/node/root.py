@@ -95,7 +95,7 @@ class Node:
             idle_rescan_s=config.queues.idle_rescan_s,
             dedup_window_s=config.queues.dedup_window_s,
         )
-        self.topics = TopicService(self.store, self.catalog, self.queues.writer)
+        self.topics = TopicService(self.store, self.catalog, self.queues.writer, self.clock.wall_ms)
         b = config.batches
         self.batches = BatchService(
             self.store,

@@ -31,6 +31,7 @@ from dynaq.errors import (
 from dynaq.services.queue_records import (
     QueueInfo,
     QueueSettings,
+    Subscription,
     Tombstone,
     TopicInfo,
     apply_settings,
@@ -362,8 +363,11 @@ class Catalog:
                 return updated
         raise Conflict("topic changed concurrently; retry")
 
-    async def subscribe(self, topic: str, queue: str) -> TopicInfo:
-        """Subscribe ``queue`` to ``topic`` (idempotent)."""
+    async def subscribe(
+        self, topic: str, queue: str, options: Subscription | None = None
+    ) -> TopicInfo:
+        """Subscribe ``queue`` to ``topic`` with ``options`` (idempotent; a subscription
+        that exists takes the new options, None meaning every message, raw)."""
         if topic not in self._topics and await self._store.get(keys.topic_config(topic)) is None:
             raise TopicNotFound("Topic does not exist. Please create it first.")
         try:
@@ -372,7 +376,11 @@ class Catalog:
             raise QueueNotFound("Queue does not exist. Please create it first") from None
 
         def add(t: TopicInfo) -> TopicInfo:
-            return t if queue in t.queues else replace(t, queues=(*t.queues, queue))
+            queues = t.queues if queue in t.queues else (*t.queues, queue)
+            subs = {q: o for q, o in t.subscriptions.items() if q != queue}
+            if options is not None:
+                subs[queue] = options
+            return replace(t, queues=queues, subscriptions=subs)
 
         return await self._update_topic(topic, add, "Topic does not exist. Please create it first.")
 
@@ -380,6 +388,7 @@ class Catalog:
         """Remove ``queue`` from ``topic``'s subscribers (idempotent)."""
 
         def remove(t: TopicInfo) -> TopicInfo:
-            return replace(t, queues=tuple(q for q in t.queues if q != queue))
+            subs = {q: o for q, o in t.subscriptions.items() if q != queue}
+            return replace(t, queues=tuple(q for q in t.queues if q != queue), subscriptions=subs)
 
         return await self._update_topic(topic, remove, "Topic did not exist.")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import msgpack
@@ -86,11 +86,26 @@ class QueueInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Subscription:
+    """How a queue takes a topic's messages: only those its ``filter_policy`` matches
+    (SNS's grammar, :mod:`dynaq.core.filters`; None: all), as published (``raw``) or
+    wrapped in a JSON envelope."""
+
+    filter_policy: dict[str, Any] | None = None
+    raw: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class TopicInfo:
     """A topic and the queues subscribed to it, in subscription order."""
 
     name: str
     queues: tuple[str, ...]
+    subscriptions: Mapping[str, Subscription] = field(default_factory=dict)
+    """Options of the subscriptions that have any (the others take everything, raw)."""
+
+    def subscription(self, queue: str) -> Subscription:
+        return self.subscriptions.get(queue, _PLAIN)
 
 
 MAX_DELAY_S = 900
@@ -176,9 +191,25 @@ def decode_queue_record(name: str, raw: bytes, defaults: QueueDefaults) -> Queue
     return QueueInfo(name, int(data["number"]), settings, int(data.get("created_ms", 0)))
 
 
+_PLAIN = Subscription()
+
+
 def encode_topic(info: TopicInfo) -> bytes:
-    return bytes(msgpack.packb({"queues": list(info.queues)}))
+    data: dict[str, Any] = {"queues": list(info.queues)}
+    subs = {
+        q: {"filter": s.filter_policy, "raw": s.raw}
+        for q, s in info.subscriptions.items()
+        if q in info.queues and s != _PLAIN
+    }
+    if subs:
+        data["subs"] = subs
+    return bytes(msgpack.packb(data))
 
 
 def decode_topic(name: str, raw: bytes) -> TopicInfo:
-    return TopicInfo(name, tuple(msgpack.unpackb(raw).get("queues", [])))
+    data = msgpack.unpackb(raw)
+    subs = {
+        q: Subscription(s.get("filter"), bool(s.get("raw", True)))
+        for q, s in data.get("subs", {}).items()
+    }
+    return TopicInfo(name, tuple(data.get("queues", [])), subs)
