@@ -103,6 +103,9 @@ async def test_poison_message_dead_letters_after_exactly_max_receives_and_redriv
         assert status == 200
         await _everywhere(cluster, "/v2/queues/src", lambda b: b"max_receive_count" in b)
         await _everywhere(cluster, "/v2/queues/dlq", lambda b: True)
+        # A config reload that read the record just before the PATCH may still land
+        # after the check above and hold the old settings until the next sync.
+        await asyncio.sleep(2 * SYNC_S)
         msgs = [{"body": "poison", "group": "g"}, {"body": "next", "group": "g"}]
         status, out = await _json(
             s, "POST", f"{lb.url}/v2/queues/src/messages", json={"messages": msgs}
@@ -111,7 +114,7 @@ async def test_poison_message_dead_letters_after_exactly_max_receives_and_redriv
         # Receives through every node; only the owner serves; the poison is never deleted.
         seen = await _receive_all(s, lb, "src", vt=0.5, seconds=6.0, ack="next")
         counts = [m["receive_count"] for m in seen if m["id"] == poison]
-        assert counts == [1, 2]  # exactly max_receive_count deliveries, then it moved
+        assert counts == [1, 2], seen  # exactly max_receive_count deliveries, then it moved
         assert nxt in {m["id"] for m in seen}  # the group went on once its head moved
         dead = [m for m in await _receive_all(s, lb, "dlq", vt=30, seconds=2.0)]
         assert [(m["body"], m["origin"]["id"], m["origin"]["receive_count"]) for m in dead] == [
