@@ -166,13 +166,15 @@ async def test_purge_removes_what_was_there_and_keeps_later_enqueues(
 ) -> None:
     assert (await _call(http, "PUT", "/v1/queues/p"))[0] == 201
     await _enqueue(http, "p", *({"body": f"m{i}"} for i in range(50)))
-    await _enqueue(http, "p", {"body": "g", "group": "x"})
+    await _enqueue(http, "p", {"body": "g", "group": "x"}, {"body": "late", "delay_s": 2})
     status, task = await _call(http, "POST", "/v2/queues/p/purge")
     assert status == 202 and task["kind"] == "purge"
     clock.advance(0.01)
     [kept] = await _enqueue(http, "p", {"body": "after"})
     done = await _wait_task(http, clock, task["id"])
-    assert done["state"] == "done" and done["moved"] == 51
+    assert done["state"] == "done" and done["moved"] == 52
+    clock.advance(3)  # the delayed one would be due now: it was purged while waiting
+    await asyncio.sleep(0.1)
     assert [m["id"] for m in await _receive(http, "p", 100)] == [kept]
 
 

@@ -10,7 +10,8 @@ A task runs on the node that accepted it and writes its progress record
   ``max_per_s`` messages a second. A message with nowhere to go (no origin and
   no ``to_queue``, or its queue deleted) is skipped and stays. Moved messages
   are new messages in their target (new ids, receive count 0).
-* **Purge** deletes every message whose id was drawn up to the millisecond the purge started
+* **Purge** deletes every message (delayed ones too) whose id was drawn up to the
+  millisecond the purge started
   (ids carry their writer's clock): messages enqueued after it are kept,
   except one drawn through a node whose clock is behind the purging node's
   by more than the time since the purge started.
@@ -31,11 +32,11 @@ from typing import Any
 
 from dynaq.clock import Clock
 from dynaq.core import keys
-from dynaq.core.ids import LANES, first_id_at, lane_start
+from dynaq.core.ids import LANES, enqueued_ms, first_id_at, lane_start
 from dynaq.errors import DynaqError, InvalidInput, NotFound
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queues.dead_letters import DeadLetters
-from dynaq.storage.base import Store
+from dynaq.storage.base import Delete, Store
 from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -208,7 +209,26 @@ class QueueTasks:
             )
             if removed or lane % 64 == 63:
                 await self._save(rec)
-        return rec
+        # Messages still waiting for their delay: the whole waiting range, which holds at
+        # most the last 15 minutes of delayed enqueues.
+        start, end = keys.DELAYED, keys.DELAYED + b"\xff"
+        while True:
+            rows = await self._store.scan(start, end, _PURGE_CHUNK)
+            doomed = [
+                Delete(k)
+                for k, _ in rows
+                if keys.delayed_fields(k)[1] == info.number
+                and enqueued_ms(keys.delayed_fields(k)[2]) <= rec.started_at_ms
+            ]
+            if doomed:
+                await self._store.write_batch(doomed)
+                rec = replace(
+                    rec, moved=rec.moved + len(doomed), updated_at_ms=self._clock.wall_ms()
+                )
+                await self._save(rec)
+            if len(rows) < _PURGE_CHUNK:
+                return rec
+            start = rows[-1][0] + b"\x00"
 
 
 def _decode(raw: bytes) -> TaskRecord:
