@@ -7,7 +7,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from dynaq.api import batches as batch_routes
-from dynaq.api import bulk, internal, openapi, v1, v2
+from dynaq.api import bulk, internal, openapi, queue_tasks, v1, v2
 from dynaq.api import streams as stream_routes
 from dynaq.api.auth import ACCESS, auth_middleware
 from dynaq.api.batches import BATCHES
@@ -83,4 +83,5 @@ def build_app(
     app.router.add_routes(bulk.routes)
     if streams is not None:
         app.router.add_routes(stream_routes.routes)
+    app.router.add_routes(queue_tasks.routes)
     return app

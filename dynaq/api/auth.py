@@ -116,6 +116,12 @@ ROUTES: dict[tuple[str, str], tuple[Need, ...] | None] = {
     ("POST", "/v2/streams/{name}/publisher"): _s(WRITE),
     ("DELETE", "/v2/streams/{name}/publisher"): _s(WRITE),
     ("DELETE", "/v2/streams/{name}/subscriptions/{id}"): _s(READ),
+    # dead letters and background tasks. A redrive writes into the queues its messages
+    # came from (or to_queue): write on every queue besides admin on the one it empties.
+    ("GET", "/v2/queues/{queue}/dead_letter_sources"): _q(READ),
+    ("POST", "/v2/queues/{queue}/redrive"): (*_q(ADMIN), Need(WRITE, "queue", "*")),
+    ("POST", "/v2/queues/{queue}/purge"): _q(ADMIN),
+    ("GET", "/v2/tasks/{task}"): ANY_TOKEN,  # 128-bit random ids
     # bulk reads
     ("GET", "/v2/queues/{queue}/partitions"): _q(READ),
     ("GET", "/v2/queues/{queue}/snapshot"): _q(READ),

@@ -137,7 +137,10 @@ def _shared_routes(base: str, mode: str) -> None:
     async def describe(request: web.Request) -> web.Response:
         batch_id = _path_id(request)
         header = await _service(request).get(batch_id, mode)
-        return json_response(_header_json(batch_id, header))
+        out = _header_json(batch_id, header)
+        if header.mode == "exact":
+            out["failedItems"] = await _service(request).failed_items(batch_id)
+        return json_response(out)
 
     async def delete(request: web.Request) -> web.Response:
         items = await _service(request).delete(_path_id(request), mode)

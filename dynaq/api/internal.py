@@ -11,18 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import msgpack
 from aiohttp import web
 
 from dynaq.api.codec import json_response, read_raw
-from dynaq.api.keys import QUEUES, VIEW
-from dynaq.core.hints import HINTS_PATH, decode_hints
+from dynaq.api.keys import CATALOG, QUEUES, VIEW
+from dynaq.core.hints import HINTS_PATH, VISIBILITY_PATH, decode_hints
 from dynaq.core.peer_auth import (
     INTERNAL_PREFIX,
     PEER_AUTH_HEADER,
     PEER_CHALLENGE,
     PeerVerifier,
 )
-from dynaq.errors import Unauthorized
+from dynaq.errors import InvalidInput, Unauthorized
 
 PEER_VERIFIER = web.AppKey("peer_verifier", PeerVerifier)
 
@@ -65,3 +66,19 @@ async def receive_hints(request: web.Request) -> web.Response:
     for queue, entries in message.handover.items():
         service.apply_handover(queue, entries)
     return json_response({"ok": True})
+
+
+@routes.post(VISIBILITY_PATH)
+async def change_visibility(request: web.Request) -> web.Response:
+    """A visibility change a peer forwarded for messages of this node's slice."""
+    try:
+        body = msgpack.unpackb(await read_raw(request))
+        queue, ids = str(body["queue"]), [int(i) for i in body["ids"]]
+        vt = float(body["visibility_timeout_s"])
+    except (ValueError, TypeError, LookupError, msgpack.UnpackException) as exc:
+        raise InvalidInput(f"malformed visibility change: {exc}") from None
+    info = await request.app[CATALOG].queue(queue)
+    changed = request.app[QUEUES].change_visibility_here(info, ids, vt)
+    return web.Response(
+        body=msgpack.packb({"changed": changed}), content_type="application/msgpack"
+    )

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from dynaq.api import openapi_batches, openapi_node, openapi_streams, openapi_v1, openapi_v2
+from dynaq.api import (
+    openapi_batches,
+    openapi_node,
+    openapi_queues,
+    openapi_streams,
+    openapi_v1,
+    openapi_v2,
+)
 from dynaq.api.codec import json_response
 from dynaq.api.openapi_common import (
     JSON,
@@ -77,6 +84,7 @@ def build_spec(limits: SpecLimits | None = None) -> Obj:
         "paths": {
             **openapi_v1.paths(limits),
             **openapi_v2.paths(limits),
+            **openapi_queues.paths(),
             **openapi_batches.paths(limits),
             **openapi_streams.paths(),
             **openapi_node.paths(),

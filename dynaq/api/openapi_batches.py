@@ -80,6 +80,18 @@ def _header() -> Obj:
         createdAt=ms,
         updatedAt=ms,
         completedAt={"oneOf": [{"type": "null"}, ms]},
+        failedItems={
+            "type": "array",
+            "description": "Exact batches: items whose messages were dead-lettered (up to 1000); "
+            "they count as settled, so the batch completes once every item is acked or failed.",
+            "items": _obj(
+                ["item", "queue", "messageId", "reason"],
+                item={"type": "string"},
+                queue={"type": "string"},
+                messageId={"type": "string"},
+                reason={"enum": ["dead_lettered"]},
+            ),
+        },
     )
 
 

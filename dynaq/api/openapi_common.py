@@ -268,7 +268,38 @@ def _new_message(body_schema: Obj) -> Obj:
             ),
             "group": nullable(_tag("Message group (delivered in order, one at a time)")),
             "dedup_id": nullable(_tag("Deduplication id")),
+            "delay_s": nullable(
+                {
+                    "type": "number",
+                    "minimum": 0,
+                    "maximum": 900,
+                    "description": "Invisible until this long after the enqueue (default: "
+                    "the queue's delay_s). Not with a group (set the queue's delay_s).",
+                }
+            ),
         },
+        "not": {
+            "required": ["group", "delay_s"],
+            "properties": {"group": {"type": "string"}, "delay_s": {"type": "number"}},
+        },
+    }
+
+
+def _origin(id_schema: Obj) -> Obj:
+    """Where a dead-lettered message came from."""
+    ms = {"type": "integer", "minimum": 0}
+    return {
+        "type": "object",
+        "description": "Present on a message moved to a dead-letter queue: where it came from.",
+        "required": ["queue", "id", "receive_count", "enqueued_at_ms", "dead_lettered_at_ms"],
+        "properties": {
+            "queue": {"type": "string"},
+            "id": id_schema,
+            "receive_count": {"type": "integer", "minimum": 0},
+            "enqueued_at_ms": ms,
+            "dead_lettered_at_ms": ms,
+        },
+        "additionalProperties": False,
     }
 
 
@@ -280,6 +311,7 @@ def _received(id_schema: Obj, body_schema: Obj, *, base64: bool) -> Obj:
         "receive_count": {"type": "integer", "minimum": 0},
         "attributes": _string_map(),
         "group": {"type": "string"},
+        "origin": _origin(id_schema),
     }
     if base64:
         props["encoding"] = {"const": "base64"}
@@ -388,7 +420,14 @@ def schemas(limits: SpecLimits) -> Obj:
         "Queues": {
             "type": "object",
             "required": ["Queues"],
-            "properties": {"Queues": {"type": "array", "items": ref("Name")}},
+            "properties": {
+                "Queues": {"type": "array", "items": ref("Name")},
+                "Subscriptions": {
+                    "type": "object",
+                    "description": "Options of the subscriptions that have any.",
+                    "additionalProperties": {"type": "object"},
+                },
+            },
             "additionalProperties": False,
         },
         "Deleted": {

@@ -18,6 +18,7 @@ from dynaq.api.openapi_common import (
     ref,
     response,
 )
+from dynaq.api.openapi_queues import settings_patch_extensions, subscription_body
 
 TAG = "v1"
 
@@ -68,6 +69,7 @@ def _settings_patch() -> Obj:
             "max_partitions": partitions,
             "max_partition_age": {**number, "maximum": 10 * 365 * 86_400},
             "compressed_messages": {"type": "boolean"},
+            **settings_patch_extensions(),
         },
         "additionalProperties": False,
         "description": "Every key is optional; min_partitions must not exceed max_partitions.",
@@ -201,7 +203,9 @@ def _topic_paths() -> Obj:
                     **errors(404, 409, 422, 503),
                 },
                 parameters=[TOPIC, subscriber],
-                description="A missing topic or queue is a 422 (Dynamiq's contract).",
+                body=subscription_body(),
+                description="A missing topic or queue is a 422 (Dynamiq's contract). "
+                "The optional body sets a filter policy and raw or enveloped delivery.",
             ),
             "delete": operation(
                 "v1Unsubscribe",

@@ -16,6 +16,7 @@ from dynaq.api.openapi_common import (
     ref,
     response,
 )
+from dynaq.api.openapi_queues import queue_description_extensions
 from dynaq.core.ids import MAX_ID
 from dynaq.services.snapshots import MAX_PAGE
 
@@ -60,6 +61,9 @@ def _queue_description() -> Obj:
             "max_partitions",
             "max_partition_age_s",
             "compressed_messages",
+            "redrive_policy",
+            "delay_s",
+            "retention_s",
             "partitions",
             "depth",
             "in_flight",
@@ -70,6 +74,7 @@ def _queue_description() -> Obj:
         max_partitions={"type": "integer", "minimum": 1},
         max_partition_age_s=number,
         compressed_messages={"type": "boolean"},
+        **queue_description_extensions(),
         partitions=count,
         depth=count,
         in_flight=count,

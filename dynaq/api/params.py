@@ -14,9 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from dynaq.api.codec import body_from_wire
+from dynaq.core.filters import compile_policy
 from dynaq.core.ids import MAX_ID, is_valid_id
 from dynaq.core.messages import NewMessage
 from dynaq.errors import InvalidInput
+from dynaq.services.queue_records import MAX_DELAY_S, RedrivePolicy, Subscription
+from dynaq.services.queues.tasks import DEFAULT_RATE_PER_S as DEFAULT_REDRIVE_PER_S
 
 MAX_ATTRIBUTES = 32
 """Most attributes one message may carry."""
@@ -97,6 +100,17 @@ def _tag(item: Mapping[str, Any], name: str, where: str) -> str | None:
     return value
 
 
+def _delay(item: Mapping[str, Any], where: str) -> float | None:
+    value = item.get("delay_s")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{where}.delay_s must be a number")
+    if not 0 <= value <= MAX_DELAY_S:  # also refuses NaN and infinities
+        raise InvalidInput(f"{where}.delay_s must be in 0..{MAX_DELAY_S} seconds")
+    return float(value)
+
+
 def _plain_bodies(items: list[Any]) -> list[bytes] | None:
     """The bodies when every item is exactly ``{"body": <bytes>}``, else None.
 
@@ -128,12 +142,21 @@ def new_messages(body: Mapping[str, Any], binary: bool, max_batch: int) -> list[
         where = f"messages[{i}]"
         if not isinstance(item, Mapping):
             raise InvalidInput(f"{where} must be an object")
+        group = _tag(item, "group", where)
+        delay_s = _delay(item, where)
+        if group is not None and delay_s is not None:
+            # Group order is id order, drawn at the enqueue: a delay per message would
+            # let a later message of the group overtake it (SQS FIFO refuses it too).
+            raise InvalidInput(
+                f"{where}: a group message cannot carry its own delay_s; set the queue's"
+            )
         out.append(
             NewMessage(
                 body_from_wire(dict(item), binary, where),
                 _attributes(item, where),
-                group=_tag(item, "group", where),
+                group=group,
                 dedup_id=_tag(item, "dedup_id", where),
+                delay_s=delay_s,
             )
         )
     return out
@@ -191,3 +214,104 @@ def max_messages(body: Mapping[str, Any]) -> int:
     if isinstance(n, bool) or not isinstance(n, int):
         raise InvalidInput("max_messages must be an integer")
     return n
+
+
+# queue settings (PATCH /v1/queues/{queue}) ------------------------------------
+
+_MAX_SETTING = 2**53
+
+# PATCH keys (Dynamiq's wire names) → setting name and accepted JSON type.
+_PATCHABLE: dict[str, tuple[str, type | tuple[type, ...]]] = {
+    "visibility_timeout": ("visibility_timeout_s", (int, float)),
+    "min_partitions": ("min_partitions", int),
+    "max_partitions": ("max_partitions", int),
+    "max_partition_age": ("max_partition_age_s", (int, float)),
+    "compressed_messages": ("compressed_messages", bool),
+    "redrive_policy": ("redrive_policy", (Mapping, type(None))),
+    "delay_s": ("delay_s", (int, float)),
+    "retention_s": ("retention_s", (int, float)),
+}
+
+
+def settings_patch(patch: Any) -> dict[str, Any]:
+    """A queue settings PATCH body as ``{setting name: typed value}``.
+
+    Types and signs are checked here; ranges and how settings fit together
+    are the catalog's (:func:`~dynaq.services.queue_records.check_settings`).
+    """
+    if not isinstance(patch, Mapping):
+        raise InvalidInput("queue settings must be a JSON object")
+    changes: dict[str, Any] = {}
+    for key, value in patch.items():
+        if key not in _PATCHABLE:
+            raise InvalidInput(
+                f"unknown queue setting {key!r}; allowed: {', '.join(sorted(_PATCHABLE))}"
+            )
+        field_name, accepted = _PATCHABLE[key]
+        if key == "redrive_policy":
+            changes[field_name] = redrive_policy(value)
+            continue
+        if isinstance(value, bool) and accepted is not bool:
+            raise InvalidInput(f"{key} must be a number, not a boolean")
+        if not isinstance(value, accepted):
+            expected = (
+                "a boolean" if accepted is bool else "an integer" if accepted is int else "a number"
+            )
+            raise InvalidInput(f"{key} must be {expected}")
+        if isinstance(value, bool):
+            changes[field_name] = value
+            continue
+        assert isinstance(value, int | float)
+        if not 0 <= value < _MAX_SETTING:  # also refuses NaN and infinities
+            raise InvalidInput(f"{key} must be a finite, non-negative number below 2^53")
+        changes[field_name] = float(value) if isinstance(accepted, tuple) else value
+    return changes
+
+
+def redrive_policy(value: Any) -> RedrivePolicy | None:
+    """``{"dead_letter_queue": name, "max_receive_count": n}``, or null to remove the policy."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidInput("redrive_policy must be an object or null")
+    extra = set(value) - {"dead_letter_queue", "max_receive_count"}
+    if extra:
+        raise InvalidInput(f"unknown redrive_policy members: {', '.join(sorted(map(str, extra)))}")
+    dlq = value.get("dead_letter_queue")
+    if not isinstance(dlq, str):
+        raise InvalidInput("redrive_policy.dead_letter_queue must be a queue name")
+    n = value.get("max_receive_count")
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise InvalidInput("redrive_policy.max_receive_count must be an integer")
+    return RedrivePolicy(dlq, n)
+
+
+def redrive_request(body: Any) -> tuple[str | None, int]:
+    """A redrive's body ``{"to_queue": name, "max_per_s": n}`` (both optional; ``{}`` when
+    the request has none): (to_queue, rate)."""
+    body = body_object(body)
+    extra = set(body) - {"to_queue", "max_per_s"}
+    if extra:
+        raise InvalidInput(f"unknown redrive members: {', '.join(sorted(map(str, extra)))}")
+    to_queue = body.get("to_queue")
+    if to_queue is not None and not isinstance(to_queue, str):
+        raise InvalidInput("to_queue must be a queue name")
+    rate = body.get("max_per_s", DEFAULT_REDRIVE_PER_S)
+    if isinstance(rate, bool) or not isinstance(rate, int):
+        raise InvalidInput("max_per_s must be an integer")
+    return to_queue, rate
+
+
+def subscription_options(body: Any) -> Subscription:
+    """A subscribe's optional body ``{"filter_policy"?: {...} | null, "raw_delivery"?: bool}``."""
+    body = body_object(body)
+    extra = set(body) - {"filter_policy", "raw_delivery"}
+    if extra:
+        raise InvalidInput(f"unknown subscription members: {', '.join(sorted(map(str, extra)))}")
+    policy = body.get("filter_policy")
+    if policy is not None:
+        compile_policy(policy)  # InvalidInput names what is wrong
+    raw = body.get("raw_delivery", True)
+    if not isinstance(raw, bool):
+        raise InvalidInput("raw_delivery must be a boolean")
+    return Subscription(None if policy is None else dict(policy), raw)

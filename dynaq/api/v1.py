@@ -7,11 +7,17 @@ from aiohttp import web
 from dynaq.api.auth import require_batch_tags
 from dynaq.api.codec import body_to_json, json_response, parse_json, read_raw
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS, VIEW
-from dynaq.api.params import batch_size, id_list, parse_id
+from dynaq.api.params import (
+    batch_size,
+    id_list,
+    parse_id,
+    settings_patch,
+    subscription_options,
+)
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, parse_item_id
 from dynaq.core.messages import Message, NewMessage
 from dynaq.errors import InvalidInput, NotFound, PayloadTooLarge
-from dynaq.services.catalog import QueueInfo
+from dynaq.services.catalog import QueueInfo, TopicInfo
 
 routes = web.RouteTableDef()
 
@@ -69,7 +75,7 @@ async def create_topic(request: web.Request) -> web.Response:
 @routes.get("/v1/topics/{topic}")
 async def get_topic(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].topic(request.match_info["topic"])
-    return json_response({"Queues": list(info.queues)})
+    return json_response(_topic_json(info))
 
 
 @routes.delete("/v1/topics/{topic}")
@@ -78,15 +84,27 @@ async def delete_topic(request: web.Request) -> web.Response:
     return json_response({"Deleted": True})
 
 
+def _topic_json(info: TopicInfo) -> dict[str, object]:
+    out: dict[str, object] = {"Queues": list(info.queues)}
+    if info.subscriptions:
+        out["Subscriptions"] = {
+            q: {"filter_policy": o.filter_policy, "raw_delivery": o.raw}
+            for q, o in info.subscriptions.items()
+        }
+    return out
+
+
 @routes.put("/v1/topics/{topic}/queues/{queue}")
 async def subscribe(request: web.Request) -> web.Response:
+    raw = await read_raw(request)
+    options = subscription_options(parse_json(raw)) if raw.strip() else None
     try:
         info = await request.app[CATALOG].subscribe(
-            request.match_info["topic"], request.match_info["queue"]
+            request.match_info["topic"], request.match_info["queue"], options
         )
     except NotFound as exc:  # the contract answers 422 here, not 404
         raise InvalidInput(exc.message) from None
-    return json_response({"Queues": list(info.queues)})
+    return json_response(_topic_json(info))
 
 
 @routes.delete("/v1/topics/{topic}/queues/{queue}")
@@ -145,7 +163,7 @@ async def configure_queue(request: web.Request) -> web.Response:
     name = request.match_info["queue"]
     await request.app[CATALOG].queue(name)
     patch = parse_json(await read_raw(request))
-    await request.app[CATALOG].update_queue(name, patch)
+    await request.app[CATALOG].update_queue(name, settings_patch(patch))
     return json_response("ok")
 
 

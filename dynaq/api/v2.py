@@ -59,6 +59,15 @@ def _message_out(m: Message, binary: bool) -> dict[str, Any]:
         out["attributes"] = m.attributes
     if m.group is not None:
         out["group"] = m.group
+    if m.origin is not None:
+        o = m.origin
+        out["origin"] = {
+            "queue": o.queue,
+            "id": _id_out(binary, o.message_id),
+            "receive_count": o.receive_count,
+            "enqueued_at_ms": o.enqueued_ms,
+            "dead_lettered_at_ms": o.dead_lettered_ms,
+        }
     return out
 
 
@@ -80,6 +89,14 @@ async def describe_queue(request: web.Request) -> web.Response:
             "max_partitions": s.max_partitions,
             "max_partition_age_s": s.max_partition_age_s,
             "compressed_messages": s.compressed_messages,
+            "redrive_policy": None
+            if s.redrive_policy is None
+            else {
+                "dead_letter_queue": s.redrive_policy.dead_letter_queue,
+                "max_receive_count": s.redrive_policy.max_receive_count,
+            },
+            "delay_s": s.delay_s,
+            "retention_s": s.retention_s,
             "partitions": q.partition_count(info),
             "depth": q.depth(info),
             "in_flight": q.in_flight(info),

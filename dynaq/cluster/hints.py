@@ -23,11 +23,20 @@ import time
 from collections.abc import Sequence
 
 import aiohttp
+import msgpack
 
-from dynaq.core.hints import HINTS_PATH, HandoverEntry, HintsMessage, QueueHints, encode_hints
+from dynaq.core.hints import (
+    HINTS_PATH,
+    VISIBILITY_PATH,
+    HandoverEntry,
+    HintsMessage,
+    QueueHints,
+    encode_hints,
+)
 from dynaq.core.ids import lane_of
 from dynaq.core.membership import Member
 from dynaq.core.peer_auth import PEER_AUTH_HEADER, PeerSigner
+from dynaq.errors import NotServing
 from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -90,6 +99,38 @@ class HttpPeerHints:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    async def change_visibility(
+        self, owner: Member, queue: str, ids: list[int], visibility_timeout_s: float
+    ) -> list[int]:
+        """Ask ``owner`` to extend or release ``ids`` (they are in its slice); return the
+        ids it had in flight. :class:`NotServing` (503, retry) if it does not answer."""
+        body = bytes(
+            msgpack.packb(
+                {"queue": queue, "ids": ids, "visibility_timeout_s": visibility_timeout_s}
+            )
+        )
+        headers = {
+            "Content-Type": _MSGPACK,
+            "Accept": _MSGPACK,
+            PEER_AUTH_HEADER: self._signer.header("POST", owner.http_addr, VISIBILITY_PATH, body),
+        }
+        if self._session is None:
+            raise NotServing("this node is not connected to its peers yet; retry")
+        try:
+            async with self._session.post(
+                owner.base_url + VISIBILITY_PATH, data=body, headers=headers, ssl=self._ssl or True
+            ) as resp:
+                raw = await resp.read()
+                if resp.status != 200:
+                    raise NotServing(
+                        f"the owner of these messages ({owner.name}) answered {resp.status}; retry"
+                    )
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise NotServing(
+                f"the owner of these messages ({owner.name}) did not answer; retry"
+            ) from exc
+        return [int(i) for i in msgpack.unpackb(raw)["changed"]]
 
     async def _loop(self) -> None:
         while True:

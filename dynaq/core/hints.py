@@ -29,6 +29,9 @@ from dynaq.core.ids import LANES, MAX_ID
 from dynaq.errors import InvalidInput
 
 HINTS_PATH = "/internal/v1/hints"
+VISIBILITY_PATH = "/internal/v1/visibility"
+"""A visibility change forwarded to the owner of the messages' slice: msgpack
+``{"queue": name, "ids": [int], "visibility_timeout_s": s}`` → ``{"changed": [int]}``."""
 """The node-to-node route hints are POSTed to."""
 
 

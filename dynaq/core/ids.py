@@ -59,6 +59,13 @@ def enqueued_ms(message_id: int) -> int:
     return ((message_id >> (CLOCK_SHIFT + SEQ_BITS)) & ((1 << 40) - 1)) + EPOCH_MS
 
 
+def first_id_at(lane: int, wall_ms: int) -> int:
+    """The smallest id of ``lane`` drawn at or after Unix time ``wall_ms``: every id
+    of the lane below it was drawn earlier (the inverse of :func:`enqueued_ms`)."""
+    units = min(max(0, wall_ms - EPOCH_MS), (1 << 40) - 1)
+    return lane_start(lane) | (units << (CLOCK_SHIFT + SEQ_BITS))
+
+
 def group_lane(group: str) -> int:
     """The lane every message of ``group`` goes to, so one partition of one node serves it."""
     return zlib.crc32(group.encode()) % LANES

@@ -35,6 +35,9 @@ and removed once the completion reached every listener (the relay's outbox)."""
 BATCH_PUBLISHED = b"b/p/"
 """Published markers: written in the same store batch as a batch's completion
 event, so a delivery retried after a crash finds it and does not publish twice."""
+BATCH_FAILED = b"b/x/"
+"""Failed items of exact batches (their messages were dead-lettered), by batch id and
+item id; removed with the batch."""
 BATCH_REAPER_LEASE = b"b/reaper"
 """The batch reaper's lease (a :class:`~dynaq.core.leases.CasLease` record, JSON).
 Its earlier msgpack record lives on under ``b/lease``, which older nodes still
@@ -42,6 +45,11 @@ read and could not decode as JSON; under its own key the two never meet."""
 ID_HIGH_WATER = b"w/hwm/"
 WRITER_SLOT = b"w/slot/"
 """Writer-slot leases (``cluster/slots.py``)."""
+DELAYED = b"y/"
+"""Delayed messages until due: ``y/`` + due wall ms + queue number + message id, so
+the due ones are one range scan from the start, whatever the backlog."""
+TASK = b"t/"
+"""Background queue tasks' progress records (redrive, purge), JSON, by task id."""
 SCHEMA = b"c/schema"
 
 GROWTH_PREFIXES = (BATCH_HEADER, BATCH_BLOCK, DEDUP, DEDUP_BUCKETED)
@@ -160,3 +168,42 @@ def batch_published(batch_id: int) -> bytes:
 def batch_id_after(prefix: bytes, key: bytes) -> int:
     """The batch id in a key ``prefix`` + batch id + ... (markers, completion records)."""
     return int(_BID.unpack_from(key, len(prefix))[0])
+
+
+def task(task_id: str) -> bytes:
+    """A background queue task's progress record."""
+    return TASK + task_id.encode()
+
+
+def task_end() -> bytes:
+    """The end of the task records' key range."""
+    return TASK[:-1] + bytes([TASK[-1] + 1])
+
+
+def batch_failed_item(batch_id: int, item: str) -> bytes:
+    """The failure record of one item of a batch (``item``: its ``batchId:block:index``)."""
+    return BATCH_FAILED + _BID.pack(batch_id) + item.encode()
+
+
+def batch_failed_items(batch_id: int) -> tuple[bytes, bytes]:
+    """The key range ``[start, end)`` of every failure record of a batch."""
+    return BATCH_FAILED + _BID.pack(batch_id), BATCH_FAILED + _BID.pack(batch_id + 1)
+
+
+_DELAYED = struct.Struct(">QIQ")
+
+
+def delayed(due_ms: int, queue_number: int, message_id: int) -> bytes:
+    """Where a delayed message waits until ``due_ms`` (then it moves to :func:`message`)."""
+    return DELAYED + _DELAYED.pack(due_ms, queue_number, message_id)
+
+
+def delayed_until(due_ms: int) -> tuple[bytes, bytes]:
+    """The key range of every delayed message due before ``due_ms``."""
+    return DELAYED, DELAYED + _DELAYED.pack(due_ms, 0, 0)
+
+
+def delayed_fields(key: bytes) -> tuple[int, int, int]:
+    """``(due_ms, queue_number, message_id)`` of a delayed message's key."""
+    due, number, mid = _DELAYED.unpack_from(key, len(DELAYED))
+    return int(due), int(number), int(mid)

@@ -1,6 +1,8 @@
 """Messages as the queue service sees them, and their stored encoding.
 
-A stored value is a msgpack array ``[flags, body, enqueued_ms, attributes]``;
+A stored value is a msgpack array ``[flags, body, enqueued_ms, attributes]``,
+then optionally ``group`` and a dead-lettered message's ``origin``
+(``[queue, id, receive_count, enqueued_ms, dead_lettered_ms]``);
 bit 0 of ``flags`` says the body is zlib-compressed (per queue setting, body
 only). Old values stay readable when a queue's compression setting changes,
 because the flag travels with each message.
@@ -22,6 +24,18 @@ _packer = msgpack.Packer()
 
 
 @dataclass(frozen=True, slots=True)
+class DeadLetterOrigin:
+    """Where a dead-lettered message came from: its queue and id there, how often
+    it was received there, when it was first enqueued and when it was moved."""
+
+    queue: str
+    message_id: int
+    receive_count: int
+    enqueued_ms: int
+    dead_lettered_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class NewMessage:
     """A message to enqueue.
 
@@ -29,12 +43,17 @@ class NewMessage:
     time (SQS FIFO's MessageGroupId). ``dedup_id``: a second enqueue with the
     same id into the same queue within the dedup window returns the first
     message's id instead of enqueueing again (SQS's MessageDeduplicationId).
+    ``delay_s``: invisible until this long after the enqueue (SQS's DelaySeconds).
     """
 
     body: bytes
     attributes: dict[str, str] | None = None
     group: str | None = None
     dedup_id: str | None = None
+    origin: DeadLetterOrigin | None = None
+    """Set only when the queue service moves a message to a dead-letter queue."""
+    delay_s: float | None = None
+    """Invisible for this long after the enqueue (None: the queue's ``delay_s``)."""
 
 
 @dataclass(slots=True)
@@ -47,6 +66,7 @@ class Message:
     attributes: dict[str, str] | None = None
     receive_count: int = 0
     group: str | None = None
+    origin: DeadLetterOrigin | None = None
 
 
 def encode(msg: NewMessage, enqueued_ms: int, compress: bool) -> bytes:
@@ -55,6 +75,10 @@ def encode(msg: NewMessage, enqueued_ms: int, compress: bool) -> bytes:
     if compress:
         body = zlib.compress(body)
         flags |= FLAG_ZLIB
+    if msg.origin is not None:
+        o = msg.origin
+        origin = [o.queue, o.message_id, o.receive_count, o.enqueued_ms, o.dead_lettered_ms]
+        return bytes(_packer.pack([flags, body, enqueued_ms, msg.attributes, msg.group, origin]))
     if msg.group is None:
         return bytes(_packer.pack([flags, body, enqueued_ms, msg.attributes]))
     return bytes(_packer.pack([flags, body, enqueued_ms, msg.attributes, msg.group]))
@@ -86,4 +110,11 @@ def decode_fields(
 def decode(message_id: int, raw: bytes, receive_count: int = 0) -> Message:
     """The stored value of message ``message_id`` as a :class:`Message`."""
     body, enqueued_ms, attributes, group = decode_fields(message_id, raw)
-    return Message(message_id, body, enqueued_ms, attributes, receive_count, group)
+    msg = Message(message_id, body, enqueued_ms, attributes, receive_count, group)
+    if raw[0] == 0x96:  # a six-member fixarray: a dead-lettered message with its origin
+        try:
+            o = _unpackb(raw)[5]
+            msg.origin = DeadLetterOrigin(str(o[0]), int(o[1]), int(o[2]), int(o[3]), int(o[4]))
+        except (ValueError, TypeError, LookupError, msgpack.UnpackException) as exc:
+            raise StorageError(f"message {message_id} is corrupt: {exc}") from exc
+    return msg

@@ -299,6 +299,14 @@ class QueueState:
         self._push_deadline(f.deadline, message_id)
         return True
 
+    def hold(self, message_id: int, now: float, seconds: float) -> None:
+        """Keep an in-flight message invisible for ``seconds`` without counting a
+        receive (it is being moved to a dead-letter queue)."""
+        f = self.inflight.get(message_id)
+        if f is not None:
+            f.deadline = now + seconds
+            self._push_deadline(f.deadline, message_id)
+
     def expired(self, now: float, limit: int) -> Iterator[int]:
         """Ids whose visibility ran out, oldest deadline first, at most ``limit``.
 

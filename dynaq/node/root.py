@@ -39,7 +39,7 @@ from dynaq.node.builders import (
 )
 from dynaq.node.streams import build_streams
 from dynaq.services.batches import BatchService
-from dynaq.services.batches.hooks import batch_acks, completion_publisher
+from dynaq.services.batches.hooks import batch_acks, batch_failures, completion_publisher
 from dynaq.services.catalog import Catalog
 from dynaq.services.id_floor import IdFloor
 from dynaq.services.queues import Limits, QueueService
@@ -96,7 +96,7 @@ class Node:
             idle_rescan_s=config.queues.idle_rescan_s,
             dedup_window_s=config.queues.dedup_window_s,
         )
-        self.topics = TopicService(self.store, self.catalog, self.queues.writer)
+        self.topics = TopicService(self.store, self.catalog, self.queues.writer, self.clock.wall_ms)
         b = config.batches
         self.batches = BatchService(
             self.store,
@@ -110,6 +110,7 @@ class Node:
         )
         # Deleting a message that carries a batch item id acks the item.
         self.queues.add_delete_listener(batch_acks(self.batches))
+        self.queues.dead_letters.failure_listeners.append(batch_failures(self.batches))
         if b.completion_topic:
             self.batches.on_completion(
                 completion_publisher(self.store, self.topics, b.completion_topic)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -24,21 +24,23 @@ from dynaq.core import keys
 from dynaq.errors import (
     AlreadyExists,
     Conflict,
+    InvalidInput,
     QueueNotFound,
     TopicNotFound,
 )
 from dynaq.services.queue_records import (
     QueueInfo,
     QueueSettings,
+    Subscription,
     Tombstone,
     TopicInfo,
+    apply_settings,
     check_name,
     decode_queue_record,
     decode_topic,
     encode_queue,
     encode_tombstone,
     encode_topic,
-    parse_settings_patch,
 )
 from dynaq.storage.base import Store, prefix_end
 
@@ -155,6 +157,22 @@ class Catalog:
     def cached_queue(self, name: str) -> QueueInfo | None:
         return self._queues.get(name)
 
+    async def queue_or_none(self, name: str) -> QueueInfo | None:
+        """The queue's config, or None if it does not exist."""
+        try:
+            return await self.queue(name)
+        except QueueNotFound:
+            return None
+
+    def dead_letter_sources(self, name: str) -> list[str]:
+        """The queues whose redrive policy names ``name`` (as of this node's last sync)."""
+        return [
+            q.name
+            for q in sorted(self._queues.values(), key=lambda q: q.name)
+            if q.settings.redrive_policy is not None
+            and q.settings.redrive_policy.dead_letter_queue == name
+        ]
+
     async def queue(self, name: str) -> QueueInfo:
         """The queue's config; reads through to the store on a cache miss or an expired entry."""
         info = self._queues.get(name)
@@ -237,12 +255,28 @@ class Catalog:
             raise QueueNotFound("Queue did not exist.")
         return record, item.version
 
-    async def update_queue(self, name: str, patch: Any) -> QueueInfo:
-        """Apply a settings PATCH with a conditional put, retrying on conflicts."""
+    async def update_queue(self, name: str, changes: Mapping[str, Any]) -> QueueInfo:
+        """Apply settings changes (setting name → typed value) with a conditional put,
+        retrying on conflicts.
+
+        A redrive policy must name another queue that exists now (422 otherwise);
+        if that queue is deleted later, messages stay in their queue (see
+        :mod:`dynaq.services.queues.dead_letters`).
+        """
         key = keys.queue_config(name)
+        rp = changes.get("redrive_policy")
+        if rp is not None:
+            if rp.dead_letter_queue == name:
+                raise InvalidInput("a queue cannot be its own dead-letter queue")
+            try:
+                await self.queue(rp.dead_letter_queue)
+            except QueueNotFound:
+                raise InvalidInput(
+                    f"dead-letter queue {rp.dead_letter_queue!r} does not exist"
+                ) from None
         for _ in range(_RETRIES):
             record, version = await self._read_live(name)
-            updated = replace(record, settings=parse_settings_patch(record.settings, patch))
+            updated = replace(record, settings=apply_settings(record.settings, changes))
             if await self._store.put_if_version(key, encode_queue(updated), version):
                 self._set_queue(name, updated)
                 return updated
@@ -329,8 +363,11 @@ class Catalog:
                 return updated
         raise Conflict("topic changed concurrently; retry")
 
-    async def subscribe(self, topic: str, queue: str) -> TopicInfo:
-        """Subscribe ``queue`` to ``topic`` (idempotent)."""
+    async def subscribe(
+        self, topic: str, queue: str, options: Subscription | None = None
+    ) -> TopicInfo:
+        """Subscribe ``queue`` to ``topic`` with ``options`` (idempotent; a subscription
+        that exists takes the new options, None meaning every message, raw)."""
         if topic not in self._topics and await self._store.get(keys.topic_config(topic)) is None:
             raise TopicNotFound("Topic does not exist. Please create it first.")
         try:
@@ -339,7 +376,11 @@ class Catalog:
             raise QueueNotFound("Queue does not exist. Please create it first") from None
 
         def add(t: TopicInfo) -> TopicInfo:
-            return t if queue in t.queues else replace(t, queues=(*t.queues, queue))
+            queues = t.queues if queue in t.queues else (*t.queues, queue)
+            subs = {q: o for q, o in t.subscriptions.items() if q != queue}
+            if options is not None:
+                subs[queue] = options
+            return replace(t, queues=queues, subscriptions=subs)
 
         return await self._update_topic(topic, add, "Topic does not exist. Please create it first.")
 
@@ -347,6 +388,7 @@ class Catalog:
         """Remove ``queue`` from ``topic``'s subscribers (idempotent)."""
 
         def remove(t: TopicInfo) -> TopicInfo:
-            return replace(t, queues=tuple(q for q in t.queues if q != queue))
+            subs = {q: o for q, o in t.subscriptions.items() if q != queue}
+            return replace(t, queues=tuple(q for q in t.queues if q != queue), subscriptions=subs)
 
         return await self._update_topic(topic, remove, "Topic did not exist.")

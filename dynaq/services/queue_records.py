@@ -1,4 +1,4 @@
-"""Queue and topic records: names, settings, the PATCH grammar and the stored encoding.
+"""Queue and topic records: names, settings and their rules, and the stored encoding.
 
 A queue's config record is a msgpack map; a deleted queue keeps a
 *tombstone* record (``deleted_ms`` set, ``purged`` once its messages are
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import msgpack
@@ -23,7 +23,6 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,79}")
 """Queue and topic names: 1-80 of letters, digits, ``_``, ``-`` and ``.``; not starting with ``.``/``-``."""
 
 _MAX_PARTITIONS = 1024
-_MAX_SETTING = 2**53
 _MAX_PARTITION_AGE_S = 10 * 365 * 86_400.0
 
 
@@ -37,6 +36,18 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
+DEFAULT_RETENTION_S = 4 * 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class RedrivePolicy:
+    """Dead-lettering: a message received ``max_receive_count`` times is moved to
+    ``dead_letter_queue`` (by name) instead of being served again."""
+
+    dead_letter_queue: str
+    max_receive_count: int
+
+
 @dataclass(frozen=True, slots=True)
 class QueueSettings:
     """A queue's tunables (Dynamiq's, with units in the names)."""
@@ -46,6 +57,12 @@ class QueueSettings:
     max_partitions: int
     max_partition_age_s: float
     compressed_messages: bool
+    redrive_policy: RedrivePolicy | None = None
+    """Where messages go once received ``max_receive_count`` times (None: redelivered forever)."""
+    delay_s: float = 0.0
+    """How long a new message stays invisible unless it says otherwise (0..900 s)."""
+    retention_s: float = DEFAULT_RETENTION_S
+    """How long a message is kept after its enqueue (60 s..14 days; SQS's default 4 days)."""
 
     @classmethod
     def defaults(cls, d: QueueDefaults) -> QueueSettings:
@@ -69,60 +86,74 @@ class QueueInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Subscription:
+    """How a queue takes a topic's messages: only those its ``filter_policy`` matches
+    (SNS's grammar, :mod:`dynaq.core.filters`; None: all), as published (``raw``) or
+    wrapped in a JSON envelope."""
+
+    filter_policy: dict[str, Any] | None = None
+    raw: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class TopicInfo:
     """A topic and the queues subscribed to it, in subscription order."""
 
     name: str
     queues: tuple[str, ...]
+    subscriptions: Mapping[str, Subscription] = field(default_factory=dict)
+    """Options of the subscriptions that have any (the others take everything, raw)."""
+
+    def subscription(self, queue: str) -> Subscription:
+        return self.subscriptions.get(queue, _PLAIN)
 
 
-# PATCH keys (Dynamiq's wire names) → setting name and accepted JSON type.
-_PATCHABLE: dict[str, tuple[str, type | tuple[type, ...]]] = {
-    "visibility_timeout": ("visibility_timeout_s", (int, float)),
-    "min_partitions": ("min_partitions", int),
-    "max_partitions": ("max_partitions", int),
-    "max_partition_age": ("max_partition_age_s", (int, float)),
-    "compressed_messages": ("compressed_messages", bool),
-}
+MAX_DELAY_S = 900
+"""Longest delay, queue default or per message (SQS's limit, 15 minutes)."""
+MIN_RETENTION_S = 60
+MAX_RETENTION_S = 14 * 86_400
+MAX_RECEIVE_COUNT = 1000
+"""Largest ``max_receive_count`` of a redrive policy (SQS's limit)."""
 
 
-def parse_settings_patch(current: QueueSettings, patch: Any) -> QueueSettings:
-    """Apply a PATCH body to ``current``; raise :class:`InvalidInput` on any bad key or value."""
-    if not isinstance(patch, Mapping):
-        raise InvalidInput("queue settings must be a JSON object")
-    changes: dict[str, Any] = {}
-    for key, value in patch.items():
-        if key not in _PATCHABLE:
-            raise InvalidInput(
-                f"unknown queue setting {key!r}; allowed: {', '.join(sorted(_PATCHABLE))}"
-            )
-        field_name, accepted = _PATCHABLE[key]
-        if isinstance(value, bool) and accepted is not bool:
-            raise InvalidInput(f"{key} must be a number, not a boolean")
-        if not isinstance(value, accepted):
-            expected = (
-                "a boolean" if accepted is bool else "an integer" if accepted is int else "a number"
-            )
-            raise InvalidInput(f"{key} must be {expected}")
-        if isinstance(value, bool):
-            changes[field_name] = value
-            continue
-        if isinstance(value, int | float):
-            if not 0 <= value < _MAX_SETTING:  # also refuses NaN and infinities
-                raise InvalidInput(f"{key} must be a finite, non-negative number below 2^53")
-            changes[field_name] = float(value) if isinstance(accepted, tuple) else value
-    updated = replace(current, **changes)
-    if updated.min_partitions < 1:
+def check_settings(s: QueueSettings) -> QueueSettings:
+    """Return ``s`` if its values fit together and within range, else raise :class:`InvalidInput`.
+
+    The wire grammar (types, names) is parsed at the edge (``dynaq.api.params``);
+    these are the domain's rules, whatever the caller.
+    """
+    if s.min_partitions < 1:
         raise InvalidInput("min_partitions must be at least 1")
-    if updated.max_partitions < updated.min_partitions:
+    if s.max_partitions < s.min_partitions:
         raise InvalidInput("min_partitions must not be greater than max_partitions")
-    if updated.visibility_timeout_s > 12 * 3600:
+    if s.visibility_timeout_s > 12 * 3600:
         raise InvalidInput("visibility_timeout must be at most 43200 seconds (12 hours)")
-    if updated.max_partitions > _MAX_PARTITIONS:
+    if s.max_partitions > _MAX_PARTITIONS:
         raise InvalidInput(f"max_partitions must be at most {_MAX_PARTITIONS} (one per lane)")
-    if updated.max_partition_age_s > _MAX_PARTITION_AGE_S:
+    if s.max_partition_age_s > _MAX_PARTITION_AGE_S:
         raise InvalidInput(f"max_partition_age must be at most {_MAX_PARTITION_AGE_S:g} seconds")
-    return updated
+    if s.delay_s > MAX_DELAY_S:
+        raise InvalidInput(f"delay_s must be in 0..{MAX_DELAY_S} seconds")
+    if not MIN_RETENTION_S <= s.retention_s <= MAX_RETENTION_S:
+        raise InvalidInput(
+            f"retention_s must be in {MIN_RETENTION_S}..{MAX_RETENTION_S} seconds (14 days)"
+        )
+    rp = s.redrive_policy
+    if rp is not None:
+        check_name("queue", rp.dead_letter_queue)
+        if not 1 <= rp.max_receive_count <= MAX_RECEIVE_COUNT:
+            raise InvalidInput(
+                f"redrive_policy.max_receive_count must be in 1..{MAX_RECEIVE_COUNT}"
+            )
+    return s
+
+
+def apply_settings(current: QueueSettings, changes: Mapping[str, Any]) -> QueueSettings:
+    """``current`` with ``changes`` (setting name → typed value) applied and checked."""
+    unknown = set(changes) - set(QueueSettings.__dataclass_fields__)
+    if unknown:
+        raise InvalidInput(f"unknown queue settings: {', '.join(sorted(unknown))}")
+    return check_settings(replace(current, **changes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,13 +184,32 @@ def decode_queue_record(name: str, raw: bytes, defaults: QueueDefaults) -> Queue
             name, int(data["number"]), int(data["deleted_ms"]), bool(data.get("purged"))
         )
     base = asdict(QueueSettings.defaults(defaults))
-    settings = QueueSettings(**{k: data.get(k, v) for k, v in base.items()})
+    values = {k: data.get(k, v) for k, v in base.items()}
+    rp = values.get("redrive_policy")
+    values["redrive_policy"] = None if rp is None else RedrivePolicy(**rp)
+    settings = QueueSettings(**values)
     return QueueInfo(name, int(data["number"]), settings, int(data.get("created_ms", 0)))
 
 
+_PLAIN = Subscription()
+
+
 def encode_topic(info: TopicInfo) -> bytes:
-    return bytes(msgpack.packb({"queues": list(info.queues)}))
+    data: dict[str, Any] = {"queues": list(info.queues)}
+    subs = {
+        q: {"filter": s.filter_policy, "raw": s.raw}
+        for q, s in info.subscriptions.items()
+        if q in info.queues and s != _PLAIN
+    }
+    if subs:
+        data["subs"] = subs
+    return bytes(msgpack.packb(data))
 
 
 def decode_topic(name: str, raw: bytes) -> TopicInfo:
-    return TopicInfo(name, tuple(msgpack.unpackb(raw).get("queues", [])))
+    data = msgpack.unpackb(raw)
+    subs = {
+        q: Subscription(s.get("filter"), bool(s.get("raw", True)))
+        for q, s in data.get("subs", {}).items()
+    }
+    return TopicInfo(name, tuple(data.get("queues", [])), subs)

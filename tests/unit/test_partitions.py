@@ -86,7 +86,7 @@ async def test_locked_partition_still_serves_unserved_messages(node: Node) -> No
 
 async def test_partition_split_and_merge_through_service(node: Node, clock: ManualClock) -> None:
     await node.catalog.create_queue("q")
-    await node.catalog.update_queue("q", {"max_partitions": 3, "max_partition_age": 60})
+    await node.catalog.update_queue("q", {"max_partitions": 3, "max_partition_age_s": 60.0})
     info = await node.catalog.queue("q")
     node.queues.writer.ids._stride = node.queues.writer.ids._left_in_lane = 1  # spread over lanes
     for _ in range(100):

@@ -215,4 +215,5 @@ class Headers:
                 break
             await asyncio.gather(*(self._store.delete(k) for k, _ in blocks))
         await self._store.delete(keys.batch_published(batch_id))
+        await self._store.delete_range(*keys.batch_failed_items(batch_id))
         await self._store.delete(keys.batch_header(batch_id))

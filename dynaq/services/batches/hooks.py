@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from dynaq.core import keys
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, ItemRef, parse_item_id
@@ -14,6 +14,7 @@ from dynaq.core.messages import NewMessage
 from dynaq.errors import DynaqError, InvalidInput, NotFound, StorageUnavailable
 from dynaq.services.batches.records import Completion, CompletionListener
 from dynaq.services.catalog import QueueInfo
+from dynaq.services.queues.dead_letters import FailureListener
 from dynaq.services.queues.service import BeforeDelete
 from dynaq.services.topics import TopicService
 from dynaq.storage.base import Put, Store
@@ -25,6 +26,47 @@ class ItemAcks(Protocol):
     """What acking on delete needs of the batch service (keeps this module off the facade)."""
 
     async def ack(self, refs: Sequence[ItemRef]) -> list[Completion]: ...
+
+
+class ItemFailures(Protocol):
+    """What failing items on dead-lettering needs of the batch service."""
+
+    async def fail(self, failures: Sequence[tuple[ItemRef, str, dict[str, Any]]]) -> None: ...
+
+
+def batch_failures(batches: ItemFailures) -> FailureListener:
+    """A dead-letter listener: every dead-lettered message with a batch item id fails
+    that item (recorded, listed by the batch's description as ``failedItems``, and
+    settled so the batch still completes).
+
+    Runs before the move; if recording fails for a reason that may pass, the
+    move waits for a later receive. An item whose batch is gone is logged and
+    skipped, so it never keeps its message from moving.
+    """
+
+    async def before_move(info: QueueInfo, doomed: list[tuple[int, dict[str, str]]]) -> None:
+        by_batch: dict[int, list[tuple[ItemRef, str, dict[str, Any]]]] = {}
+        for message_id, attributes in doomed:
+            item = attributes.get(BATCH_ITEM_ATTRIBUTE)
+            if item is None:
+                continue
+            try:
+                ref = parse_item_id(item)
+            except DynaqError:
+                log.warning("message %s has a malformed batch item id", message_id)
+                continue
+            detail = {"queue": info.name, "messageId": str(message_id), "reason": "dead_lettered"}
+            by_batch.setdefault(ref.batch_id, []).append((ref, item, detail))
+        for failures in by_batch.values():
+            try:
+                await batches.fail(failures)
+            except (NotFound, InvalidInput) as exc:
+                log.warning(
+                    "a dead-lettered message's batch item cannot be failed",
+                    extra={"batch_id": failures[0][0].batch_id, "error": str(exc)},
+                )
+
+    return before_move
 
 
 def batch_acks(batches: ItemAcks) -> BeforeDelete:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from dynaq.clock import Clock
+from dynaq.core import keys
 from dynaq.core.batch_items import ItemRef
 from dynaq.core.membership import MembershipView
 from dynaq.errors import BatchNotFound, InvalidInput, WrongBatchMode
@@ -19,7 +22,7 @@ from dynaq.services.batches.reconcile import Reconciler
 from dynaq.services.batches.records import BatchHeader, Completion, CompletionListener
 from dynaq.services.batches.relay import CompletionRelay
 from dynaq.services.batches.settle import Settler
-from dynaq.storage.base import Store
+from dynaq.storage.base import Put, Store
 
 
 class BatchService:
@@ -54,6 +57,7 @@ class BatchService:
         relay_retry_s: float = 1.0,
     ) -> None:
         self._clock = clock
+        self._store = store
         self._metrics = metrics
         self.max_items = max_items
         """The most items one request may add (read by the API's OpenAPI description)."""
@@ -142,6 +146,29 @@ class BatchService:
     async def ack(self, refs: Sequence[ItemRef]) -> list[Completion]:
         """Ack items (idempotent); return the batches this call completed."""
         return await self._exact.acks.ack(refs)
+
+    async def fail(self, failures: Sequence[tuple[ItemRef, str, dict[str, Any]]]) -> None:
+        """Record items as failed, then ack them: ``(ref, item id, detail)`` each.
+
+        Used when an item's message is dead-lettered. The record is written
+        first, so an acked failed item is always listed; both steps are
+        idempotent (the caller retries the whole call on an error). A batch
+        completes once every item is acked or failed.
+        """
+        await self._store.write_batch(
+            [
+                Put(keys.batch_failed_item(ref.batch_id, item), json.dumps(detail).encode())
+                for ref, item, detail in failures
+            ]
+        )
+        await self.ack([ref for ref, _, _ in failures])
+
+    async def failed_items(self, batch_id: int, limit: int = 1000) -> list[dict[str, Any]]:
+        """Up to ``limit`` failed items of a batch: ``{"item": id, **detail}``."""
+        start, end = keys.batch_failed_items(batch_id)
+        rows = await self._store.scan(start, end, limit)
+        n = len(start)
+        return [{"item": k[n:].decode(), **json.loads(v)} for k, v in rows]
 
     # estimated -----------------------------------------------------------
 

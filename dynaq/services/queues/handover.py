@@ -11,7 +11,7 @@ still working on them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from dynaq.clock import Clock
 from dynaq.core.hints import HandoverEntry
@@ -30,6 +30,15 @@ class PeerHints(Protocol):
     def enqueued(
         self, owner: Member, queue: str, lanes: list[int], rewind: Sequence[int] = ()
     ) -> None: ...
+
+
+@runtime_checkable
+class PeerVisibility(Protocol):
+    """Forwards a visibility change to the node that serves the messages' slice."""
+
+    async def change_visibility(
+        self, owner: Member, queue: str, ids: list[int], visibility_timeout_s: float
+    ) -> list[int]: ...
 
 
 Handover = dict[Member, dict[str, list[HandoverEntry]]]

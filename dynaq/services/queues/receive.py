@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from dynaq.clock import Clock
 from dynaq.core import keys
@@ -25,6 +26,12 @@ from dynaq.storage.base import Store
 from dynaq.tasks import wait_event
 
 log = logging.getLogger(__name__)
+
+DeadLetterSink = Callable[[QueueInfo, QueueState, list[tuple[int, bytes]]], Awaitable[int]]
+"""Moves messages a receive found over their queue's receive limit (they are held
+invisible meanwhile); see :mod:`dynaq.services.queues.dead_letters`."""
+DEAD_LETTER_HOLD_S = 30.0
+"""How long a message chosen for dead-lettering stays invisible while it moves."""
 
 _MAX_SCAN_PAGE = 4096
 _MAX_EXAMINED = 8192
@@ -68,6 +75,7 @@ class Receiver:
         self._max_batch = max_batch
         self._idle_rescan_s = idle_rescan_s
         self._last_maintained: dict[int, float] = {}
+        self.dead_letter: DeadLetterSink | None = None
         self.in_ring = False
         """Set once the node has joined the ring; until then its view of its slice is wrong."""
         self.draining = False
@@ -137,25 +145,48 @@ class Receiver:
     ) -> list[Message]:
         now = self._clock.monotonic()
         self._maintain(info, st, now)
-        out = await self._serve_expired(info, st, max_messages, vt)
+        rp = info.settings.redrive_policy
+        limit = None if rp is None or self.dead_letter is None else rp.max_receive_count
+        doomed: list[tuple[int, bytes]] = []
+        out = await self._receive_now(info, st, max_messages, vt, limit, doomed)
+        if doomed and self.dead_letter is not None:
+            # A receive cancelled before this leaves them held: the hold runs
+            # out and the next receive chooses them again.
+            await self.dead_letter(info, st, doomed)
+        now = self._clock.monotonic()
+        if st.all_locked(now) and st.split(now, info.settings.max_partitions):
+            log.debug("partition split", extra={"queue": info.name, "partitions": st.count})
+        return out
+
+    async def _receive_now(
+        self,
+        info: QueueInfo,
+        st: QueueState,
+        max_messages: int,
+        vt: float,
+        limit: int | None,
+        doomed: list[tuple[int, bytes]],
+    ) -> list[Message]:
+        out = await self._serve_expired(info, st, max_messages, vt, limit, doomed)
         busy: list[Partition] = []
-        for p in st.serving_order(now, self._idle_rescan_s):
+        for p in st.serving_order(self._clock.monotonic(), self._idle_rescan_s):
             if len(out) >= max_messages:
                 break
             if p.lock.locked():
                 busy.append(p)
                 continue
             async with p.lock:
-                out.extend(await self._scan_partition(info, st, p, max_messages - len(out), vt))
+                out.extend(
+                    await self._scan_partition(
+                        info, st, p, max_messages - len(out), vt, limit, doomed
+                    )
+                )
         if not out and busy:
             # Every partition with work is being scanned by another receive:
             # queue behind the least recently used one rather than answer empty.
             p = busy[0]
             async with p.lock:
-                out.extend(await self._scan_partition(info, st, p, max_messages, vt))
-        now = self._clock.monotonic()
-        if st.all_locked(now) and st.split(now, info.settings.max_partitions):
-            log.debug("partition split", extra={"queue": info.name, "partitions": st.count})
+                out.extend(await self._scan_partition(info, st, p, max_messages, vt, limit, doomed))
         return out
 
     def _maintain(self, info: QueueInfo, st: QueueState, now: float) -> None:
@@ -172,7 +203,13 @@ class Receiver:
             log.debug("partition merged", extra={"queue": info.name, "partitions": st.count})
 
     async def _serve_expired(
-        self, info: QueueInfo, st: QueueState, want: int, vt: float
+        self,
+        info: QueueInfo,
+        st: QueueState,
+        want: int,
+        vt: float,
+        limit: int | None,
+        doomed: list[tuple[int, bytes]],
     ) -> list[Message]:
         now = self._clock.monotonic()
         expired = list(st.expired(now, want))
@@ -195,6 +232,9 @@ class Receiver:
                 st.forget(mid)  # deleted through another node
             elif st.is_invisible(mid, now):
                 continue  # a concurrent receive took it first
+            elif limit is not None and _over_limit(st, mid, limit):
+                st.hold(mid, now, DEAD_LETTER_HOLD_S)
+                doomed.append((mid, item.value))
             else:
                 msg = decode(mid, item.value)
                 f = st.mark_served(mid, now, vt, msg.group, msg.attributes)
@@ -203,7 +243,14 @@ class Receiver:
         return out
 
     async def _scan_partition(
-        self, info: QueueInfo, st: QueueState, p: Partition, want: int, vt: float
+        self,
+        info: QueueInfo,
+        st: QueueState,
+        p: Partition,
+        want: int,
+        vt: float,
+        limit: int | None,
+        doomed: list[tuple[int, bytes]],
     ) -> list[Message]:
         bottom, top = p.lanes.bottom_id, p.lanes.top_id + 1
         wakes = p.wakes  # a wake-up during this scan must not be lost to idling
@@ -236,6 +283,10 @@ class Receiver:
                 if f is not None and f.deadline > now:
                     if f.group is not None:
                         blocked.add(f.group)
+                    continue
+                if f is not None and limit is not None and f.receive_count >= limit:
+                    st.hold(last, now, DEAD_LETTER_HOLD_S)
+                    doomed.append((last, v))
                     continue
                 msg = decode(last, v)
                 g = msg.group
@@ -273,3 +324,9 @@ class Receiver:
             p.last_used = self._clock.monotonic()
             p.locked_until = p.last_used + vt
         return out
+
+
+def _over_limit(st: QueueState, message_id: int, limit: int) -> bool:
+    """Whether the message was served ``limit`` times already (its next serve is one too many)."""
+    f = st.inflight.get(message_id)
+    return f is not None and f.receive_count >= limit

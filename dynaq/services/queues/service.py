@@ -21,6 +21,7 @@ ring view: :class:`QueueStates` (serving state, depth), :class:`Writer`,
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -29,14 +30,18 @@ from dynaq.core import keys
 from dynaq.core.hints import HandoverEntry
 from dynaq.core.ids import IdGenerator, lane_of
 from dynaq.core.keyspace import LaneRange
-from dynaq.core.membership import MembershipView
+from dynaq.core.membership import Member, MembershipView
 from dynaq.core.messages import Message, NewMessage, decode
 from dynaq.core.partitions import QueueState
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import Catalog, QueueInfo
-from dynaq.services.queues.handover import Handover, HintRouter, PeerHints
+from dynaq.services.queues.dead_letters import DeadLetters
+from dynaq.services.queues.delays import DelayMover
+from dynaq.services.queues.handover import Handover, HintRouter, PeerHints, PeerVisibility
 from dynaq.services.queues.receive import Receiver, check_visibility
+from dynaq.services.queues.retention import RetentionSweeper
 from dynaq.services.queues.state import QueueStates
+from dynaq.services.queues.tasks import QueueTasks
 from dynaq.services.queues.upkeep import Upkeep
 from dynaq.services.queues.writes import Limits, Writer
 from dynaq.services.snapshots import SnapshotPage, read_page
@@ -82,6 +87,8 @@ class QueueService:
     ) -> None:
         self._store = store
         self._catalog = catalog
+        self._view = view
+        self._peer_visibility: PeerVisibility | None = None
         self._clock = clock
         self._metrics = metrics
         self.states = QueueStates(view, clock)
@@ -91,6 +98,18 @@ class QueueService:
         )
         self.receiver = Receiver(
             store, catalog, view, clock, metrics, self.states, limits.max_batch, idle_rescan_s
+        )
+        self.dead_letters = DeadLetters(
+            store, catalog, clock, metrics, self.states, self.writer, self.hints
+        )
+        self.receiver.dead_letter = self.dead_letters.move
+        serving = lambda: self.receiver.in_ring and not self.receiver.draining  # noqa: E731
+        self.delays = DelayMover(store, catalog, clock, view, self.states, metrics, serving)
+        self.retention = RetentionSweeper(
+            store, catalog, clock, view, self.states, metrics, serving
+        )
+        self.tasks = QueueTasks(
+            store, catalog, self.dead_letters, self.note_purged, clock, lambda: view.me.name
         )
         self.upkeep = Upkeep(store, clock, catalog, dedup_window_s)
         self._delete_listeners: list[DeleteListener] = []
@@ -113,8 +132,11 @@ class QueueService:
         self.writer.refresh_ids = refresh
 
     def set_peer_hints(self, peers: PeerHints) -> None:
-        """Forward enqueue/delete hints to the owners of other slices."""
+        """Forward enqueue/delete hints (and, if ``peers`` can, visibility changes) to the
+        owners of other slices."""
         self.hints.set_peers(peers)
+        if isinstance(peers, PeerVisibility):
+            self._peer_visibility = peers
 
     def apply_hints(
         self,
@@ -149,6 +171,9 @@ class QueueService:
         # node with a deep backlog serves at once (depth is approximate until then).
         self.upkeep.count_in_background(numbers, self.states.add_depth)
         await self.upkeep.start()
+        await self.tasks.start()
+        self.delays.start()
+        self.retention.start()
 
     async def sweep_dedup(self, limit: int = 100_000) -> int:
         """Delete dedup records whose window has passed; return how many."""
@@ -161,8 +186,11 @@ class QueueService:
             st.signal.set()
 
     async def stop(self) -> None:
-        """Stop background purges (they resume at the next start) and the sweeper, and
-        let writes whose callers gave up land before the store closes."""
+        """Stop background purges and tasks (they resume at the next start) and the sweeper,
+        and let writes whose callers gave up land before the store closes."""
+        await self.retention.stop()
+        await self.delays.stop()
+        await self.tasks.stop()
         await self.upkeep.stop()
         await self.writer.wait_finishing()
 
@@ -192,6 +220,11 @@ class QueueService:
 
     def depth(self, info: QueueInfo) -> int:
         return self.states.depth(info.number)
+
+    def note_purged(self, info: QueueInfo, n: int) -> None:
+        """``n`` messages of ``info`` were removed by a purge task."""
+        self.states.add_depth(info.number, -n)
+        self._metrics.incr(f"{info.name}.purged.count", n)
 
     def in_flight(self, info: QueueInfo) -> int:
         st = self.states.get(info.number)
@@ -312,9 +345,47 @@ class QueueService:
     async def change_visibility(
         self, queue: QueueRef, ids: Iterable[int], visibility_timeout_s: float
     ) -> list[int]:
-        """Extend (or with 0, release) in-flight messages; return the ids that were in flight here."""
+        """Extend (or with 0, release) in-flight messages through any node; return the ids
+        that were in flight.
+
+        Ids in another node's slice are forwarded to that node (the one that
+        served them and holds their visibility); if it does not answer the call
+        is a 503 (:class:`~dynaq.errors.NotServing`): retry it.
+        """
         check_visibility(visibility_timeout_s)
         info = await self._info(queue)
+        ids = list(dict.fromkeys(ids))
+        peers = self._peer_visibility
+        mine = self._view.my_slice
+        remote: dict[Member, list[int]] = {}
+        if peers is not None:
+            for i in ids:
+                lane = lane_of(i)
+                if lane not in mine:
+                    remote.setdefault(self._view.owner_of_lane(lane), []).append(i)
+        forwarded = {i for owned in remote.values() for i in owned}
+        changed = set(
+            self.change_visibility_here(
+                info, [i for i in ids if i not in forwarded], visibility_timeout_s
+            )
+        )
+        if remote:
+            assert peers is not None
+            answers = await asyncio.gather(
+                *(
+                    peers.change_visibility(owner, info.name, owned, visibility_timeout_s)
+                    for owner, owned in remote.items()
+                )
+            )
+            for answer in answers:
+                changed.update(answer)
+        return [i for i in ids if i in changed]
+
+    def change_visibility_here(
+        self, info: QueueInfo, ids: Iterable[int], visibility_timeout_s: float
+    ) -> list[int]:
+        """Extend or release ids in flight on this node (never forwarded)."""
+        check_visibility(visibility_timeout_s)
         st = self.states.get(info.number)
         if st is None:
             return []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ class PreparedWrite:
     """Ids of the messages this write actually adds."""
     grouped: list[int] = field(default_factory=list)
     """Those of them that belong to a message group."""
+    delayed: int = 0
+    """How many more it adds as delayed messages (not visible, not in ``written``)."""
 
 
 def dedup_bucket(wall_ms: int, window_s: float) -> int:
@@ -217,17 +220,27 @@ class Writer:
             await self.refresh_ids()
             self._allocate(fresh, ids)
         compress = info.settings.compressed_messages
+        default_delay = info.settings.delay_s
         expires_ms = dedup_ms + int(self.dedup_window_s * 1000)
         ops: list[Put] = []
         written: list[int] = []
         grouped: list[int] = []
+        delayed = 0
         for i, m in fresh:
             mid = ids[i]
             assert mid is not None
-            ops.append(Put(keys.message(info.number, mid), encode(m, now_ms, compress)))
-            written.append(mid)
-            if m.group is not None:
-                grouped.append(mid)
+            delay_s = default_delay if m.delay_s is None else m.delay_s
+            if delay_s > 0:
+                # Waits under its due time; the slice owner's mover makes it a message
+                # (same id) once due. See dynaq.services.queues.delays.
+                due_ms = now_ms + math.ceil(delay_s * 1000)
+                ops.append(Put(keys.delayed(due_ms, info.number, mid), encode(m, now_ms, compress)))
+                delayed += 1
+            else:
+                ops.append(Put(keys.message(info.number, mid), encode(m, now_ms, compress)))
+                written.append(mid)
+                if m.group is not None:
+                    grouped.append(mid)
             if m.dedup_id is not None:
                 record = msgpack.packb([mid, expires_ms])
                 ops.append(Put(self._dedup_key(info.number, bucket, m.dedup_id), record))
@@ -240,7 +253,7 @@ class Writer:
                 mid = ids[-1 - first] if first < 0 else first
             assert mid is not None and mid >= 0
             out.append(mid)
-        return PreparedWrite(info, out, ops, written, grouped)
+        return PreparedWrite(info, out, ops, written, grouped, delayed)
 
     def _allocate(self, fresh: list[tuple[int, NewMessage]], ids: list[int | None]) -> None:
         """Draw ids for the messages to write: the plain ones share a lane, each
@@ -304,6 +317,8 @@ class Writer:
 
     def note_written(self, w: PreparedWrite) -> None:
         """Account for a prepared write once it is durable."""
+        if w.delayed:
+            self._metrics.incr(f"{w.info.name}.delayed.count", w.delayed)
         if not w.written:
             return
         info = w.info

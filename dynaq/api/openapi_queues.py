@@ -1,0 +1,236 @@
+"""The OpenAPI description of the queue features beyond Dynamiq's: dead letters
+(redrive policy, redrive tasks, source listing), purge tasks, and their task records."""
+
+from __future__ import annotations
+
+from dynaq.api.openapi_common import QUEUE, Obj, body, errors, nullable, operation, path_param, ref
+from dynaq.core.hints import VISIBILITY_PATH
+from dynaq.services.queue_records import (
+    MAX_DELAY_S,
+    MAX_RECEIVE_COUNT,
+    MAX_RETENTION_S,
+    MIN_RETENTION_S,
+)
+from dynaq.services.queues.tasks import MAX_RATE_PER_S
+
+TAG = "v2"
+
+_TASK = path_param(
+    "task", {"type": "string", "pattern": "^[0-9a-f]{32}$"}, "A task id (32 hex digits)."
+)
+
+
+def _redrive_policy() -> Obj:
+    return {
+        "type": "object",
+        "required": ["dead_letter_queue", "max_receive_count"],
+        "properties": {
+            "dead_letter_queue": ref("Name"),
+            "max_receive_count": {"type": "integer", "minimum": 1, "maximum": MAX_RECEIVE_COUNT},
+        },
+        "additionalProperties": False,
+        "description": (
+            "A message received max_receive_count times moves to dead_letter_queue (another "
+            "existing queue) in one store batch instead of being served again."
+        ),
+    }
+
+
+def _timing() -> Obj:
+    return {
+        "delay_s": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": MAX_DELAY_S,
+            "description": "New messages stay invisible this long (unless they say otherwise).",
+        },
+        "retention_s": {
+            "type": "number",
+            "minimum": MIN_RETENTION_S,
+            "maximum": MAX_RETENTION_S,
+            "description": "Messages older than this (since their enqueue) are removed.",
+        },
+    }
+
+
+def settings_patch_extensions() -> Obj:
+    """PATCH /v1/queues/{queue} keys added by these features."""
+    return {"redrive_policy": nullable(_redrive_policy()), **_timing()}
+
+
+def queue_description_extensions() -> Obj:
+    """GET /v2/queues/{queue} members added by these features."""
+    return {"redrive_policy": nullable(_redrive_policy()), **_timing()}
+
+
+def subscription_body() -> Obj:
+    """PUT /v1/topics/{topic}/queues/{queue}: the optional subscription options."""
+    return body(
+        required=False,
+        json={
+            "type": "object",
+            "properties": {
+                "filter_policy": nullable(
+                    {
+                        "type": "object",
+                        "minProperties": 1,
+                        "maxProperties": 10,
+                        "additionalProperties": {"type": "array", "minItems": 1},
+                        "description": "SNS's grammar on message attributes: exact values, "
+                        '{"prefix"}, {"numeric": [op, n, ...]}, {"exists"}, {"anything-but"}.',
+                    }
+                ),
+                "raw_delivery": {"type": "boolean", "default": True},
+            },
+            "additionalProperties": False,
+        },
+    )
+
+
+def _task() -> Obj:
+    count = {"type": "integer", "minimum": 0}
+    return {
+        "type": "object",
+        "required": ["id", "kind", "queue", "state", "moved", "skipped", "started_at_ms"],
+        "properties": {
+            "id": {"type": "string"},
+            "kind": {"enum": ["redrive", "purge"]},
+            "queue": ref("Name"),
+            "to_queue": nullable(ref("Name")),
+            "state": {"enum": ["running", "done", "failed", "interrupted"]},
+            "moved": count,
+            "skipped": count,
+            "max_per_s": count,
+            "node": {"type": "string"},
+            "started_at_ms": count,
+            "updated_at_ms": count,
+            "error": {"type": "string"},
+        },
+        "additionalProperties": False,
+    }
+
+
+def _task_response(description: str) -> Obj:
+    return {"description": description, "content": {"application/json": {"schema": _task()}}}
+
+
+def paths() -> Obj:
+    forwarded = {
+        "type": "object",
+        "required": ["queue", "ids", "visibility_timeout_s"],
+        "properties": {
+            "queue": ref("Name"),
+            "ids": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+            "visibility_timeout_s": {"type": "number", "minimum": 0},
+        },
+    }
+    return {
+        VISIBILITY_PATH: {
+            "post": operation(
+                "internalVisibility",
+                "A visibility change forwarded to the owner of the messages' slice "
+                "(node to node only)",
+                "internal",
+                {
+                    "200": {
+                        "description": "The ids that were in flight here.",
+                        "content": {
+                            "application/msgpack": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["changed"],
+                                    "properties": {
+                                        "changed": {"type": "array", "items": {"type": "integer"}}
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    **errors(404, 413, 422),
+                },
+                body=body(msgpack=forwarded),
+                description="Applied here, never forwarded again; signed like every "
+                "/internal/ route.",
+            )
+        },
+        "/v2/queues/{queue}/dead_letter_sources": {
+            "parameters": [QUEUE],
+            "get": operation(
+                "v2DeadLetterSources",
+                "Queues that use this queue as their dead-letter queue",
+                TAG,
+                {
+                    "200": {
+                        "description": "Their names, sorted (as of this node's last config sync).",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["queues"],
+                                    "properties": {
+                                        "queues": {"type": "array", "items": ref("Name")}
+                                    },
+                                    "additionalProperties": False,
+                                }
+                            }
+                        },
+                    },
+                    **errors(404, 503),
+                },
+            ),
+        },
+        "/v2/queues/{queue}/redrive": {
+            "parameters": [QUEUE],
+            "post": operation(
+                "v2Redrive",
+                "Move this (dead-letter) queue's messages back, at a bounded rate",
+                TAG,
+                {
+                    "202": _task_response("The task started; read its progress at /v2/tasks."),
+                    **errors(404, 415, 422, 503),
+                },
+                body=body(
+                    required=False,
+                    json={
+                        "type": "object",
+                        "properties": {
+                            "to_queue": nullable(ref("Name")),
+                            "max_per_s": {
+                                "type": "integer",
+                                "minimum": 1,
+                                "maximum": MAX_RATE_PER_S,
+                                "default": 500,
+                            },
+                        },
+                        "additionalProperties": False,
+                    },
+                ),
+                description=(
+                    "Each message goes to to_queue if given, else back to the queue it was "
+                    "dead-lettered from; one store batch per page writes the copies and removes "
+                    "the originals. Messages with nowhere to go are skipped and stay."
+                ),
+            ),
+        },
+        "/v2/queues/{queue}/purge": {
+            "parameters": [QUEUE],
+            "post": operation(
+                "v2Purge",
+                "Delete every message enqueued before now, in the background",
+                TAG,
+                {
+                    "202": _task_response("The task started; read its progress at /v2/tasks."),
+                    **errors(404, 503),
+                },
+            ),
+        },
+        "/v2/tasks/{task}": {
+            "parameters": [_TASK],
+            "get": operation(
+                "v2Task",
+                "A redrive or purge task's progress",
+                TAG,
+                {"200": _task_response("Its progress record."), **errors(404, 422, 503)},
+            ),
+        },
+    }

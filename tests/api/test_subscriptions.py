@@ -1,0 +1,87 @@
+"""Subscriptions with filter policies and enveloped delivery, on one node."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+
+
+async def _call(
+    http: aiohttp.ClientSession, method: str, path: str, body: Any = None
+) -> tuple[int, Any]:
+    async with http.request(method, path, json=body) as r:
+        return r.status, await r.json()
+
+
+async def _bodies(http: aiohttp.ClientSession, queue: str) -> list[str]:
+    body = {"max_messages": 100}
+    status, out = await _call(http, "POST", f"/v2/queues/{queue}/messages/receive", body)
+    assert status == 200
+    return sorted(m["body"] for m in out["messages"])
+
+
+async def test_filter_policies_route_only_matching_messages(http: aiohttp.ClientSession) -> None:
+    assert (await _call(http, "PUT", "/v1/topics/orders"))[0] == 201
+    for q in ("big", "eu", "all", "env"):
+        assert (await _call(http, "PUT", f"/v1/queues/{q}"))[0] == 201
+    big = {"filter_policy": {"amount": [{"numeric": [">=", 100]}]}}
+    eu = {"filter_policy": {"region": [{"prefix": "eu-"}], "kind": [{"anything-but": "test"}]}}
+    assert (await _call(http, "PUT", "/v1/topics/orders/queues/big", big))[0] == 200
+    assert (await _call(http, "PUT", "/v1/topics/orders/queues/eu", eu))[0] == 200
+    assert (await _call(http, "PUT", "/v1/topics/orders/queues/all"))[0] == 200
+    env = {"raw_delivery": False, "filter_policy": {"region": [{"exists": True}]}}
+    status, topic = await _call(http, "PUT", "/v1/topics/orders/queues/env", env)
+    assert status == 200 and topic["Queues"] == ["big", "eu", "all", "env"]
+    assert topic["Subscriptions"]["env"] == {
+        "filter_policy": {"region": [{"exists": True}]},
+        "raw_delivery": False,
+    }
+    msgs: list[dict[str, Any]] = [
+        {"body": "a", "attributes": {"amount": "250", "region": "eu-west", "kind": "real"}},
+        {"body": "b", "attributes": {"amount": "20", "region": "eu-north", "kind": "test"}},
+        {"body": "c", "attributes": {"amount": "100", "region": "us-east"}},
+        {"body": "d"},
+    ]
+    status, out = await _call(http, "POST", "/v2/topics/orders/messages", {"messages": msgs})
+    assert status == 200
+    assert {q: len(ids) for q, ids in out["ids"].items()} == {"big": 2, "eu": 1, "all": 4, "env": 3}
+    assert await _bodies(http, "big") == ["a", "c"]
+    assert await _bodies(http, "eu") == ["a"]
+    assert await _bodies(http, "all") == ["a", "b", "c", "d"]
+    envelopes = [json.loads(b) for b in await _bodies(http, "env")]
+    assert sorted(e["Message"] for e in envelopes) == ["a", "b", "c"]
+    first = next(e for e in envelopes if e["Message"] == "a")
+    assert first["Type"] == "Notification" and first["Topic"] == "orders"
+    assert first["MessageAttributes"] == msgs[0]["attributes"]
+    # a publish nobody's policy matches reaches only the unfiltered queue
+    only_y = {"filter_policy": {"x": ["y"]}}
+    assert (await _call(http, "PUT", "/v1/topics/orders/queues/all", only_y))[0] == 200
+    status, out = await _call(
+        http, "POST", "/v2/topics/orders/messages", {"messages": [{"body": "z"}]}
+    )
+    assert status == 200 and out["ids"] == {}
+    # re-subscribing without a body takes everything again; unsubscribing drops the options
+    assert (await _call(http, "PUT", "/v1/topics/orders/queues/all"))[0] == 200
+    assert (await _call(http, "DELETE", "/v1/topics/orders/queues/env"))[0] == 200
+    _, topic = await _call(http, "GET", "/v1/topics/orders")
+    assert set(topic["Subscriptions"]) == {"big", "eu"}
+
+
+async def test_bad_subscription_options_are_422(http: aiohttp.ClientSession) -> None:
+    assert (await _call(http, "PUT", "/v1/topics/t"))[0] == 201
+    assert (await _call(http, "PUT", "/v1/queues/q"))[0] == 201
+    bodies: list[Any] = [
+        {"filter_policy": {}},
+        {"filter_policy": {"a": [{"numeric": ["~", 1]}]}},
+        {"filter_policy": "x"},
+        {"raw_delivery": "no"},
+        {"other": 1},
+        [1],
+    ]
+    for body in bodies:
+        status, err = await _call(http, "PUT", "/v1/topics/t/queues/q", body)
+        assert status == 422 and err["code"] == "invalid_input", body
+    _, topic = await _call(http, "GET", "/v1/topics/t")
+    assert topic == {"Queues": []}
