@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from dynaq.clock import ManualClock
+from dynaq.core import keys
 from dynaq.core.messages import NewMessage
 from dynaq.errors import Conflict, NotServing
 from dynaq.node import Node
@@ -48,6 +49,13 @@ async def test_purge_of_a_deleted_queue_resumes_on_another_node(tmp_path: Path) 
     try:
         await b.queues.wait_for_purges()
         assert await store.list_keys(b"m", 100) == []
+        # Kept until a write admitted before the delete can no longer land (a node's
+        # cached config, a slow body); then a round sweeps once more and marks it.
+        assert "q" in b.catalog.tombstones
+        clock.advance(b.queues.upkeep.settle_s)
+        b.queues.upkeep.resume_purges()
+        await b.queues.wait_for_purges()
+        await b.catalog.reload()
         assert not b.catalog.tombstones
     finally:
         await b.stop()
@@ -118,3 +126,27 @@ async def test_depth_is_counted_in_the_background_after_a_restart(tmp_path: Path
         assert node.queues.depth(await node.catalog.queue("q")) == 300
     finally:
         await node.stop()
+
+
+async def test_a_write_that_lands_after_the_purge_is_swept_by_a_later_round(
+    tmp_path: Path,
+) -> None:
+    """A request that resolved the queue before its delete (a cached config on another
+    node, a body still arriving) may commit after the first purge pass: the tombstone
+    stays unpurged, and a later round removes what landed."""
+    store, clock = MemoryStore(), ManualClock()
+    a = await _node(tmp_path, "a", store, clock)
+    try:
+        info = await a.catalog.create_queue("q")
+        await a.catalog.delete_queue("q")
+        await a.queues.wait_for_purges()
+        late = keys.message(info.number, 12345)
+        await store.put(late, b"landed late")
+        clock.advance(a.queues.upkeep.settle_s)
+        a.queues.upkeep.resume_purges()
+        await a.queues.wait_for_purges()
+        assert await store.get(late) is None
+        await a.catalog.reload()
+        assert not a.catalog.tombstones
+    finally:
+        await a.stop()
