@@ -1,6 +1,12 @@
 """Queue throughput and latency: a real dynaq node against NATS JetStream, side by side.
 
-``python -m bench queue [--quick] [--messages N] [--seconds S] [--concurrency C] [--procs P]``
+``python -m bench queue [--quick] [--messages N] [--seconds S] [--concurrency C] [--procs P]
+[--client dynaq]``
+
+``--client dynaq`` adds each dynaq phase a second time through the client
+library (``dynaq.client.AsyncClient``) right after the raw-HTTP one, and
+reports ``client_ratio_*`` = library / raw (its single enqueue is v2's
+one-message POST, the raw one v1's PUT).
 
 Phases (dynaq, then the JetStream equivalent, alternating, so both see the
 same machine noise); every body is 256 bytes:
@@ -71,6 +77,7 @@ class Options:
     peer: bool
     quick: bool
     node_env: dict[str, str] = field(default_factory=dict)
+    library: bool = False
 
 
 def parse(argv: list[str]) -> Options:
@@ -82,6 +89,12 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--concurrency", type=int, default=16, help="connections in all")
     p.add_argument("--procs", type=int, default=2, help="client processes")
     p.add_argument("--no-peer", action="store_true", help="skip NATS JetStream")
+    p.add_argument(
+        "--client",
+        choices=("raw", "dynaq"),
+        default="raw",
+        help="dynaq: also run every dynaq phase through the client library",
+    )
     p.add_argument("--quick", action="store_true", help="tiny smoke run (a few seconds)")
     p.add_argument(
         "--node-env",
@@ -93,7 +106,7 @@ def parse(argv: list[str]) -> Options:
     a = p.parse_args(argv)
     env = dict(kv.split("=", 1) for kv in a.node_env)
     if a.quick:
-        return Options(2_000, 300, 200, 5.0, 4, 1, not a.no_peer, True, env)
+        return Options(2_000, 300, 200, 5.0, 4, 1, not a.no_peer, True, env, a.client == "dynaq")
     procs = max(1, min(a.procs, a.concurrency))
     return Options(
         max(BATCH, a.messages),
@@ -105,6 +118,7 @@ def parse(argv: list[str]) -> Options:
         not a.no_peer,
         False,
         env,
+        a.client == "dynaq",
     )
 
 
@@ -244,17 +258,18 @@ def main(argv: list[str]) -> dict[str, Any]:
             f"phases bounded to {o.seconds:g} s"
         )
         dq, c = node.url, o.concurrency
-        phases: list[tuple[str, str, int, int, int]] = [
+        phases: list[tuple[str, str, int, int, int]] = []
+        for what, budget, conns in (
+            ("batch", o.messages, c),
+            ("consume", 0, c),
+            ("single", o.single_messages, c),
+            ("rtt", o.rtt_samples, 1),
+        ):
             # (result key, kind, server pid, budget, connections)
-            ("dq_batch", "dq_batch", node.proc.pid, o.messages, c),
-            ("js_batch", "js_batch", 0, o.messages, c),
-            ("dq_consume", "dq_consume", node.proc.pid, 0, c),
-            ("js_consume", "js_consume", 0, 0, c),
-            ("dq_single", "dq_single", node.proc.pid, o.single_messages, c),
-            ("js_single", "js_single", 0, o.single_messages, c),
-            ("dq_rtt", "dq_rtt", node.proc.pid, o.rtt_samples, 1),
-            ("js_rtt", "js_rtt", 0, o.rtt_samples, 1),
-        ]
+            phases.append((f"dq_{what}", f"dq_{what}", node.proc.pid, budget, conns))
+            if o.library:
+                phases.append((f"lb_{what}", f"lb_{what}", node.proc.pid, budget, conns))
+            phases.append((f"js_{what}", f"js_{what}", 0, budget, conns))
         labels = {
             "batch": f"enqueue, batches of {BATCH}",
             "consume": "receive+delete / consume+ack",
@@ -270,7 +285,7 @@ def main(argv: list[str]) -> dict[str, Any]:
             else:
                 target = dq
             if what == "consume":
-                # Consume exactly what the batch phase stored.
+                # Consume exactly what the (same system's) batch phase stored.
                 budget = res[f"{system}_batch"].count
             specs = _specs(kind, target, o, pool, budget, conns)
             if what == "rtt":
@@ -279,7 +294,8 @@ def main(argv: list[str]) -> dict[str, Any]:
                 ]
             r = pool.run(specs, pid)
             res[key] = r
-            _show(f"{'dynaq' if system == 'dq' else 'jetstream'} {labels[what]}", r)
+            who = {"dq": "dynaq", "lb": "dynaq.client", "js": "jetstream"}[system]
+            _show(f"{who} {labels[what]}", r)
         disk["after"] = fsync_latency_ms(tmp, 50 if o.quick else 200)
         for when, d in disk.items():
             progress(
@@ -340,6 +356,15 @@ def _summary(
         "ratio_single_vs_peer": _ratio(fig("dq_single"), fig("js_single")),
         "errors": sum(r.errors for r in res.values()),
     }
+    if o.library:
+        out["client"] = "dynaq"
+        out["client_enqueue_batch_msgs_per_s"] = fig("lb_batch")
+        out["client_receive_delete_msgs_per_s"] = fig("lb_consume")
+        out["client_enqueue_single_msgs_per_s"] = fig("lb_single")
+        out["client_rtt_p50_ms"] = lat("lb_rtt", "p50")
+        out["client_ratio_batch"] = _ratio(fig("lb_batch"), fig("dq_batch"))
+        out["client_ratio_receive_delete"] = _ratio(fig("lb_consume"), fig("dq_consume"))
+        out["client_ratio_single"] = _ratio(fig("lb_single"), fig("dq_single"))
     for key in res:
         out[f"server_cores_{key}"] = cores(key, "server")
         out[f"client_cores_{key}"] = cores(key, "client")

@@ -27,13 +27,19 @@ codes.
     ├── ClusterFull             503  every writer slot is held by a live node
     ├── SlotLost                503  another node took this node's writer slot: stop
     ├── NotServing              503  this node is starting or draining: retry (elsewhere)
-    └── StorageError            503  the store failed; ``retriable`` says whether to retry
-        ├── StorageUnavailable  503
-        │   ├── IdClockStalled  503  ids would outrun their persisted high-water mark
-        │   └── DecrIncomplete  503  some decrements of a request applied, others did not
-        └── InsufficientStorage 507  the store is full: writes that add messages are
-                                     refused until consumers drain it (receives and
-                                     deletes keep working)
+    ├── StorageError            503  the store failed; ``retriable`` says whether to retry
+    │   ├── StorageUnavailable  503
+    │   │   ├── IdClockStalled  503  ids would outrun their persisted high-water mark
+    │   │   └── DecrIncomplete  503  some decrements of a request applied, others did not
+    │   └── InsufficientStorage 507  the store is full: writes that add messages are
+    │                                refused until consumers drain it (receives and
+    │                                deletes keep working)
+    ├── ClientError                  raised by :mod:`dynaq.client`, never answered by a node
+    │   ├── Unreachable              no endpoint answered (refused, reset, timed out); retriable
+    │   └── UnexpectedResponse       an answer without dynaq's error body (a proxy's 502
+    │                                page, undecodable bytes); ``status`` is the HTTP status
+    └── ServerUnavailable            :mod:`dynaq.testing`: an external server it starts
+                                     (Cassandra, PostgreSQL, statsd) is not installed
 """
 
 from __future__ import annotations
@@ -242,11 +248,63 @@ class InsufficientStorage(StorageError):
     retriable = True
 
 
+class ClientError(DynaqError):
+    """Raised by the client library about the exchange itself, not by a node.
+
+    ``status`` is the HTTP status seen (0: no answer at all). Errors a node
+    answered with dynaq's JSON body are raised as their own classes
+    (:class:`QueueNotFound`, :class:`NotServing`...), so one ``except`` works on
+    both sides of the wire.
+    """
+
+    status = 0
+    code = "client_error"
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Unreachable(ClientError):
+    """No endpoint answered: connection refused or reset, or the request timed out.
+
+    Whether the request was processed is unknown unless it was never sent.
+    """
+
+    code = "unreachable"
+    retriable = True
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
+        """Whether the request may have reached a node (``False``: it never left)."""
+
+
+class UnexpectedResponse(ClientError):
+    """An answer that is not dynaq's: a proxy's error page, or bytes that do not decode."""
+
+    code = "unexpected_response"
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message, status)
+        # A proxy's 502/503/504 means the node behind it died or stalled: retry
+        # what is safe to retry.
+        self.retriable = status in (502, 503, 504)
+
+
+class ServerUnavailable(DynaqError, RuntimeError):
+    """An external server :mod:`dynaq.testing` starts (Cassandra, PostgreSQL, statsd,
+    HAProxy) is not installed or would not start."""
+
+    code = "server_unavailable"
+
+
 __all__ = [
     "AlreadyExists",
     "BadRecord",
     "BatchClosed",
     "BatchNotFound",
+    "ClientError",
     "ClusterFull",
     "Conflict",
     "DecrIncomplete",
@@ -261,11 +319,14 @@ __all__ = [
     "PayloadTooLarge",
     "QueueNotFound",
     "RequestTimeout",
+    "ServerUnavailable",
     "SlotLost",
     "StorageError",
     "StorageUnavailable",
     "TopicNotFound",
     "Unauthorized",
+    "UnexpectedResponse",
+    "Unreachable",
     "UnsupportedMediaType",
     "WrongBatchMode",
 ]

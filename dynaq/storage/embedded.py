@@ -117,6 +117,9 @@ class LmdbStore(Store):
         self._last_version = 0
         self.commits = 0
         self.committed_ops = 0
+        self.on_commit: Callable[[float], None] | None = None
+        """Told each group commit's duration in seconds, fsync included (from the
+        writer thread: it must be thread-safe and quick)."""
 
     # lifecycle -----------------------------------------------------------
 
@@ -182,7 +185,10 @@ class LmdbStore(Store):
                     break
                 batch.append(nxt)
                 ops += nxt.size
+            started = time.perf_counter()
             self._commit(batch)
+            if self.on_commit is not None:
+                self.on_commit(time.perf_counter() - started)
             self._answer(batch)
 
     def _commit(self, batch: list[_WriteRequest]) -> None:
