@@ -151,6 +151,64 @@ async def _dq_single(session: Any, sh: _Shared, timed: bool) -> None:
         sh.done(1)
 
 
+# The same phases through the client library (dynaq.client.AsyncClient), to
+# measure what it costs over raw HTTP: same requests, same batch sizes.
+
+
+async def _lb_batch(client: Any, sh: _Shared) -> None:
+    body = _body()
+    full = [body] * BATCH
+    while n := sh.claim(BATCH):
+        try:
+            ids = await client.enqueue(QUEUE, full if n == BATCH else [body] * n)
+        except Exception:  # noqa: BLE001 - counted, the phase goes on
+            sh.out.errors += 1
+            continue
+        if len(ids) != n:
+            sh.out.errors += 1
+            continue
+        sh.done(n)
+
+
+async def _lb_consume(client: Any, sh: _Shared) -> None:
+    empties = 0
+    while not sh.deadline.expired() and not sh.all_consumed():
+        try:
+            got = await client.receive(QUEUE, BATCH)
+        except Exception:  # noqa: BLE001 - counted, the phase goes on
+            sh.out.errors += 1
+            continue
+        if not got:
+            empties += 1
+            if empties >= 20:
+                break
+            await asyncio.sleep(0.02)
+            continue
+        empties = 0
+        ids = [m.id for m in got]
+        try:
+            if await client.delete(QUEUE, ids) != len(ids):
+                sh.out.errors += 1
+        except Exception:  # noqa: BLE001
+            sh.out.errors += 1
+        sh.done(len(ids))
+        if sh.add_consumed(len(ids)):
+            break
+
+
+async def _lb_single(client: Any, sh: _Shared) -> None:
+    body = _body()
+    while sh.claim(1):
+        t0 = time.perf_counter()
+        try:
+            await client.send(QUEUE, body)
+        except Exception:  # noqa: BLE001
+            sh.out.errors += 1
+            continue
+        sh.out.latencies_ms.append((time.perf_counter() - t0) * 1000)
+        sh.done(1)
+
+
 async def _js_batch(js: Any, sh: _Shared) -> None:
     body = _body()
     while n := sh.claim(BATCH):
@@ -209,6 +267,14 @@ async def _run_spec(spec: Spec, conn: Connection, consumed: Synchronized[int]) -
         )
         closers.append(session.close)
         clients: list[Any] = [session] * spec.conns
+    elif spec.kind.startswith("lb_"):
+        from dynaq.client import AsyncClient
+
+        lib = AsyncClient(
+            spec.target, timeout_s=max(30.0, spec.seconds * 2), connections=spec.conns
+        )
+        closers.append(lib.close)
+        clients = [lib] * spec.conns
     else:
         import nats
 
@@ -230,6 +296,12 @@ async def _run_spec(spec: Spec, conn: Connection, consumed: Synchronized[int]) -
                 tasks.append(_dq_consume(c, sh))
             elif spec.kind in ("dq_single", "dq_rtt"):
                 tasks.append(_dq_single(c, sh, timed=True))
+            elif spec.kind == "lb_batch":
+                tasks.append(_lb_batch(c, sh))
+            elif spec.kind == "lb_consume":
+                tasks.append(_lb_consume(c, sh))
+            elif spec.kind in ("lb_single", "lb_rtt"):
+                tasks.append(_lb_single(c, sh))
             elif spec.kind == "js_batch":
                 tasks.append(_js_batch(c, sh))
             elif spec.kind == "js_consume":

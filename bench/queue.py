@@ -1,6 +1,12 @@
 """Queue throughput and latency: a real dynaq node against NATS JetStream, side by side.
 
-``python -m bench queue [--quick] [--messages N] [--seconds S] [--concurrency C] [--procs P]``
+``python -m bench queue [--quick] [--messages N] [--seconds S] [--concurrency C] [--procs P]
+[--client dynaq]``
+
+``--client dynaq`` adds each dynaq phase a second time through the client
+library (``dynaq.client.AsyncClient``) right after the raw-HTTP one, and
+reports ``client_ratio_*`` = library / raw (its single enqueue is v2's
+one-message POST, the raw one v1's PUT).
 
 Phases (dynaq, then the JetStream equivalent, alternating, so both see the
 same machine noise); every body is 256 bytes:
@@ -72,6 +78,7 @@ class Options:
     quick: bool
     node_env: dict[str, str] = field(default_factory=dict)
     storage: list[str] = field(default_factory=list)
+    library: bool = False
 
 
 def parse(argv: list[str]) -> Options:
@@ -83,6 +90,12 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--concurrency", type=int, default=16, help="connections in all")
     p.add_argument("--procs", type=int, default=2, help="client processes")
     p.add_argument("--no-peer", action="store_true", help="skip NATS JetStream")
+    p.add_argument(
+        "--client",
+        choices=("raw", "dynaq"),
+        default="raw",
+        help="dynaq: also run every dynaq phase through the client library",
+    )
     p.add_argument("--quick", action="store_true", help="tiny smoke run (a few seconds)")
     p.add_argument(
         "--storage",
@@ -101,7 +114,9 @@ def parse(argv: list[str]) -> Options:
     env = dict(kv.split("=", 1) for kv in a.node_env)
     storage = [b.strip() for b in a.storage.split(",") if b.strip()]
     if a.quick:
-        return Options(2_000, 300, 200, 5.0, 4, 1, not a.no_peer, True, env, storage)
+        return Options(
+            2_000, 300, 200, 5.0, 4, 1, not a.no_peer, True, env, storage, a.client == "dynaq"
+        )
     procs = max(1, min(a.procs, a.concurrency))
     return Options(
         max(BATCH, a.messages),
@@ -114,6 +129,7 @@ def parse(argv: list[str]) -> Options:
         False,
         env,
         storage,
+        a.client == "dynaq",
     )
 
 
@@ -257,17 +273,27 @@ def main(argv: list[str]) -> dict[str, Any]:
             f"phases bounded to {o.seconds:g} s"
         )
         dq, c = node.url, o.concurrency
-        phases: list[tuple[str, str, int, int, int]] = [
+        phases: list[tuple[str, str, int, int, int]] = []
+        for what, budget, conns in (
+            ("batch", o.messages, c),
+            ("consume", 0, c),
+            ("single", o.single_messages, c),
+            ("rtt", o.rtt_samples, 1),
+        ):
             # (result key, kind, server pid, budget, connections)
-            ("dq_batch", "dq_batch", node.proc.pid, o.messages, c),
-            ("js_batch", "js_batch", 0, o.messages, c),
-            ("dq_consume", "dq_consume", node.proc.pid, 0, c),
-            ("js_consume", "js_consume", 0, 0, c),
-            ("dq_single", "dq_single", node.proc.pid, o.single_messages, c),
-            ("js_single", "js_single", 0, o.single_messages, c),
-            ("dq_rtt", "dq_rtt", node.proc.pid, o.rtt_samples, 1),
-            ("js_rtt", "js_rtt", 0, o.rtt_samples, 1),
-        ]
+            pair = [
+                (f"{sys}_{what}", f"{sys}_{what}", node.proc.pid, budget, conns)
+                for sys in ("dq", "lb")
+            ]
+            if not o.library:
+                pair = pair[:1]
+            elif what in ("consume", "rtt"):
+                # Raw first in two phases, the library first in the other two: a
+                # phase that runs second meets a node the first one warmed or left
+                # tombstones in.
+                pair.reverse()
+            phases.extend(pair)
+            phases.append((f"js_{what}", f"js_{what}", 0, budget, conns))
         labels = {
             "batch": f"enqueue, batches of {BATCH}",
             "consume": "receive+delete / consume+ack",
@@ -283,7 +309,7 @@ def main(argv: list[str]) -> dict[str, Any]:
             else:
                 target = dq
             if what == "consume":
-                # Consume exactly what the batch phase stored.
+                # Consume exactly what the (same system's) batch phase stored.
                 budget = res[f"{system}_batch"].count
             specs = _specs(kind, target, o, pool, budget, conns)
             if what == "rtt":
@@ -292,7 +318,8 @@ def main(argv: list[str]) -> dict[str, Any]:
                 ]
             r = pool.run(specs, pid)
             res[key] = r
-            _show(f"{'dynaq' if system == 'dq' else 'jetstream'} {labels[what]}", r)
+            who = {"dq": "dynaq", "lb": "dynaq.client", "js": "jetstream"}[system]
+            _show(f"{who} {labels[what]}", r)
         disk["after"] = fsync_latency_ms(tmp, 50 if o.quick else 200)
         for when, d in disk.items():
             progress(
@@ -353,6 +380,20 @@ def _summary(
         "ratio_single_vs_peer": _ratio(fig("dq_single"), fig("js_single")),
         "errors": sum(r.errors for r in res.values()),
     }
+    if o.library:
+        out["client"] = "dynaq"
+        out["client_enqueue_batch_msgs_per_s"] = fig("lb_batch")
+        out["client_receive_delete_msgs_per_s"] = fig("lb_consume")
+        out["client_enqueue_single_msgs_per_s"] = fig("lb_single")
+        out["client_rtt_p50_ms"] = lat("lb_rtt", "p50")
+        out["client_ratio_batch"] = _ratio(fig("lb_batch"), fig("dq_batch"))
+        out["client_ratio_receive_delete"] = _ratio(fig("lb_consume"), fig("dq_consume"))
+        out["client_ratio_single"] = _ratio(fig("lb_single"), fig("dq_single"))
+    for key, r in res.items():
+        # The client's own cost, whatever the shared machine did to the server.
+        out[f"client_cpu_us_per_msg_{key}"] = (
+            round(r.client_cpu_s / r.count * 1e6, 2) if r.count else 0.0
+        )
     for key in res:
         out[f"server_cores_{key}"] = cores(key, "server")
         out[f"client_cores_{key}"] = cores(key, "client")

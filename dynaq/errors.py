@@ -36,13 +36,19 @@ codes.
     ├── StreamUnavailable       503  a stream refuses to open (signature mismatch) or
     │   │                            is being deleted
     │   └── StreamDeleting      503  deletion waits for its listeners to finish
-    └── StorageError            503  the store failed; ``retriable`` says whether to retry
-        ├── StorageUnavailable  503
-        │   ├── IdClockStalled  503  ids would outrun their persisted high-water mark
-        │   └── DecrIncomplete  503  some decrements of a request applied, others did not
-        └── InsufficientStorage 507  the store is full: writes that add messages are
-                                     refused until consumers drain it (receives and
-                                     deletes keep working)
+    ├── StorageError            503  the store failed; ``retriable`` says whether to retry
+    │   ├── StorageUnavailable  503
+    │   │   ├── IdClockStalled  503  ids would outrun their persisted high-water mark
+    │   │   └── DecrIncomplete  503  some decrements of a request applied, others did not
+    │   └── InsufficientStorage 507  the store is full: writes that add messages are
+    │                                refused until consumers drain it (receives and
+    │                                deletes keep working)
+    ├── ClientError                  raised by :mod:`dynaq.client`, never answered by a node
+    │   ├── Unreachable              no endpoint answered (refused, reset, timed out); retriable
+    │   └── UnexpectedResponse       an answer without dynaq's error body (a proxy's 502
+    │                                page, undecodable bytes); ``status`` is the HTTP status
+    └── ServerUnavailable            :mod:`dynaq.testing`: an external server it starts
+                                     (Cassandra, PostgreSQL, statsd) is not installed
 """
 
 from __future__ import annotations
@@ -309,11 +315,63 @@ class InsufficientStorage(StorageError):
     retriable = True
 
 
+class ClientError(DynaqError):
+    """Raised by the client library about the exchange itself, not by a node.
+
+    ``status`` is the HTTP status seen (0: no answer at all). Errors a node
+    answered with dynaq's JSON body are raised as their own classes
+    (:class:`QueueNotFound`, :class:`NotServing`...), so one ``except`` works on
+    both sides of the wire.
+    """
+
+    status = 0
+    code = "client_error"
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Unreachable(ClientError):
+    """No endpoint answered: connection refused or reset, or the request timed out.
+
+    Whether the request was processed is unknown unless it was never sent.
+    """
+
+    code = "unreachable"
+    retriable = True
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
+        """Whether the request may have reached a node (``False``: it never left)."""
+
+
+class UnexpectedResponse(ClientError):
+    """An answer that is not dynaq's: a proxy's error page, or bytes that do not decode."""
+
+    code = "unexpected_response"
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message, status)
+        # A proxy's 502/503/504 means the node behind it died or stalled: retry
+        # what is safe to retry.
+        self.retriable = status in (502, 503, 504)
+
+
+class ServerUnavailable(DynaqError, RuntimeError):
+    """An external server :mod:`dynaq.testing` starts (Cassandra, PostgreSQL, statsd,
+    HAProxy) is not installed or would not start."""
+
+    code = "server_unavailable"
+
+
 __all__ = [
     "AlreadyExists",
     "BadRecord",
     "BatchClosed",
     "BatchNotFound",
+    "ClientError",
     "ClusterFull",
     "Conflict",
     "DecrIncomplete",
@@ -332,6 +390,7 @@ __all__ = [
     "QueueNotFound",
     "RequestTimeout",
     "SchemaConflict",
+    "ServerUnavailable",
     "SlotLost",
     "StorageError",
     "StorageUnavailable",
@@ -341,6 +400,8 @@ __all__ = [
     "SubscriptionNotFound",
     "TopicNotFound",
     "Unauthorized",
+    "UnexpectedResponse",
+    "Unreachable",
     "UnsupportedMediaType",
     "WrongBatchMode",
 ]

@@ -1,13 +1,16 @@
-"""statsd metrics, aggregated in process and flushed on an interval.
+"""Metrics: statsd (aggregated in process, flushed on an interval) and Prometheus.
 
 Services call :meth:`Metrics.incr` / :meth:`Metrics.gauge` on every request;
 those only touch a dict. A background task sends everything accumulated to
 statsd every ``flush_interval_s`` in one pipelined burst of UDP packets (like
 Dynamiq's ``flushinterval``), so metrics never put a syscall on the hot path.
 Gauges that are cheaper to compute on demand (queue depths) come from
-providers called at flush time.
+providers called at flush (or scrape) time.
 
 Metric names follow the contract: ``<prefix><queue>.sent.count`` etc.
+:class:`PrometheusMetrics` (:mod:`dynaq.prometheus`) serves the same figures
+at ``/metrics`` with labels, plus latency histograms (:meth:`Metrics.observe`:
+per route, store commits), which statsd does not get.
 """
 
 from __future__ import annotations
@@ -41,6 +44,17 @@ class Metrics(Protocol):
     async def stop(self) -> None: ...
 
 
+class Telemetry(Metrics, Protocol):
+    """What the node and its HTTP layer also need: latencies and the ``/metrics`` text.
+    (Services report through :class:`Metrics` alone.)"""
+
+    def observe(self, name: str, seconds: float, labels: Mapping[str, str] | None = None) -> None:
+        """A latency (a histogram in Prometheus; statsd does not get them)."""
+
+    def exposition(self) -> bytes | None:
+        """The Prometheus text format of every figure (``None``: Prometheus is off)."""
+
+
 class NullMetrics:
     """Metrics turned off (``stats.type = "none"``)."""
 
@@ -52,6 +66,12 @@ class NullMetrics:
 
     def add_gauge_provider(self, provider: GaugeProvider) -> None:
         pass
+
+    def observe(self, name: str, seconds: float, labels: Mapping[str, str] | None = None) -> None:
+        pass
+
+    def exposition(self) -> bytes | None:
+        return None
 
     async def start(self) -> None:
         pass
@@ -83,6 +103,12 @@ class StatsdMetrics:
 
     def add_gauge_provider(self, provider: GaugeProvider) -> None:
         self._providers.append(provider)
+
+    def observe(self, name: str, seconds: float, labels: Mapping[str, str] | None = None) -> None:
+        pass  # a timer per request would be a packet per request: Prometheus has them
+
+    def exposition(self) -> bytes | None:
+        return None
 
     def flush(self) -> None:
         """Send everything accumulated since the last flush."""
@@ -119,3 +145,41 @@ class StatsdMetrics:
         await cancel_and_wait(self._task)
         self._task = None
         self.flush()
+
+
+class FanoutMetrics:
+    """Reports to several :class:`Telemetry` at once (statsd and Prometheus)."""
+
+    def __init__(self, *targets: Telemetry) -> None:
+        self._targets = targets
+
+    def incr(self, name: str, count: int = 1) -> None:
+        for t in self._targets:
+            t.incr(name, count)
+
+    def gauge(self, name: str, value: float) -> None:
+        for t in self._targets:
+            t.gauge(name, value)
+
+    def add_gauge_provider(self, provider: GaugeProvider) -> None:
+        for t in self._targets:
+            t.add_gauge_provider(provider)
+
+    def observe(self, name: str, seconds: float, labels: Mapping[str, str] | None = None) -> None:
+        for t in self._targets:
+            t.observe(name, seconds, labels)
+
+    def exposition(self) -> bytes | None:
+        for t in self._targets:
+            text = t.exposition()
+            if text is not None:
+                return text
+        return None
+
+    async def start(self) -> None:
+        for t in self._targets:
+            await t.start()
+
+    async def stop(self) -> None:
+        for t in self._targets:
+            await t.stop()

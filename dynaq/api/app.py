@@ -13,12 +13,13 @@ from dynaq.api.auth import ACCESS, auth_middleware
 from dynaq.api.batches import BATCHES
 from dynaq.api.codec import BODY_TIMEOUT, json_response
 from dynaq.api.internal import PEER_VERIFIER, peer_auth_middleware
-from dynaq.api.keys import CATALOG, NODE_STATE, QUEUES, TOPICS, VIEW
-from dynaq.api.middleware import errors_middleware
+from dynaq.api.keys import CATALOG, METRICS, NODE_STATE, QUEUES, TOPICS, VIEW
+from dynaq.api.middleware import errors_middleware, serve_metrics, timing_middleware
 from dynaq.api.openapi import OPENAPI, OPENAPI_PATH, SpecLimits, build_spec
 from dynaq.core.access import AccessPolicy
 from dynaq.core.membership import MembershipView
 from dynaq.core.peer_auth import PeerVerifier
+from dynaq.metrics import NullMetrics, Telemetry
 from dynaq.services.batches import BatchService
 from dynaq.services.catalog import Catalog
 from dynaq.services.queues import QueueService
@@ -47,17 +48,21 @@ def build_app(
     access: AccessPolicy | None = None,
     peer_verifier: PeerVerifier | None = None,
     streams: StreamService | None = None,
+    metrics: Telemetry | None = None,
 ) -> web.Application:
     """``access``: client tokens (``None``: every client is let in); ``peer_verifier``:
-    the cluster's MAC check for ``/internal/`` (``None``: those routes refuse everything)."""
-    # Errors outermost, so 401/403 from the checks inside get the JSON shape.
-    middlewares = [errors_middleware, peer_auth_middleware, auth_middleware]
+    the cluster's MAC check for ``/internal/`` (``None``: those routes refuse everything);
+    ``metrics``: where request latencies go and what ``/metrics`` shows."""
+    # Timing outermost (it sees the final status); errors next, so 401/403 from
+    # the checks inside get the JSON shape.
+    middlewares = [timing_middleware, errors_middleware, peer_auth_middleware, auth_middleware]
     app = web.Application(middlewares=middlewares, client_max_size=max_request_bytes)
     if access is not None:
         app[ACCESS] = access
     if peer_verifier is not None:
         app[PEER_VERIFIER] = peer_verifier
     app[BODY_TIMEOUT] = body_timeout_s
+    app[METRICS] = metrics if metrics is not None else NullMetrics()
     app[CATALOG] = catalog
     app[QUEUES] = queues
     app[TOPICS] = topics
@@ -76,6 +81,7 @@ def build_app(
     )
     app.router.add_get("/health", health)
     app.router.add_get(OPENAPI_PATH, openapi.serve)
+    app.router.add_get("/metrics", serve_metrics)
     app.router.add_routes(internal.routes)
     app.router.add_routes(v1.routes)
     app.router.add_routes(v2.routes)

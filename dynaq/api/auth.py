@@ -75,6 +75,7 @@ def _s(perm: str) -> tuple[Need, ...]:
 ROUTES: dict[tuple[str, str], tuple[Need, ...] | None] = {
     ("GET", "/health"): OPEN,
     ("GET", "/openapi.json"): ANY_TOKEN,
+    ("GET", "/metrics"): ANY_TOKEN,
     ("GET", "/v1/status/servers"): ANY_TOKEN,
     ("GET", "/v1/status/partitionrange"): ANY_TOKEN,
     ("GET", "/v2/status/ring"): ANY_TOKEN,

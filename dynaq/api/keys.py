@@ -7,6 +7,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from dynaq.core.membership import MembershipView
+from dynaq.metrics import Telemetry
 from dynaq.services.catalog import Catalog
 from dynaq.services.queues import QueueService
 from dynaq.services.topics import TopicService
@@ -16,3 +17,4 @@ QUEUES = web.AppKey("queues", QueueService)
 TOPICS = web.AppKey("topics", TopicService)
 VIEW = web.AppKey("view", MembershipView)
 NODE_STATE: web.AppKey[Callable[[], str]] = web.AppKey("node_state")
+METRICS = web.AppKey("metrics", Telemetry)

@@ -1,4 +1,4 @@
-"""The one place where errors become HTTP responses.
+"""The one place where errors become HTTP responses (and where requests are timed).
 
 Every :class:`~dynaq.errors.DynaqError` maps to its status with a JSON body
 ``{"error": "...", "code": "..."}``; aiohttp's own HTTP errors (unknown route,
@@ -9,12 +9,14 @@ with its traceback and answered with a plain 500 JSON body, never a traceback.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from dynaq.api.codec import json_response
-from dynaq.errors import DynaqError, Unauthorized
+from dynaq.api.keys import METRICS
+from dynaq.errors import DynaqError, NotFound, Unauthorized
 
 log = logging.getLogger(__name__)
 
@@ -58,3 +60,30 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except Exception:
         log.exception("unhandled error", extra={"path": request.path, "method": request.method})
         return json_response({"error": "internal error", "code": "internal"}, 500)
+
+
+@web.middleware
+async def timing_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Observe every request's latency by route template, method and status (outside
+    the error middleware, so refused requests count with their 4xx)."""
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    finally:
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        labels = {"method": request.method, "route": route, "status": str(status)}
+        request.app[METRICS].observe(
+            "http_request_duration_seconds", time.perf_counter() - started, labels
+        )
+
+
+async def serve_metrics(request: web.Request) -> web.Response:
+    """``GET /metrics``: the Prometheus text format (404 when Prometheus is off)."""
+    text = request.app[METRICS].exposition()
+    if text is None:
+        raise NotFound("Prometheus metrics are off (stats.prometheus = false)")
+    return web.Response(body=text, content_type="text/plain", charset="utf-8", headers={})

@@ -72,6 +72,22 @@ def paths() -> Obj:
                 },
             )
         },
+        "/metrics": {
+            "get": operation(
+                "metrics",
+                "Prometheus text exposition of this node's figures",
+                "node",
+                {
+                    "200": response(
+                        "Prometheus text format 0.0.4: queue counters and gauges, batch "
+                        "figures, latency histograms per route and store commit.",
+                        text={"type": "string"},
+                    ),
+                    **errors(404),
+                },
+                description="404 when ``stats.prometheus`` is false.",
+            )
+        },
         "/openapi.json": {
             "get": operation(
                 "openapi",

@@ -193,12 +193,14 @@ class StreamsConfig:
 
 @dataclass(frozen=True)
 class StatsConfig:
-    """statsd metrics; ``type = "none"`` turns them off."""
+    """statsd metrics (``type = "none"`` turns them off) and Prometheus's ``/metrics``."""
 
     type: str = "statsd"
     address: str = "127.0.0.1:8125"
     prefix: str = "dynaq."
     flush_interval_s: float = 1.0
+    prometheus: bool = True
+    """Serve the same figures, plus latency histograms, at ``GET /metrics``."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from dynaq.core import keys
 from dynaq.core.membership import MembershipView
 from dynaq.core.peer_auth import PeerSigner, PeerVerifier, derive_peer_key
 from dynaq.errors import InvalidInput
-from dynaq.metrics import Metrics, NullMetrics, StatsdMetrics
+from dynaq.metrics import FanoutMetrics, NullMetrics, StatsdMetrics, Telemetry
+from dynaq.prometheus import PrometheusMetrics
 from dynaq.storage.base import Store
 
 if TYPE_CHECKING:
@@ -79,13 +80,19 @@ def build_store(config: Config) -> Store:
     )
 
 
-def build_metrics(config: Config, clock: Clock) -> Metrics:
+def build_metrics(config: Config, clock: Clock) -> Telemetry:
+    """statsd (``stats.type``) and Prometheus (``stats.prometheus``), either, both or none."""
     s = config.stats
-    if s.type == "none":
-        return NullMetrics()
+    targets: list[Telemetry] = []
     if s.type == "statsd":
-        return StatsdMetrics(s.address, s.prefix, s.flush_interval_s, clock)
-    raise InvalidInput(f"unknown stats type {s.type!r}; use 'statsd' or 'none'")
+        targets.append(StatsdMetrics(s.address, s.prefix, s.flush_interval_s, clock))
+    elif s.type != "none":
+        raise InvalidInput(f"unknown stats type {s.type!r}; use 'statsd' or 'none'")
+    if s.prometheus:
+        targets.append(PrometheusMetrics())
+    if not targets:
+        return NullMetrics()
+    return targets[0] if len(targets) == 1 else FanoutMetrics(*targets)
 
 
 def gossip_enabled(config: Config) -> bool:

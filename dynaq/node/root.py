@@ -45,6 +45,7 @@ from dynaq.services.id_floor import IdFloor
 from dynaq.services.queues import Limits, QueueService
 from dynaq.services.topics import TopicService
 from dynaq.storage.base import Store
+from dynaq.storage.embedded import LmdbStore
 from dynaq.tasks import cancel_and_wait, every
 
 if TYPE_CHECKING:
@@ -128,7 +129,13 @@ class Node:
             access=self.access,
             peer_verifier=None if self.peer_auth is None else self.peer_auth[1],
             streams=self.streams,
+            metrics=self.metrics,
         )
+        if isinstance(self.store, LmdbStore):
+            metrics = self.metrics
+            self.store.on_commit = lambda seconds: metrics.observe(
+                "store_commit_duration_seconds", seconds
+            )
         # In a cluster, writes made here are hinted (signed) to the owners of their slices.
         self.peer_ssl = peer_ssl_context(h) if gossip_enabled(config) else None
         self.hints: HttpPeerHints | None = None

@@ -19,7 +19,8 @@
 With ``.option("stream", name)`` instead of a queue, the batch read is of a
 typed stream (:mod:`dynaq.spark.streams`).
 
-Options: ``endpoint`` (``http://host:port`` of any node), ``queue`` / ``topic``,
+Options: ``endpoint`` (``http://host:port`` of any node), ``token`` (a client
+token, sent as ``Authorization: Bearer``), ``queue`` / ``topic``,
 ``pageSize`` (rows per snapshot page, 20000), ``pushdown`` (``true``: the batch
 reader takes id filters; ``false``, the default), ``visibilityTimeout``
 (seconds a streamed message stays locked until its batch commits, 300),
@@ -70,7 +71,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from dynaq.client import Client, DynaqClientError, ReceivedMessage
+from dynaq.client import Client, DynaqError, ReceivedMessage
 from dynaq.spark.streams import STREAM_SCHEMA, StreamPushdownReader, StreamReader
 
 SCHEMA = (
@@ -196,13 +197,14 @@ class DynaqReader(DataSourceReader):
 
     def __init__(self, options: dict[str, str]) -> None:
         self.endpoint = _option(options, "endpoint")
+        self.token = options.get("token") or None
         self.queue = _option(options, "queue")
         self.page_size = int(options.get("pagesize", "20000"))
         self.lo, self.hi = 0, MAX_ID
         self.ids: list[int] | None = None
 
     def partitions(self) -> list[RangePartition]:
-        with Client(self.endpoint) as c:
+        with Client(self.endpoint, token=self.token) as c:
             parts: list[RangePartition] = []
             for member in c.ring():
                 for p in c.partitions(self.queue, addr=member.http):
@@ -219,10 +221,13 @@ class DynaqReader(DataSourceReader):
             # partitions() planned none (the id filters pruned them all): pyspark
             # reads one InputPartition(None) instead, which holds no rows.
             return
-        with Client(partition.http) as c:
+        # The endpoint's scheme and token, sent to the node that serves the range.
+        with Client(self.endpoint, token=self.token) as c:
             start = partition.from_id
             while True:
-                page = c.snapshot_page(self.queue, start, partition.to_id, self.page_size)
+                page = c.snapshot_page(
+                    self.queue, start, partition.to_id, self.page_size, addr=partition.http
+                )
                 if page["count"]:
                     batch = page_to_batch(page, partition.index, partition.node)
                     if self.ids is not None:
@@ -287,6 +292,7 @@ class DynaqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: dict[str, str]) -> None:
         self.endpoint = _option(options, "endpoint")
+        self.token = options.get("token") or None
         self.queue = _option(options, "queue")
         self.visibility_s = float(options.get("visibilitytimeout", "300"))
         self.max_rows = int(options.get("maxrowspertrigger", "10000"))
@@ -295,7 +301,7 @@ class DynaqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _c(self) -> Client:
         if self._client is None:
-            self._client = Client(self.endpoint)
+            self._client = Client(self.endpoint, token=self.token)
         return self._client
 
     def initialOffset(self) -> dict[str, int]:
@@ -368,7 +374,7 @@ class DynaqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for batches in self.held.values():
                 for hb in batches:
                     c.release(self.queue, [m.id for _, _, m in hb.rows], addr=hb.node)
-        except DynaqClientError:
+        except DynaqError:
             pass  # the timeout brings them back anyway
         finally:
             self.held.clear()
@@ -391,6 +397,7 @@ class DynaqWriter(DataSourceArrowWriter):
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.endpoint = _option(options, "endpoint")
+        self.token = options.get("token") or None
         self.queue = options.get("queue") or None
         self.topic = options.get("topic") or None
         if (self.queue is None) == (self.topic is None):
@@ -402,7 +409,7 @@ class DynaqWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCount:
         count = 0
-        with Client(self.endpoint) as c:
+        with Client(self.endpoint, token=self.token) as c:
             for batch in iterator:
                 cols = {name: batch.column(name).to_pylist() for name in self.columns}
                 messages: list[dict[str, Any]] = []

@@ -85,6 +85,9 @@ class LmdbStore(Store):
         self._db: Any = None
         self._writer: GroupCommitter | None = None
         self._readers: ThreadPoolExecutor | None = None
+        self.on_commit: Callable[[float], None] | None = None
+        """Told each group commit's duration in seconds, fsync included (from the
+        writer thread: it must be thread-safe and quick)."""
 
     # lifecycle -----------------------------------------------------------
 
@@ -116,6 +119,7 @@ class LmdbStore(Store):
             min_free_disk=self._min_free_disk,
             max_commit_ops=self._max_commit_ops,
             growth_prefixes=self._growth_prefixes,
+            on_commit=lambda seconds: self.on_commit(seconds) if self.on_commit else None,
         )
         self._writer.start()
 

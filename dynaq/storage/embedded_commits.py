@@ -21,6 +21,7 @@ import queue
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,8 +83,10 @@ class GroupCommitter:
         min_free_disk: int,
         max_commit_ops: int,
         growth_prefixes: tuple[bytes, ...] = (),
+        on_commit: Callable[[float], None] | None = None,
     ) -> None:
         self._env = env
+        self._on_commit = on_commit
         self._growth_prefixes = growth_prefixes
         self._db = db
         self._path = path
@@ -142,7 +145,10 @@ class GroupCommitter:
                     break
                 batch.append(nxt)
                 ops += nxt.size
+            started = time.perf_counter()
             self._commit(batch)
+            if self._on_commit is not None:
+                self._on_commit(time.perf_counter() - started)
             self._answer(batch)
 
     def _commit(self, batch: list[WriteRequest]) -> None:

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from dynaq.errors import ServerUnavailable
 from dynaq.testing.cluster import ClusterNode, LocalCluster
 from dynaq.testing.process import NodeProcess, free_port, node_process, stop_process
 from dynaq.testing.servers import cassandra, postgres, statsd
@@ -32,14 +33,6 @@ SettingValue = str | int | float | bool | Sequence[str]
 """A value for one node setting: lists are joined with commas, booleans are ``true``/``false``."""
 
 _T = TypeVar("_T")
-
-
-class ServerUnavailable(RuntimeError):
-    """A server cannot run here: its program or package is not installed.
-
-    The message says what is missing and which ``scripts/deps/*.sh`` installs it;
-    a test suite can turn this into a skip.
-    """
 
 
 def settings_env(settings: Mapping[str, SettingValue]) -> dict[str, str]:

@@ -17,7 +17,7 @@ import aiohttp
 import kinship
 import pytest
 
-from dynaq.client import Client, DynaqClientError
+from dynaq.client import Client
 from dynaq.clock import SystemClock
 from dynaq.cluster.hints import HttpPeerHints, hand_over
 from dynaq.cluster.swim import SwimSettings, kinship_config, live_members
@@ -25,7 +25,7 @@ from dynaq.config import config_from_mapping
 from dynaq.core.ids import IdGenerator, group_lane
 from dynaq.core.messages import NewMessage
 from dynaq.core.peer_auth import PeerSigner, derive_peer_key
-from dynaq.errors import InvalidInput
+from dynaq.errors import ClientError, InvalidInput, Unauthorized
 from dynaq.node import Node
 from dynaq.storage.memory import MemoryStore
 from tests.fixtures.nodes import node_config
@@ -74,16 +74,16 @@ async def test_the_sync_client_speaks_https_with_a_token(node: Node, tls_cert: S
         url = f"https://127.0.0.1:{node.port}"
         with Client(url, token=TOKEN, ca_file=str(tls_cert.cert)) as c:
             assert TOKEN not in repr(c)
-            c._request("PUT", "/v1/queues/jobs")
+            c.create_queue("jobs")
             c.enqueue("jobs", [{"body": b"over tls"}])
             got = c.receive("jobs", 10)
             assert c.delete("jobs", [m.id for m in got]) == 1
             bodies = [m.body for m in got]
         with Client(url, ca_file=str(tls_cert.cert)) as anonymous:
-            with pytest.raises(DynaqClientError) as err:
+            with pytest.raises(Unauthorized) as err:
                 anonymous.receive("jobs")
             assert err.value.status == 401 and err.value.code == "unauthorized"
-        with Client(url, token=TOKEN) as untrusting, pytest.raises(DynaqClientError):
+        with Client(url, token=TOKEN) as untrusting, pytest.raises(ClientError):
             untrusting.ring()  # the system's CAs do not know this certificate
         return bodies
 

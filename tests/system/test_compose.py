@@ -125,11 +125,11 @@ def test_haproxy_balances_the_three_nodes_with_health_checks(compose: dict[str, 
 
 def test_grafana_reads_the_graphite_behind_statsd(compose: dict[str, Any]) -> None:
     services = _services(compose)
-    (source,) = [s for s, _ in _mounts(services["grafana"]) if s.endswith(".yml")]
+    (source,) = [s for s, t in _mounts(services["grafana"]) if "/datasources/" in t]
     datasources = yaml.safe_load((ROOT / source).read_text())["datasources"]
-    url = datasources[0]["url"]
-    host = url.split("//")[1].split(":")[0]
-    assert host in services and "graphite" in services[host]["image"]
+    for ds, image in zip(datasources, ("graphite", "prometheus"), strict=True):
+        host = ds["url"].split("//")[1].split(":")[0]
+        assert host in services and image in services[host]["image"]
 
 
 def test_config_files_are_the_repository_ones() -> None:

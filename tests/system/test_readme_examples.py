@@ -253,7 +253,8 @@ def run_shell(block: Block, node: NodeProcess, tmp: Path) -> None:
 
 def _env() -> dict[str, str]:
     """This environment for a README example: no DYNAQ_* settings, no proxies, the
-    checkout first on PYTHONPATH, this interpreter for Spark's workers."""
+    checkout first on PYTHONPATH, this interpreter for Spark's workers and its
+    scripts (``dynaq``) first on PATH."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -262,6 +263,8 @@ def _env() -> dict[str, str]:
     paths = [str(ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # The `dynaq` command of this interpreter's install, as a user's shell has it.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     return env
 

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from dynaq.client import Client, DynaqClientError
+from dynaq.client import Client, RetryPolicy
+from dynaq.errors import Unreachable
 
 
 class _HangsUp:
@@ -38,9 +39,10 @@ def test_a_post_that_reached_the_server_is_not_retried() -> None:
     try:
         with (
             Client(f"http://127.0.0.1:{server.port}", timeout_s=2) as c,
-            pytest.raises(DynaqClientError),
+            pytest.raises(Unreachable) as err,
         ):
-            c._request("POST", "/v2/queues/q/messages", {"messages": [{"body": b"x"}]})
+            c.enqueue("q", [b"x"])
+        assert err.value.sent
         assert len(server.requests) == 1  # an enqueue that may be stored is not sent twice
     finally:
         server.close()
@@ -50,10 +52,14 @@ def test_an_idempotent_request_is_retried_once() -> None:
     server = _HangsUp()
     try:
         with (
-            Client(f"http://127.0.0.1:{server.port}", timeout_s=2) as c,
-            pytest.raises(DynaqClientError),
+            Client(
+                f"http://127.0.0.1:{server.port}",
+                timeout_s=2,
+                retry=RetryPolicy(attempts=3, base_delay_s=0.01),
+            ) as c,
+            pytest.raises(Unreachable),
         ):
-            c._request("GET", "/v2/status/ring")
-        assert len(server.requests) == 2
+            c.ring()
+        assert len(server.requests) == 3  # every attempt the policy allows
     finally:
         server.close()

@@ -27,10 +27,24 @@ PUBLIC = {
     "dynaq.client": [
         "MAX_BATCH",
         "MSGPACK",
+        "AsyncClient",
+        "BatchCompletion",
+        "BatchInfo",
+        "BrowsePage",
         "Client",
-        "DynaqClientError",
+        "Consumer",
+        "Delivery",
+        "DynaqError",
+        "Health",
+        "ItemBlock",
+        "NewMessage",
         "PartitionRange",
+        "PeekedMessage",
+        "Producer",
+        "QueueInfo",
+        "QueueSettings",
         "ReceivedMessage",
+        "RetryPolicy",
         "RingMember",
     ],
     "dynaq.testing": [
@@ -102,6 +116,15 @@ def _modules_after(statement: str) -> set[str]:
 
 def test_import_dynaq_loads_only_the_errors() -> None:
     assert _modules_after("import dynaq") == {"dynaq", "dynaq.errors"}
+
+
+def test_import_dynaq_client_loads_no_aiohttp() -> None:
+    """Spark workers import the blocking client: the asyncio side loads only when asked for."""
+    code = "import sys, dynaq.client; print('aiohttp' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "False"
 
 
 def test_import_dynaq_config_stays_light() -> None:

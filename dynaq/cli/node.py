@@ -1,7 +1,7 @@
-"""The ``dynaq`` command: ``server``, ``migrate``, ``version``.
+"""The node-running commands: ``server``, ``migrate``, ``version``, ``outbox init-db``.
 
-The only place (with :mod:`dynaq.node`) that reads the environment: config is
-loaded from ``--config`` with ``DYNAQ_*`` overrides.
+With :mod:`dynaq.node`, the only place that reads the node's environment:
+config is loaded from ``--config`` with ``DYNAQ_*`` overrides.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
+from typing import Any
 
 from dynaq import __version__
 from dynaq.config import Config, load_config
@@ -18,16 +18,14 @@ from dynaq.logs import setup_logging
 from dynaq.outbox import cli as outbox_cli
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dynaq", description="dynaq message-queue node")
-    sub = p.add_subparsers(dest="command", required=True)
+def add_parsers(sub: Any) -> None:
+    """Add the node commands to the ``dynaq`` parser's subcommands."""
     server = sub.add_parser("server", help="run a node in the foreground")
     server.add_argument("--config", "-c", help="TOML config file (DYNAQ_* env vars override it)")
     mig = sub.add_parser("migrate", help="create or upgrade the store, then exit")
     mig.add_argument("--config", "-c", help="TOML config file")
     sub.add_parser("version", help="print the version")
     outbox_cli.add_parser(sub)
-    return p
 
 
 def _config(path: str | None) -> Config:
@@ -50,8 +48,8 @@ async def _migrate(config: Config) -> None:
     print("store initialised" if changed else "store is up to date")
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+def run(args: argparse.Namespace) -> None:
+    """Run a parsed node command (exits with its status)."""
     if args.command == "version":
         print(f"dynaq {__version__}")
         return
@@ -71,7 +69,3 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(1) from None
     except KeyboardInterrupt:
         pass
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,61 @@
+"""What every admin command shares: finding the node, the token, ``--json``, and
+running a command so that every dynaq error becomes a message and an exit code.
+
+Admin commands speak to a node only through :mod:`dynaq.client` (as any
+other client would): ``--endpoint`` (or ``DYNAQ_ENDPOINT``; several,
+comma-separated, fail over), ``--token`` (or ``DYNAQ_TOKEN``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+
+from dynaq.cli.output import USAGE, exit_code
+from dynaq.client import Client
+from dynaq.errors import DynaqError
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:8081"
+
+Command = Callable[[argparse.Namespace, Client], int]
+
+
+def common(parser: argparse.ArgumentParser) -> None:
+    """The options every admin command takes (after the subcommand)."""
+    parser.add_argument(
+        "--endpoint",
+        default=None,
+        help=f"node URL(s), comma-separated (default: $DYNAQ_ENDPOINT or {DEFAULT_ENDPOINT})",
+    )
+    parser.add_argument("--token", default=None, help="bearer token (default: $DYNAQ_TOKEN)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds per request (default 30)"
+    )
+
+
+def client_for(args: argparse.Namespace) -> Client:
+    endpoint = args.endpoint or os.environ.get("DYNAQ_ENDPOINT") or DEFAULT_ENDPOINT
+    token = args.token or os.environ.get("DYNAQ_TOKEN") or None
+    return Client(endpoint, timeout_s=args.timeout, token=token)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the admin command ``args.handler``; its exit code."""
+    handler: Command = args.handler
+    try:
+        client = client_for(args)
+    except ValueError as exc:
+        print(f"dynaq: {exc}", file=sys.stderr)
+        return USAGE
+    try:
+        with client:
+            return handler(args, client)
+    except DynaqError as exc:
+        print(f"dynaq: {exc.code}: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    except (ValueError, OSError) as exc:  # bad arguments or files, found while running
+        print(f"dynaq: {exc}", file=sys.stderr)
+        return USAGE

@@ -1,0 +1,376 @@
+"""The asyncio client: the same surface as :class:`dynaq.client.Client`, on aiohttp.
+
+Every method of :class:`~dynaq.client.Client` is here as a coroutine with the
+same arguments and results (a test keeps the two in step), plus
+:meth:`AsyncClient.consume` and :meth:`AsyncClient.producer`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import ssl
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import aiohttp
+
+from dynaq.client import ops
+from dynaq.client._sync import IDLE_REUSE_S, MessageLike, may_retry, messages_of
+from dynaq.client.consumer import Consumer
+from dynaq.client.ops import Call, Op
+from dynaq.client.policy import Endpoints, RetryPolicy, moves_on
+from dynaq.client.producer import Producer
+from dynaq.client.types import (
+    BatchCompletion,
+    BatchInfo,
+    BrowsePage,
+    Health,
+    ItemBlock,
+    NewMessage,
+    PartitionRange,
+    PeekedMessage,
+    QueueInfo,
+    QueueSettings,
+    ReceivedMessage,
+    RingMember,
+)
+from dynaq.client.wire import MSGPACK, parse
+from dynaq.errors import ClientError, DynaqError, Unreachable
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """A dynaq client over one or more endpoints, for asyncio.
+
+    Arguments and guarantees as :class:`dynaq.client.Client`. Use it as an
+    ``async with`` block (or call :meth:`close`): it holds an aiohttp session,
+    created on first use inside the running loop.
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Sequence[str],
+        timeout_s: float = 60.0,
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+        retry: RetryPolicy | None = None,
+        connections: int = 100,
+    ) -> None:
+        self._endpoints = Endpoints(endpoints)
+        self.scheme = self._endpoints.scheme
+        self.timeout_s = timeout_s
+        self._token = token
+        self._retry = retry or RetryPolicy()
+        self._rng = random.Random()
+        self._tls: ssl.SSLContext | None = None
+        if self.scheme == "https":
+            self._tls = ssl.create_default_context(cafile=ca_file)
+        elif ca_file is not None:
+            raise ValueError("ca_file is for https:// endpoints")
+        self._connections = connections
+        self._session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    def from_env(cls, endpoints: str | None = None, **kwargs: Any) -> AsyncClient:
+        """Endpoints from ``DYNAQ_ENDPOINT`` (default ``http://127.0.0.1:8081``) and
+        the token from ``DYNAQ_TOKEN``, unless given."""
+        endpoint = endpoints or os.environ.get("DYNAQ_ENDPOINT") or "http://127.0.0.1:8081"
+        kwargs.setdefault("token", os.environ.get("DYNAQ_TOKEN") or None)
+        return cls(endpoint, **kwargs)
+
+    @property
+    def addr(self) -> str:
+        """The endpoint requests go to now (``host:port``)."""
+        return self._endpoints.current
+
+    def __repr__(self) -> str:
+        return f"AsyncClient({self._endpoints!r})"  # never the token
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # plumbing ----------------------------------------------------------------
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            headers = {"Accept": MSGPACK}
+            if self._token is not None:
+                headers["Authorization"] = f"Bearer {self._token}"
+            connector = aiohttp.TCPConnector(
+                limit=self._connections,
+                keepalive_timeout=IDLE_REUSE_S,
+                ssl=self._tls if self._tls is not None else True,
+            )
+            self._session = aiohttp.ClientSession(connector=connector, headers=headers)
+        return self._session
+
+    async def _exchange(self, addr: str, call: Call[Any]) -> Any:
+        headers = {} if call.content_type is None else {"Content-Type": call.content_type}
+        url = f"{self.scheme}://{addr}{call.path}"
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s + call.extra_timeout_s)
+        try:
+            async with self._http().request(
+                call.method, url, data=call.body, headers=headers, timeout=timeout
+            ) as resp:
+                data = await resp.read()
+                status, ctype = resp.status, resp.headers.get("Content-Type", "")
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise ClientError(f"{call.what} at {addr}: {exc}") from exc  # retrying cannot help
+        except aiohttp.ClientConnectorError as exc:
+            # The connection was never made: the request never left.
+            raise Unreachable(f"{call.what} at {addr}: {exc}", sent=False) from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise Unreachable(f"{call.what} at {addr}: {exc!r}", sent=True) from exc
+        return parse(status, ctype, data, f"{call.what} at {addr}")
+
+    async def _call(self, call: Call[T]) -> tuple[T, str]:
+        started = time.monotonic()
+        tried: set[str] = set()
+        retries = 0
+        while True:
+            addr = call.node or self._endpoints.current
+            tried.add(addr)
+            try:
+                return call.result(await self._exchange(addr, call), addr), addr
+            except DynaqError as exc:
+                retries += 1
+                p = self._retry
+                if (
+                    not may_retry(call, exc)
+                    or retries >= p.attempts
+                    or time.monotonic() - started > p.deadline_s
+                ):
+                    raise
+                if call.node is None and moves_on(exc):
+                    self._endpoints.failed(addr)
+                if call.node is not None or self._endpoints.current in tried:
+                    tried.clear()
+                    await asyncio.sleep(p.delay_s(retries - 1, self._rng))
+
+    async def _run_at(self, op: Op[T]) -> tuple[T, str]:
+        results: list[Any] = []
+        addr = ""
+        for call in op.calls:
+            result, addr = await self._call(call)
+            results.append(result)
+        return op.combine(results), addr
+
+    async def _run(self, op: Op[T]) -> T:
+        return (await self._run_at(op))[0]
+
+    # helpers -----------------------------------------------------------------
+
+    def consume(
+        self,
+        queue: str,
+        *,
+        concurrency: int = 10,
+        visibility_timeout_s: float = 30.0,
+        wait_time_s: float = 10.0,
+        batch_size: int = 10,
+        stop_signals: Sequence[int] = (),
+    ) -> Consumer:
+        """A consumer of ``queue``: ``async for message in client.consume(...)``
+        (see :class:`~dynaq.client.Consumer` for what it guarantees)."""
+        return Consumer(
+            self,
+            queue,
+            concurrency=concurrency,
+            visibility_timeout_s=visibility_timeout_s,
+            wait_time_s=wait_time_s,
+            batch_size=batch_size,
+            stop_signals=stop_signals,
+        )
+
+    def producer(
+        self, queue: str | None = None, *, topic: str | None = None, linger_s: float = 0.005
+    ) -> Producer:
+        """A batching producer into ``queue`` (or ``topic``): ``await producer.send(body)``
+        resolves once the message is durable (see :class:`~dynaq.client.Producer`)."""
+        return Producer(self, queue=queue, topic=topic, linger_s=linger_s)
+
+    # cluster -----------------------------------------------------------------
+
+    async def health(self, addr: str | None = None) -> Health:
+        """``GET /health`` of the endpoint (or of node ``addr``)."""
+        return await self._run(ops.health(addr))
+
+    async def ring(self) -> list[RingMember]:
+        """The live members and their slices, as the endpoint sees them."""
+        return await self._run(ops.ring())
+
+    async def partitions(self, queue: str, addr: str | None = None) -> list[PartitionRange]:
+        """The partitions node ``addr`` (default: the endpoint) serves ``queue`` from."""
+        return await self._run(ops.partitions(queue, addr))
+
+    async def snapshot_page(
+        self, queue: str, from_id: int, to_id: int, limit: int = 5000, addr: str | None = None
+    ) -> dict[str, Any]:
+        """One columnar snapshot page (see :mod:`dynaq.services.snapshots`); never locks."""
+        return await self._run(ops.snapshot_page(queue, from_id, to_id, limit, addr))
+
+    # streams -----------------------------------------------------------------
+
+    async def stream_size(self, stream: str) -> int:
+        """How many entries the stream holds (its next index)."""
+        return await self._run(ops.stream_size(stream))
+
+    async def read_stream(self, stream: str, start: int, count: int) -> list[dict[str, Any]]:
+        """Up to ``count`` entries from index ``start``, as ``{"index", "order", "entry"}``;
+        answers at once with what is there, never waits for more."""
+        return await self._run(ops.read_stream(stream, start, count))
+
+    # queues ------------------------------------------------------------------
+
+    async def list_queues(self) -> list[str]:
+        return await self._run(ops.list_queues())
+
+    async def create_queue(self, name: str, settings: QueueSettings | None = None) -> None:
+        """Create ``name`` (``AlreadyExists`` if it does), then apply ``settings``."""
+        await self._run(ops.create_queue(name, settings))
+
+    async def describe_queue(self, name: str, addr: str | None = None) -> QueueInfo:
+        """Settings and figures (depth, in flight) as the endpoint counts them."""
+        return await self._run(ops.describe_queue(name, addr))
+
+    async def configure_queue(self, name: str, settings: QueueSettings) -> None:
+        """Change the settings that are not ``None``; the others stay."""
+        await self._run(ops.configure_queue(name, settings))
+
+    async def delete_queue(self, name: str) -> None:
+        """Delete the queue and purge its messages."""
+        await self._run(ops.delete_queue(name))
+
+    # messages ----------------------------------------------------------------
+
+    async def send(
+        self,
+        queue: str,
+        body: bytes | str,
+        *,
+        attributes: Mapping[str, str] | None = None,
+        group: str | None = None,
+        dedup_id: str | None = None,
+    ) -> int:
+        """Enqueue one message; its id once it is durable."""
+        ids = await self._run(ops.enqueue(queue, [NewMessage(body, attributes, group, dedup_id)]))
+        return ids[0]
+
+    async def enqueue(self, queue: str, messages: Sequence[MessageLike]) -> list[int]:
+        """Enqueue ``messages`` in requests of :data:`MAX_BATCH`; their ids, in order."""
+        return await self._run(ops.enqueue(queue, messages_of(messages)))
+
+    async def receive(
+        self,
+        queue: str,
+        max_messages: int = 10,
+        visibility_timeout_s: float | None = None,
+        addr: str | None = None,
+        *,
+        wait_time_s: float | None = None,
+    ) -> list[ReceivedMessage]:
+        """Receive from node ``addr``'s slice (default: the endpoint's) under a visibility
+        timeout; ``wait_time_s`` (≤ 20) long-polls until a message is there."""
+        op = ops.receive(queue, max_messages, visibility_timeout_s, wait_time_s, addr)
+        return await self._run(op)
+
+    async def delete(self, queue: str, ids: Sequence[int], addr: str | None = None) -> int:
+        """Delete (acknowledge) messages; how many existed."""
+        return await self._run(ops.delete(queue, ids, addr))
+
+    async def change_visibility(
+        self, queue: str, ids: Sequence[int], visibility_timeout_s: float, addr: str | None = None
+    ) -> list[int]:
+        """Set in-flight messages' timeout from now (0 releases them); the ids changed.
+        Send it to the node that served them (``ReceivedMessage.addr``)."""
+        return await self._run(ops.change_visibility(queue, ids, visibility_timeout_s, addr))
+
+    async def release(self, queue: str, ids: Sequence[int], addr: str | None = None) -> int:
+        """Make in-flight messages visible again now; how many were in flight."""
+        return len(await self.change_visibility(queue, ids, 0, addr))
+
+    async def peek(self, queue: str, ids: Sequence[int]) -> list[PeekedMessage]:
+        """Read messages by id without taking them."""
+        return await self._run(ops.peek(queue, ids))
+
+    async def browse(
+        self, queue: str, from_id: int = 0, limit: int = 100, addr: str | None = None
+    ) -> BrowsePage:
+        """Stored messages from ``from_id`` on, in id order, without locking any."""
+        return await self._run(ops.browse(queue, from_id, limit, addr))
+
+    # topics ------------------------------------------------------------------
+
+    async def list_topics(self) -> list[str]:
+        return await self._run(ops.list_topics())
+
+    async def create_topic(self, name: str) -> None:
+        await self._run(ops.create_topic(name))
+
+    async def topic_queues(self, name: str) -> list[str]:
+        """The queues subscribed to ``name``."""
+        return await self._run(ops.topic_queues(name))
+
+    async def delete_topic(self, name: str) -> None:
+        await self._run(ops.delete_topic(name))
+
+    async def subscribe(self, topic: str, queue: str) -> list[str]:
+        """Subscribe ``queue`` to ``topic`` (idempotent); the topic's queues."""
+        return await self._run(ops.subscribe(topic, queue))
+
+    async def unsubscribe(self, topic: str, queue: str) -> list[str]:
+        return await self._run(ops.unsubscribe(topic, queue))
+
+    async def publish(self, topic: str, messages: Sequence[MessageLike]) -> dict[str, list[int]]:
+        """Publish to every subscribed queue (all copies or none); ids per queue."""
+        return await self._run(ops.publish(topic, messages_of(messages)))
+
+    # batches -----------------------------------------------------------------
+
+    async def open_batch(self, mode: str = "exact", user_key: str | None = None) -> int:
+        return await self._run(ops.open_batch(mode, user_key))
+
+    async def add_items(self, batch_id: int, items: int) -> list[ItemBlock]:
+        """Add ``items`` items to an exact batch; the blocks naming them."""
+        return await self._run(ops.add_items(batch_id, items))
+
+    async def ack_items(self, item_ids: Sequence[str]) -> list[BatchCompletion]:
+        """Ack exact-batch items (twice is harmless); the batches this completed."""
+        return await self._run(ops.ack_items(item_ids))
+
+    async def close_batch(self, batch_id: int, mode: str = "exact") -> bool:
+        """Close the batch; whether it is complete."""
+        return await self._run(ops.close_batch(batch_id, mode))
+
+    async def describe_batch(self, batch_id: int, mode: str = "exact") -> BatchInfo:
+        return await self._run(ops.describe_batch(batch_id, mode))
+
+    async def delete_batch(self, batch_id: int, mode: str = "exact") -> int:
+        """Delete a batch; how many items went with it."""
+        return await self._run(ops.delete_batch(batch_id, mode))
+
+    async def remove_batches(self, mode: str, state: str, since_ms: int) -> tuple[int, int]:
+        """Remove ``open`` or ``closed`` batches last active before ``since_ms``;
+        ``(batches, items)`` removed."""
+        return await self._run(ops.remove_batches(mode, state, since_ms))
+
+    async def incr_batch(self, batch_id: int, by: int = 1) -> BatchInfo:
+        """Estimated mode: add ``by`` to the pending count."""
+        return await self._run(ops.incr_batch(batch_id, by))
+
+    async def decr_batches(self, acks: Mapping[int, int]) -> list[BatchCompletion]:
+        """Estimated mode: subtract ``{batch_id: by}``; the batches this completed."""
+        return await self._run(ops.decr_batches(acks))

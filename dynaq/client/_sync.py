@@ -1,0 +1,394 @@
+"""The blocking client: stdlib ``http.client`` and msgpack, nothing of the server.
+
+It loads fast inside a Spark executor (no aiohttp). One :class:`Client` keeps
+one keep-alive connection per node address; it is not thread-safe and not
+picklable on purpose: build it where it is used.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import random
+import ssl
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from dynaq.client import ops
+from dynaq.client.ops import Call, Op, Retry
+from dynaq.client.policy import Endpoints, RetryPolicy, moves_on
+from dynaq.client.types import (
+    BatchCompletion,
+    BatchInfo,
+    BrowsePage,
+    Health,
+    ItemBlock,
+    NewMessage,
+    PartitionRange,
+    PeekedMessage,
+    QueueInfo,
+    QueueSettings,
+    ReceivedMessage,
+    RingMember,
+)
+from dynaq.client.wire import MSGPACK, parse
+from dynaq.errors import ClientError, DynaqError, NotServing, Unreachable
+
+T = TypeVar("T")
+
+IDLE_REUSE_S = 20.0
+"""A kept-alive connection idle longer than this is replaced before use: nodes
+close idle connections after ``http.keepalive_timeout_s`` (60 s), and a request
+sent on one the node just closed would be lost without knowing if it arrived."""
+
+MessageLike = NewMessage | bytes | str | Mapping[str, Any]
+
+
+def messages_of(messages: Sequence[MessageLike]) -> list[NewMessage]:
+    """``NewMessage``, a bare body, or a dict with ``body`` and optional
+    ``attributes``, ``group``, ``dedup_id``."""
+    out = []
+    for m in messages:
+        if isinstance(m, NewMessage):
+            out.append(m)
+        elif isinstance(m, bytes | str):
+            out.append(NewMessage(m))
+        else:
+            out.append(
+                NewMessage(m["body"], m.get("attributes"), m.get("group"), m.get("dedup_id"))
+            )
+    return out
+
+
+def may_retry(call: Call[Any], exc: DynaqError) -> bool:
+    """Whether ``call`` may be sent again after ``exc`` (see :mod:`dynaq.client.ops`)."""
+    if not exc.retriable:
+        return False
+    if call.retry is Retry.ALWAYS or isinstance(exc, NotServing):
+        return True
+    return isinstance(exc, Unreachable) and not exc.sent
+
+
+class Client:
+    """A dynaq client over one or more endpoints, blocking.
+
+    ``endpoints``: ``"http://host:port"``, a comma-separated list, or a
+    sequence; requests go to one, and move to the next when it cannot be
+    reached or is not serving. ``token`` is sent as ``Authorization: Bearer``
+    (never shown in errors or ``repr``). ``https://`` endpoints are verified
+    against ``ca_file`` (or the system's CAs). Retries follow ``retry`` and
+    the rules in :mod:`dynaq.client.ops`: an enqueue is sent again only if it
+    never left, unless every message has a ``dedup_id``.
+
+    Every error is a :class:`dynaq.errors.DynaqError`: what a node answered
+    as its own class (``QueueNotFound``...), :class:`~dynaq.errors.Unreachable`
+    when no endpoint answered.
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Sequence[str],
+        timeout_s: float = 60.0,
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._endpoints = Endpoints(endpoints)
+        self.scheme = self._endpoints.scheme
+        self.timeout_s = timeout_s
+        self._token = token
+        self._retry = retry or RetryPolicy()
+        self._rng = random.Random()
+        self._tls: ssl.SSLContext | None = None
+        if self.scheme == "https":
+            self._tls = ssl.create_default_context(cafile=ca_file)
+        elif ca_file is not None:
+            raise ValueError("ca_file is for https:// endpoints")
+        self._conns: dict[str, tuple[http.client.HTTPConnection, float]] = {}
+
+    @classmethod
+    def from_env(cls, endpoints: str | None = None, **kwargs: Any) -> Client:
+        """Endpoints from ``DYNAQ_ENDPOINT`` (default ``http://127.0.0.1:8081``) and
+        the token from ``DYNAQ_TOKEN``, unless given."""
+        endpoint = endpoints or os.environ.get("DYNAQ_ENDPOINT") or "http://127.0.0.1:8081"
+        kwargs.setdefault("token", os.environ.get("DYNAQ_TOKEN") or None)
+        return cls(endpoint, **kwargs)
+
+    @property
+    def addr(self) -> str:
+        """The endpoint requests go to now (``host:port``)."""
+        return self._endpoints.current
+
+    def __repr__(self) -> str:
+        return f"Client({self._endpoints!r})"  # never the token
+
+    def close(self) -> None:
+        for conn, _ in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # plumbing ----------------------------------------------------------------
+
+    def _connection(self, addr: str, timeout_s: float) -> tuple[http.client.HTTPConnection, bool]:
+        now = time.monotonic()
+        kept = self._conns.pop(addr, None)
+        if kept is not None and now - kept[1] < IDLE_REUSE_S:
+            conn, reused = kept[0], True
+        else:
+            if kept is not None:
+                kept[0].close()
+            host, _, port = addr.rpartition(":")
+            if self._tls is not None:
+                conn = http.client.HTTPSConnection(
+                    host, int(port), timeout=timeout_s, context=self._tls
+                )
+            else:
+                conn = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
+            reused = False
+        conn.timeout = timeout_s
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout_s)
+        return conn, reused
+
+    def _exchange(self, addr: str, call: Call[Any]) -> Any:
+        headers = {"Accept": MSGPACK}
+        if self._token is not None:
+            headers["Authorization"] = f"Bearer {self._token}"
+        if call.content_type is not None:
+            headers["Content-Type"] = call.content_type
+        conn, reused = self._connection(addr, self.timeout_s + call.extra_timeout_s)
+        sent = False
+        try:
+            conn.request(call.method, call.path, body=call.body, headers=headers)
+            sent = True
+            resp = conn.getresponse()
+            data = resp.read()
+        except ssl.SSLCertVerificationError as exc:
+            conn.close()
+            raise ClientError(f"{call.what} at {addr}: {exc}") from exc  # retrying cannot help
+        except (ConnectionError, http.client.HTTPException, OSError) as exc:
+            conn.close()
+            # A request on a fresh connection that failed while being written
+            # never reached a handler; one on a kept-alive connection may have.
+            never_left = not sent and (not reused or isinstance(exc, ConnectionRefusedError))
+            raise Unreachable(f"{call.what} at {addr}: {exc}", sent=not never_left) from exc
+        self._conns[addr] = (conn, time.monotonic())
+        return parse(
+            resp.status, resp.getheader("Content-Type", ""), data, f"{call.what} at {addr}"
+        )
+
+    def _call(self, call: Call[T]) -> tuple[T, str]:
+        started = time.monotonic()
+        tried: set[str] = set()
+        retries = 0
+        while True:
+            addr = call.node or self._endpoints.current
+            tried.add(addr)
+            try:
+                return call.result(self._exchange(addr, call), addr), addr
+            except DynaqError as exc:
+                retries += 1
+                p = self._retry
+                if (
+                    not may_retry(call, exc)
+                    or retries >= p.attempts
+                    or time.monotonic() - started > p.deadline_s
+                ):
+                    raise
+                if call.node is None and moves_on(exc):
+                    self._endpoints.failed(addr)
+                if call.node is not None or self._endpoints.current in tried:
+                    # Every endpoint failed since the last wait: back off.
+                    tried.clear()
+                    time.sleep(p.delay_s(retries - 1, self._rng))
+
+    def _run_at(self, op: Op[T]) -> tuple[T, str]:
+        results: list[Any] = []
+        addr = ""
+        for call in op.calls:
+            result, addr = self._call(call)
+            results.append(result)
+        return op.combine(results), addr
+
+    def _run(self, op: Op[T]) -> T:
+        return self._run_at(op)[0]
+
+    # cluster -----------------------------------------------------------------
+
+    def health(self, addr: str | None = None) -> Health:
+        """``GET /health`` of the endpoint (or of node ``addr``)."""
+        return self._run(ops.health(addr))
+
+    def ring(self) -> list[RingMember]:
+        """The live members and their slices, as the endpoint sees them."""
+        return self._run(ops.ring())
+
+    def partitions(self, queue: str, addr: str | None = None) -> list[PartitionRange]:
+        """The partitions node ``addr`` (default: the endpoint) serves ``queue`` from."""
+        return self._run(ops.partitions(queue, addr))
+
+    def snapshot_page(
+        self, queue: str, from_id: int, to_id: int, limit: int = 5000, addr: str | None = None
+    ) -> dict[str, Any]:
+        """One columnar snapshot page (see :mod:`dynaq.services.snapshots`); never locks."""
+        return self._run(ops.snapshot_page(queue, from_id, to_id, limit, addr))
+
+    # streams -----------------------------------------------------------------
+
+    def stream_size(self, stream: str) -> int:
+        """How many entries the stream holds (its next index)."""
+        return self._run(ops.stream_size(stream))
+
+    def read_stream(self, stream: str, start: int, count: int) -> list[dict[str, Any]]:
+        """Up to ``count`` entries from index ``start``, as ``{"index", "order", "entry"}``;
+        answers at once with what is there, never waits for more."""
+        return self._run(ops.read_stream(stream, start, count))
+
+    # queues ------------------------------------------------------------------
+
+    def list_queues(self) -> list[str]:
+        return self._run(ops.list_queues())
+
+    def create_queue(self, name: str, settings: QueueSettings | None = None) -> None:
+        """Create ``name`` (``AlreadyExists`` if it does), then apply ``settings``."""
+        self._run(ops.create_queue(name, settings))
+
+    def describe_queue(self, name: str, addr: str | None = None) -> QueueInfo:
+        """Settings and figures (depth, in flight) as the endpoint counts them."""
+        return self._run(ops.describe_queue(name, addr))
+
+    def configure_queue(self, name: str, settings: QueueSettings) -> None:
+        """Change the settings that are not ``None``; the others stay."""
+        self._run(ops.configure_queue(name, settings))
+
+    def delete_queue(self, name: str) -> None:
+        """Delete the queue and purge its messages."""
+        self._run(ops.delete_queue(name))
+
+    # messages ----------------------------------------------------------------
+
+    def send(
+        self,
+        queue: str,
+        body: bytes | str,
+        *,
+        attributes: Mapping[str, str] | None = None,
+        group: str | None = None,
+        dedup_id: str | None = None,
+    ) -> int:
+        """Enqueue one message; its id once it is durable."""
+        return self._run(ops.enqueue(queue, [NewMessage(body, attributes, group, dedup_id)]))[0]
+
+    def enqueue(self, queue: str, messages: Sequence[MessageLike]) -> list[int]:
+        """Enqueue ``messages`` in requests of :data:`MAX_BATCH`; their ids, in order."""
+        return self._run(ops.enqueue(queue, messages_of(messages)))
+
+    def receive(
+        self,
+        queue: str,
+        max_messages: int = 10,
+        visibility_timeout_s: float | None = None,
+        addr: str | None = None,
+        *,
+        wait_time_s: float | None = None,
+    ) -> list[ReceivedMessage]:
+        """Receive from node ``addr``'s slice (default: the endpoint's) under a visibility
+        timeout; ``wait_time_s`` (≤ 20) long-polls until a message is there."""
+        op = ops.receive(queue, max_messages, visibility_timeout_s, wait_time_s, addr)
+        return self._run(op)
+
+    def delete(self, queue: str, ids: Sequence[int], addr: str | None = None) -> int:
+        """Delete (acknowledge) messages; how many existed."""
+        return self._run(ops.delete(queue, ids, addr))
+
+    def change_visibility(
+        self, queue: str, ids: Sequence[int], visibility_timeout_s: float, addr: str | None = None
+    ) -> list[int]:
+        """Set in-flight messages' timeout from now (0 releases them); the ids changed.
+        Send it to the node that served them (``ReceivedMessage.addr``)."""
+        return self._run(ops.change_visibility(queue, ids, visibility_timeout_s, addr))
+
+    def release(self, queue: str, ids: Sequence[int], addr: str | None = None) -> int:
+        """Make in-flight messages visible again now; how many were in flight."""
+        return len(self.change_visibility(queue, ids, 0, addr))
+
+    def peek(self, queue: str, ids: Sequence[int]) -> list[PeekedMessage]:
+        """Read messages by id without taking them."""
+        return self._run(ops.peek(queue, ids))
+
+    def browse(
+        self, queue: str, from_id: int = 0, limit: int = 100, addr: str | None = None
+    ) -> BrowsePage:
+        """Stored messages from ``from_id`` on, in id order, without locking any."""
+        return self._run(ops.browse(queue, from_id, limit, addr))
+
+    # topics ------------------------------------------------------------------
+
+    def list_topics(self) -> list[str]:
+        return self._run(ops.list_topics())
+
+    def create_topic(self, name: str) -> None:
+        self._run(ops.create_topic(name))
+
+    def topic_queues(self, name: str) -> list[str]:
+        """The queues subscribed to ``name``."""
+        return self._run(ops.topic_queues(name))
+
+    def delete_topic(self, name: str) -> None:
+        self._run(ops.delete_topic(name))
+
+    def subscribe(self, topic: str, queue: str) -> list[str]:
+        """Subscribe ``queue`` to ``topic`` (idempotent); the topic's queues."""
+        return self._run(ops.subscribe(topic, queue))
+
+    def unsubscribe(self, topic: str, queue: str) -> list[str]:
+        return self._run(ops.unsubscribe(topic, queue))
+
+    def publish(self, topic: str, messages: Sequence[MessageLike]) -> dict[str, list[int]]:
+        """Publish to every subscribed queue (all copies or none); ids per queue."""
+        return self._run(ops.publish(topic, messages_of(messages)))
+
+    # batches -----------------------------------------------------------------
+
+    def open_batch(self, mode: str = "exact", user_key: str | None = None) -> int:
+        return self._run(ops.open_batch(mode, user_key))
+
+    def add_items(self, batch_id: int, items: int) -> list[ItemBlock]:
+        """Add ``items`` items to an exact batch; the blocks naming them."""
+        return self._run(ops.add_items(batch_id, items))
+
+    def ack_items(self, item_ids: Sequence[str]) -> list[BatchCompletion]:
+        """Ack exact-batch items (twice is harmless); the batches this completed."""
+        return self._run(ops.ack_items(item_ids))
+
+    def close_batch(self, batch_id: int, mode: str = "exact") -> bool:
+        """Close the batch; whether it is complete."""
+        return self._run(ops.close_batch(batch_id, mode))
+
+    def describe_batch(self, batch_id: int, mode: str = "exact") -> BatchInfo:
+        return self._run(ops.describe_batch(batch_id, mode))
+
+    def delete_batch(self, batch_id: int, mode: str = "exact") -> int:
+        """Delete a batch; how many items went with it."""
+        return self._run(ops.delete_batch(batch_id, mode))
+
+    def remove_batches(self, mode: str, state: str, since_ms: int) -> tuple[int, int]:
+        """Remove ``open`` or ``closed`` batches last active before ``since_ms``;
+        ``(batches, items)`` removed."""
+        return self._run(ops.remove_batches(mode, state, since_ms))
+
+    def incr_batch(self, batch_id: int, by: int = 1) -> BatchInfo:
+        """Estimated mode: add ``by`` to the pending count."""
+        return self._run(ops.incr_batch(batch_id, by))
+
+    def decr_batches(self, acks: Mapping[int, int]) -> list[BatchCompletion]:
+        """Estimated mode: subtract ``{batch_id: by}``; the batches this completed."""
+        return self._run(ops.decr_batches(acks))

@@ -1,0 +1,235 @@
+"""The typed results the client returns, shared by :class:`~dynaq.client.Client` and
+:class:`~dynaq.client.AsyncClient`.
+
+Ids are Python ints (the wire carries them as msgpack integers or JSON decimal
+strings). Each ``from_wire`` takes the decoded response member and keeps what
+it does not know in ``raw``, so a node newer than the client loses nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RingMember:
+    """A live node and its slice of the id space (inclusive)."""
+
+    name: str
+    http: str
+    from_id: int
+    to_id: int
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """One partition a node serves a queue from (ids inclusive)."""
+
+    node: str
+    http: str
+    index: int
+    from_id: int
+    to_id: int
+
+
+@dataclass(frozen=True)
+class Health:
+    """``GET /health``: ``status`` is ``serving``, ``starting`` or ``draining``."""
+
+    status: str
+    node: str
+    members: int
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """A message received under a visibility timeout.
+
+    ``addr`` is the address of the node that served it: that node holds its
+    in-flight state, so visibility changes must go there.
+    """
+
+    id: int
+    body: bytes
+    enqueued_at_ms: int
+    receive_count: int
+    attributes: dict[str, str] | None
+    group: str | None = None
+    addr: str = ""
+
+
+@dataclass(frozen=True)
+class PeekedMessage:
+    """A stored message read without taking it (no lock, no receive count)."""
+
+    id: int
+    body: bytes
+    enqueued_at_ms: int | None = None
+    attributes: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class BrowsePage:
+    """Stored messages in id order; ``next_from_id`` continues (``None``: the end)."""
+
+    messages: list[PeekedMessage]
+    next_from_id: int | None
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A message to send. ``dedup_id`` makes a resend safe (stored once per window)."""
+
+    body: bytes | str
+    attributes: Mapping[str, str] | None = None
+    group: str | None = None
+    dedup_id: str | None = None
+
+    def wire(self) -> dict[str, Any]:
+        body = self.body.encode() if isinstance(self.body, str) else self.body
+        out: dict[str, Any] = {"body": body}
+        if self.attributes:
+            out["attributes"] = dict(self.attributes)
+        if self.group is not None:
+            out["group"] = self.group
+        if self.dedup_id is not None:
+            out["dedup_id"] = self.dedup_id
+        return out
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """A queue's settings; ``None`` means "leave as it is" in an update.
+
+    Field names are the v2 names; :meth:`patch` gives v1's ``PATCH`` keys.
+    """
+
+    visibility_timeout_s: float | None = None
+    min_partitions: int | None = None
+    max_partitions: int | None = None
+    max_partition_age_s: float | None = None
+    compressed_messages: bool | None = None
+
+    _V1 = {
+        "visibility_timeout_s": "visibility_timeout",
+        "min_partitions": "min_partitions",
+        "max_partitions": "max_partitions",
+        "max_partition_age_s": "max_partition_age",
+        "compressed_messages": "compressed_messages",
+    }
+
+    def patch(self) -> dict[str, Any]:
+        """The v1 ``PATCH`` body that sets the fields that are not ``None``."""
+        return {
+            self._V1[f.name]: getattr(self, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) is not None
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields that are set, by v2 name (what definitions files hold)."""
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> QueueSettings:
+        """From v2 names; an unknown name is a ``ValueError`` naming it."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown queue settings: {', '.join(sorted(unknown))}")
+        return cls(**{k: data[k] for k in known if k in data})
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """``GET /v2/queues/:queue``: settings and this node's figures.
+
+    ``depth`` is exact on a single node; in a cluster each node counts what
+    passed through it (see the README).
+    """
+
+    name: str
+    settings: QueueSettings
+    partitions: int
+    depth: int
+    in_flight: int
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_wire(cls, got: Mapping[str, Any]) -> QueueInfo:
+        settings = QueueSettings(
+            visibility_timeout_s=got.get("visibility_timeout_s"),
+            min_partitions=got.get("min_partitions"),
+            max_partitions=got.get("max_partitions"),
+            max_partition_age_s=got.get("max_partition_age_s"),
+            compressed_messages=got.get("compressed_messages"),
+        )
+        return cls(
+            str(got["name"]),
+            settings,
+            int(got.get("partitions", 0)),
+            int(got.get("depth", 0)),
+            int(got.get("in_flight", 0)),
+            dict(got),
+        )
+
+
+@dataclass(frozen=True)
+class ItemBlock:
+    """A block of exact-batch items: item ids ``<batch>:<id>:0 … upto-1``."""
+
+    batch_id: int
+    id: str
+    upto: int
+
+    def item_ids(self) -> list[str]:
+        """Every item id of the block, to tag messages with (``dynaq.batch_item``)."""
+        return [f"{self.batch_id}:{self.id}:{i}" for i in range(self.upto)]
+
+
+@dataclass(frozen=True)
+class BatchCompletion:
+    """A batch that an ack (or a close) completed."""
+
+    batch_id: int
+    user_key: str | None
+    completed_at_ms: int
+
+    @classmethod
+    def from_wire(cls, c: Mapping[str, Any]) -> BatchCompletion:
+        return cls(int(c["batchId"]), c.get("userKey"), int(c["completedAt"]))
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """A batch's header (``GET /api/v1/batch/<mode>/:id``)."""
+
+    batch_id: int
+    user_key: str | None
+    mode: str
+    closed: bool
+    complete: bool
+    items: int
+    pending: int
+    created_at_ms: int
+    updated_at_ms: int
+    completed_at_ms: int | None
+
+    @classmethod
+    def from_wire(cls, b: Mapping[str, Any]) -> BatchInfo:
+        return cls(
+            int(b["batchId"]),
+            b.get("userKey"),
+            str(b["mode"]),
+            bool(b["isClosed"]),
+            bool(b["isComplete"]),
+            int(b["items"]),
+            int(b["pending"]),
+            int(b["createdAt"]),
+            int(b["updatedAt"]),
+            None if b.get("completedAt") is None else int(b["completedAt"]),
+        )

@@ -1,0 +1,150 @@
+"""Prometheus exposition of dynaq's figures (``GET /metrics``), with prometheus-client.
+
+The statsd names map to labelled families, so one query covers every queue:
+
+=====================================  =============================================
+statsd name                            Prometheus
+=====================================  =============================================
+``<queue>.sent.count`` (counter)       ``dynaq_queue_sent_total{queue}``
+``<queue>.received.count``             ``dynaq_queue_received_total{queue}``
+``<queue>.deleted.count``              ``dynaq_queue_deleted_total{queue}``
+``<queue>.depth.count`` (gauge)        ``dynaq_queue_depth{queue}``
+``<queue>.fill.count``                 ``dynaq_queue_fill_percent{queue}``
+``<queue>.approximate_depth.count``    ``dynaq_queue_approximate_depth{queue}``
+``batches.<mode>.opened.count``        ``dynaq_batches_opened_total{mode}``
+any other ``a.b.count``                ``dynaq_a_b_total`` (counter) / ``dynaq_a_b`` (gauge)
+=====================================  =============================================
+
+Histograms (seconds): ``dynaq_http_request_duration_seconds{method, route,
+status}`` -- ``route`` is the route's template (``/v2/queues/{queue}/messages``),
+never the raw path, so the label set stays small; a long poll's wait is part
+of its receive's duration -- and ``dynaq_store_commit_duration_seconds`` (one
+group commit of the embedded store, fsync included).
+
+Counters and gauges are kept in dicts (an ``incr`` costs what the statsd
+side's does) and turned into samples only when scraped; gauge providers
+(queue depths) are called then too.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from dynaq.metrics import GaugeProvider
+
+log = logging.getLogger(__name__)
+
+LATENCY_BUCKETS_S = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0,
+)  # fmt: skip
+HISTOGRAMS = {
+    "http_request_duration_seconds": (
+        "HTTP request latency by route template, method and status",
+        ("method", "route", "status"),
+    ),
+    "store_commit_duration_seconds": ("One store commit (group commit, fsync included)", ()),
+}
+QUEUE_COUNTERS = {"sent", "received", "deleted"}
+QUEUE_GAUGES = {"depth": "depth", "fill": "fill_percent", "approximate_depth": "approximate_depth"}
+_BAD = re.compile(r"[^a-zA-Z0-9_]")
+
+Key = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def family(name: str, counter: bool) -> Key:
+    """The Prometheus family and labels a statsd-style ``name`` stands for."""
+    base = name.removesuffix(".count")
+    parts = base.split(".")
+    if parts[0] == "batches" and len(parts) == 3 and parts[1] in ("exact", "estimated"):
+        return f"dynaq_batches_{parts[2]}", (("mode", parts[1]),)
+    if parts[0] not in ("batches", "outbox") and len(parts) >= 2:
+        queue, _, what = base.rpartition(".")  # queue names may hold dots
+        if counter and what in QUEUE_COUNTERS:
+            return f"dynaq_queue_{what}", (("queue", queue),)
+        if not counter and what in QUEUE_GAUGES:
+            return f"dynaq_queue_{QUEUE_GAUGES[what]}", (("queue", queue),)
+    return "dynaq_" + _BAD.sub("_", base), ()
+
+
+class _Figures(Collector):
+    """Turns the counter and gauge dicts into samples at scrape time."""
+
+    def __init__(self, owner: PrometheusMetrics) -> None:
+        self._owner = owner
+
+    def collect(self) -> Iterator[Metric]:
+        counters, gauges = self._owner.snapshot()
+        yield from _families(counters, CounterMetricFamily)
+        yield from _families(gauges, GaugeMetricFamily)
+
+
+def _families(
+    values: Mapping[Key, float], kind: type[CounterMetricFamily] | type[GaugeMetricFamily]
+) -> Iterator[Metric]:
+    by_name: dict[str, list[tuple[tuple[tuple[str, str], ...], float]]] = {}
+    for (name, labels), value in values.items():
+        by_name.setdefault(name, []).append((labels, value))
+    for name, samples in sorted(by_name.items()):
+        label_names = [k for k, _ in samples[0][0]]
+        fam = kind(name, f"dynaq {name.removeprefix('dynaq_')}", labels=label_names)
+        for labels, value in samples:
+            fam.add_metric([v for _, v in labels], value)
+        yield fam
+
+
+class PrometheusMetrics:
+    """The :class:`~dynaq.metrics.Metrics` that ``GET /metrics`` exposes."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._counters: dict[Key, float] = {}
+        self._gauges: dict[Key, float] = {}
+        self._providers: list[GaugeProvider] = []
+        self._histograms = {
+            name: Histogram(
+                f"dynaq_{name}", text, labels, registry=self.registry, buckets=LATENCY_BUCKETS_S
+            )
+            for name, (text, labels) in HISTOGRAMS.items()
+        }
+        self.registry.register(_Figures(self))
+
+    def incr(self, name: str, count: int = 1) -> None:
+        key = family(name, counter=True)
+        self._counters[key] = self._counters.get(key, 0) + count
+
+    def gauge(self, name: str, value: float) -> None:
+        self._gauges[family(name, counter=False)] = value
+
+    def add_gauge_provider(self, provider: GaugeProvider) -> None:
+        self._providers.append(provider)
+
+    def observe(self, name: str, seconds: float, labels: Mapping[str, str] | None = None) -> None:
+        hist = self._histograms.get(name)
+        if hist is None:
+            raise ValueError(f"no histogram {name!r}; known: {sorted(self._histograms)}")
+        (hist.labels(**labels) if labels else hist).observe(seconds)
+
+    def snapshot(self) -> tuple[dict[Key, float], dict[Key, float]]:
+        gauges = dict(self._gauges)
+        for provider in self._providers:
+            try:
+                for name, value in provider().items():
+                    gauges[family(name, counter=False)] = value
+            except Exception:  # a metrics bug must never fail a scrape
+                log.exception("gauge provider failed")
+        return dict(self._counters), gauges
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass

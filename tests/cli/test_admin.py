@@ -1,0 +1,213 @@
+"""Every admin command of ``dynaq`` against a real node process, output and exit code checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dynaq.testing.process import NodeProcess, free_port, node_process
+
+ROOT = Path(__file__).resolve().parents[2]
+ADMIN = "cli-admin-0123456789"
+READER = "cli-reader-0123456789"
+TOKENS = f"ops:{ADMIN}:admin=*,reader:{READER}:read=*"
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    p = node_process(tmp_path_factory.mktemp("cli"), env={"DYNAQ_AUTH_TOKENS": TOKENS})
+    p.start()
+    try:
+        yield p
+    finally:
+        p.kill()
+
+
+class Run:
+    """``dynaq ARGS`` as a process, with the node's endpoint and a token in the environment."""
+
+    def __init__(self, node: NodeProcess) -> None:
+        self.node = node
+
+    def __call__(
+        self, *args: str, token: str | None = ADMIN, stdin: str | None = None, code: int = 0
+    ) -> str:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DYNAQ_")}
+        env["DYNAQ_ENDPOINT"] = self.node.url
+        if token is not None:
+            env["DYNAQ_TOKEN"] = token
+        env["PYTHONPATH"] = str(ROOT)
+        done = subprocess.run(
+            [sys.executable, "-m", "dynaq", *args],
+            env=env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == code, (args, done.returncode, done.stdout, done.stderr)
+        self.stderr = done.stderr
+        return done.stdout
+
+    def json(self, *args: str, stdin: str | None = None) -> Any:
+        return json.loads(self(*args, "--json", stdin=stdin))
+
+
+@pytest.fixture
+def dynaq(node: NodeProcess) -> Run:
+    return Run(node)
+
+
+def test_cluster_status(dynaq: Run, node: NodeProcess) -> None:
+    out = dynaq("cluster", "status")
+    lines = out.splitlines()
+    assert lines[0] == f"endpoint 127.0.0.1:{node.port}: serving (node dynaq-1, 1 members)"
+    assert lines[1].split() == ["MEMBER", "HTTP", "LANES", "FROM_ID", "TO_ID"]
+    assert lines[2].split()[:3] == ["dynaq-1", f"127.0.0.1:{node.port}", "1024"]
+    got = dynaq.json("cluster", "status")
+    assert got["status"] == "serving" and [m["lanes"] for m in got["members"]] == [1024]
+
+
+def test_queue_commands(dynaq: Run) -> None:
+    out = dynaq("queue", "create", "jobs", "--visibility-timeout", "5", "--max-partitions", "4")
+    assert out.splitlines()[0] == "queue jobs created"
+    assert "visibility_timeout_s  5" in out and "max_partitions        4" in out
+    dynaq("queue", "create", "jobs", code=4)
+    assert "already_exists" in dynaq.stderr
+
+    assert dynaq("queue", "set", "jobs", "--no-compressed", "--visibility-timeout", "7").startswith(
+        "queue jobs updated"
+    )
+    dynaq("queue", "set", "jobs", code=2)  # nothing to set
+    shown = dynaq.json("queue", "show", "jobs")
+    assert shown["settings"]["visibility_timeout_s"] == 7 and shown["depth"] == 0
+
+    ids = dynaq("queue", "send", "jobs", "one", "two", "--attr", "k=v").split()
+    assert len(ids) == 2 and all(i.isdigit() for i in ids)
+    (third,) = dynaq.json("queue", "send", "jobs", "-", stdin="three\n")["ids"]
+
+    listed = dynaq("queue", "list").splitlines()
+    assert listed[0].split() == ["NAME", "DEPTH", "IN_FLIGHT", "PARTITIONS", "VISIBILITY_S"]
+    assert listed[1].split() == ["jobs", "3", "0", "1", "7"]
+    assert dynaq.json("queue", "list")["queues"][0]["depth"] == 3
+
+    peeked = dynaq("queue", "peek", "jobs").splitlines()
+    assert peeked[0].split() == ["ID", "ENQUEUED_MS", "BODY"]
+    assert [line.split()[-1] for line in peeked[1:]] == ["one", "two", "three"]
+    page = dynaq.json("queue", "peek", "jobs", "--limit", "2")
+    assert [m["body"] for m in page["messages"]] == ["one", "two"]
+    assert page["messages"][0]["attributes"] == {"k": "v"}
+    assert int(ids[1]) < int(page["next_from_id"]) <= int(third)  # where the next page starts
+
+    got = dynaq.json("queue", "receive", "jobs", "--max", "2", "--delete")
+    assert [m["body"] for m in got["messages"]] == ["one", "two"] and got["deleted"] == 2
+    out = dynaq("queue", "receive", "jobs", "--visibility-timeout", "30")
+    assert out.splitlines()[1].split() == [third, "1", "three"]
+    assert dynaq.json("queue", "show", "jobs")["in_flight"] == 1
+
+    assert dynaq("queue", "delete", "jobs") == "queue jobs deleted\n"
+    dynaq("queue", "show", "jobs", code=3)
+    assert "queue_not_found" in dynaq.stderr
+
+
+def test_topic_commands(dynaq: Run) -> None:
+    dynaq("queue", "create", "a")
+    dynaq("queue", "create", "b")
+    assert dynaq("topic", "create", "events") == "topic events created\n"
+    assert dynaq("topic", "subscribe", "events", "a") == "a subscribed to events\n"
+    assert dynaq.json("topic", "subscribe", "events", "b")["queues"] == ["a", "b"]
+    assert dynaq("topic", "show", "events").split() == ["QUEUE", "a", "b"]
+    assert "events  a,b" in dynaq("topic", "list")
+    sent = dynaq.json("topic", "publish", "events", "hello")["ids"]
+    assert sorted(sent) == ["a", "b"] and all(len(v) == 1 for v in sent.values())
+    assert dynaq("topic", "unsubscribe", "events", "b") == "b unsubscribed from events\n"
+    assert dynaq("topic", "delete", "events") == "topic events deleted\n"
+    dynaq("topic", "show", "events", code=3)
+    dynaq("queue", "delete", "a")
+    dynaq("queue", "delete", "b")
+
+
+def test_batch_commands(dynaq: Run) -> None:
+    batch = dynaq("batch", "open", "--user-key", "nightly").strip()
+    assert batch.isdigit()
+    blocks = dynaq.json("batch", "add-items", batch, "2")["blocks"]
+    items = [f"{batch}:{b['id']}:{i}" for b in blocks for i in range(b["upto"])]
+    assert dynaq("batch", "close", batch) == f"batch {batch} closed; complete: no\n"
+    assert dynaq("batch", "ack", *items) == f"acked 2; completed batches: {batch}\n"
+    shown = dynaq.json("batch", "show", batch)
+    assert (shown["complete"], shown["pending"], shown["user_key"]) == (True, 0, "nightly")
+    assert "complete         yes" in dynaq("batch", "show", batch)
+    assert dynaq("batch", "delete", batch) == f"batch {batch} deleted (2 items)\n"
+    est = dynaq.json("batch", "open", "--mode", "estimated")["batch_id"]
+    assert dynaq.json("batch", "show", str(est), "--mode", "estimated")["mode"] == "estimated"
+    dynaq("batch", "show", str(est), code=1)  # the wrong mode: 422 wrong_batch_mode
+    assert "wrong_batch_mode" in dynaq.stderr
+
+
+def test_definitions_round_trip(dynaq: Run, tmp_path: Path) -> None:
+    dynaq("queue", "create", "orders", "--visibility-timeout", "45", "--max-partitions", "3")
+    dynaq("queue", "create", "audit")
+    dynaq("topic", "create", "order-events")
+    dynaq("topic", "subscribe", "order-events", "orders")
+    dynaq("topic", "subscribe", "order-events", "audit")
+    file = tmp_path / "defs.json"
+    assert dynaq("definitions", "export", str(file)) == (f"exported 2 queues, 1 topics to {file}\n")
+    defs = json.loads(file.read_text())
+    ((topic,),) = [defs["topics"]]
+    assert topic["name"] == "order-events" and sorted(topic["queues"]) == ["audit", "orders"]
+    assert json.loads(dynaq("definitions", "export")) == defs  # stdout
+
+    # Into another node, where "audit" exists with other settings.
+    other = node_process(tmp_path, "dynaq-2", env={"DYNAQ_AUTH_TOKENS": TOKENS}).start()
+    try:
+        there = ("--endpoint", other.url)
+        dynaq("queue", "create", "audit", "--visibility-timeout", "9", *there)
+        out = dynaq("definitions", "import", str(file), *there)
+        assert out == "queues: 1 created, 1 updated; topics: 1 created; subscriptions: 2 added\n"
+        exported = {q["name"]: q["settings"] for q in defs["queues"]}
+        assert exported["orders"]["visibility_timeout_s"] == 45
+        assert exported["orders"]["max_partitions"] == 3
+        assert dynaq.json("queue", "show", "orders", *there)["settings"] == exported["orders"]
+        assert (
+            dynaq.json("queue", "show", "audit", *there)["settings"]["visibility_timeout_s"] == 30
+        )
+        assert sorted(dynaq.json("topic", "show", "order-events", *there)["queues"]) == [
+            "audit",
+            "orders",
+        ]
+        assert json.loads(dynaq("definitions", "export", *there)) == defs
+        again = dynaq.json("definitions", "import", str(file), *there)
+        assert again == {
+            "queues_created": 0,
+            "queues_updated": 2,
+            "topics_created": 0,
+            "subscriptions_added": 0,
+        }
+    finally:
+        other.kill()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"queues": []}')
+    dynaq("definitions", "import", str(bad), code=2)
+    bad.write_text('{"dynaq_definitions": 1, "queues": [{"name": "x", "settings": {"nope": 1}}]}')
+    dynaq("definitions", "import", str(bad), code=2)
+    assert "unknown queue settings: nope" in dynaq.stderr
+
+
+def test_exit_codes_for_access_and_reachability(dynaq: Run) -> None:
+    dynaq("queue", "list", token=None, code=5)
+    assert "unauthorized" in dynaq.stderr
+    dynaq("queue", "create", "nope", token=READER, code=5)
+    assert "forbidden" in dynaq.stderr and READER not in dynaq.stderr
+    dynaq(
+        "queue", "list", "--endpoint", f"http://127.0.0.1:{free_port()}", "--timeout", "2", code=6
+    )
+    assert "unreachable" in dynaq.stderr
+    dynaq("queue", "list", "--endpoint", "ftp://x", code=2)
+    dynaq("queue", "nonsense", code=2)
