@@ -20,13 +20,11 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bench._queue_clients import BATCH, ClientPool, PhaseResult, Spec
+from bench._queue_plan import Options, setup_queue, show, specs
 from bench.common import progress, start_node
-
-if TYPE_CHECKING:
-    from bench.queue import Options
 
 BACKENDS = ("embedded", "cassandra", "riak")
 
@@ -63,8 +61,6 @@ def _store_env(backend: str, tmp: Path) -> Iterator[dict[str, str]]:
 
 def run(o: Options, backends: list[str]) -> dict[str, Any]:
     """Each backend in turn; a lone backend gets the embedded store as its yardstick."""
-    from bench.queue import _setup_dynaq, _show, _specs
-
     if backends != ["embedded"] and "embedded" not in backends and len(backends) == 1:
         backends = ["embedded", *backends]
 
@@ -78,13 +74,13 @@ def run(o: Options, backends: list[str]) -> dict[str, Any]:
                 node = start_node(tmp / backend, name=f"bench-{backend}", **env, **o.node_env)
                 try:
                     assert node.proc is not None
-                    asyncio.run(_setup_dynaq(node.url))
+                    asyncio.run(setup_queue(node.url))
                     pid, c = node.proc.pid, o.concurrency
-                    batch = pool.run(_specs("dq_batch", node.url, o, pool, o.messages, c), pid)
-                    _show(f"{backend}: enqueue, batches of {BATCH}", batch)
-                    specs = _specs("dq_consume", node.url, o, pool, batch.count, c)
-                    consume = pool.run(specs, pid)
-                    _show(f"{backend}: receive+delete", consume)
+                    batch = pool.run(specs("dq_batch", node.url, o, pool, o.messages, c), pid)
+                    show(f"{backend}: enqueue, batches of {BATCH}", batch)
+                    plan = specs("dq_consume", node.url, o, pool, batch.count, c)
+                    consume = pool.run(plan, pid)
+                    show(f"{backend}: receive+delete", consume)
                     rows[backend] = {"enqueue": batch, "consume": consume}
                 finally:
                     node.terminate()

@@ -39,7 +39,6 @@ import socket
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +46,13 @@ from bench._queue_clients import (
     BATCH,
     BODY_BYTES,
     DURABLE,
-    QUEUE,
     STREAM,
     SUBJECT,
     ClientPool,
     PhaseResult,
     Spec,
 )
+from bench._queue_plan import Options, setup_queue, show, specs
 from bench.common import (
     Deadline,
     free_port,
@@ -64,21 +63,6 @@ from bench.common import (
 from dynaq.testing.process import stop_process
 
 # --------------------------------------------------------------------------- options
-
-
-@dataclass(frozen=True)
-class Options:
-    messages: int
-    single_messages: int
-    rtt_samples: int
-    seconds: float
-    concurrency: int
-    procs: int
-    peer: bool
-    quick: bool
-    node_env: dict[str, str] = field(default_factory=dict)
-    storage: list[str] = field(default_factory=list)
-    library: bool = False
 
 
 def parse(argv: list[str]) -> Options:
@@ -199,46 +183,7 @@ async def _setup_nats(url: str) -> None:
         await nc.close()
 
 
-async def _setup_dynaq(url: str) -> None:
-    import aiohttp
-
-    async with aiohttp.ClientSession() as s:
-        async with s.put(f"{url}/v1/queues/{QUEUE}") as r:
-            if r.status not in (200, 201):
-                raise RuntimeError(f"could not create queue: {r.status} {await r.text()}")
-        # Several receivers at once: let the queue start with a partition each.
-        patch = {"min_partitions": 4, "max_partitions": 16, "visibility_timeout": 120}
-        async with s.patch(f"{url}/v1/queues/{QUEUE}", json=patch) as r:
-            if r.status != 200:
-                raise RuntimeError(f"could not configure queue: {r.status} {await r.text()}")
-
-
 # --------------------------------------------------------------------------- the run
-
-
-def _split(total: int, parts: int) -> list[int]:
-    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-
-
-def _specs(
-    kind: str, target: str, o: Options, pool: ClientPool, budget: int, conns: int
-) -> list[Spec]:
-    per_conns = _split(max(conns, pool.size), pool.size)
-    return [
-        Spec(kind, target, c, b, budget, o.seconds)
-        for c, b in zip(per_conns, _split(budget, pool.size), strict=True)
-    ]
-
-
-def _show(label: str, r: PhaseResult) -> None:
-    lat = ""
-    if r.latency_ms["count"]:
-        lat = f"  p50 {r.latency_ms['p50']:.2f} ms  p99 {r.latency_ms['p99']:.2f} ms"
-    progress(
-        f"{label:<34} {r.count:>8} msgs in {r.wall_s:6.2f} s = {r.msgs_per_s:>9.0f} msgs/s"
-        f"  (server {r.server_cpu_s / r.wall_s:.2f} cores, client {r.client_cpu_s / r.wall_s:.2f}"
-        f" cores, errors {r.errors}){lat}"
-    )
 
 
 def _ratio(a: float, b: float) -> float:
@@ -260,7 +205,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     try:
         node = start_node(tmp, **o.node_env)
         assert node.proc is not None
-        asyncio.run(_setup_dynaq(node.url))
+        asyncio.run(setup_queue(node.url))
         progress(f"dynaq node pid {node.proc.pid} at {node.url} (data in {node.data_dir})")
         if o.peer:
             peer = NatsServer(tmp)
@@ -311,15 +256,15 @@ def main(argv: list[str]) -> dict[str, Any]:
             if what == "consume":
                 # Consume exactly what the (same system's) batch phase stored.
                 budget = res[f"{system}_batch"].count
-            specs = _specs(kind, target, o, pool, budget, conns)
+            plan = specs(kind, target, o, pool, budget, conns)
             if what == "rtt":
-                specs = [Spec(kind, target, 1, budget, budget, o.seconds)] + [
-                    Spec(kind, target, 1, 0, 0, o.seconds) for _ in specs[1:]
+                plan = [Spec(kind, target, 1, budget, budget, o.seconds)] + [
+                    Spec(kind, target, 1, 0, 0, o.seconds) for _ in plan[1:]
                 ]
-            r = pool.run(specs, pid)
+            r = pool.run(plan, pid)
             res[key] = r
             who = {"dq": "dynaq", "lb": "dynaq.client", "js": "jetstream"}[system]
-            _show(f"{who} {labels[what]}", r)
+            show(f"{who} {labels[what]}", r)
         disk["after"] = fsync_latency_ms(tmp, 50 if o.quick else 200)
         for when, d in disk.items():
             progress(
