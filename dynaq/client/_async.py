@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from dynaq.client import ops
-from dynaq.client._sync import IDLE_REUSE_S, MessageLike, may_retry, messages_of
+from dynaq.client._sync import IDLE_REUSE_S, may_retry, messages_of
 from dynaq.client.consumer import Consumer
 from dynaq.client.ops import Call, Op
 from dynaq.client.policy import Endpoints, RetryPolicy, moves_on
@@ -29,6 +29,7 @@ from dynaq.client.types import (
     BrowsePage,
     Health,
     ItemBlock,
+    MessageLike,
     NewMessage,
     PartitionRange,
     PeekedMessage,

@@ -24,6 +24,7 @@ from dynaq.client.types import (
     BrowsePage,
     Health,
     ItemBlock,
+    MessageLike,
     NewMessage,
     PartitionRange,
     PeekedMessage,
@@ -41,8 +42,6 @@ IDLE_REUSE_S = 20.0
 """A kept-alive connection idle longer than this is replaced before use: nodes
 close idle connections after ``http.keepalive_timeout_s`` (60 s), and a request
 sent on one the node just closed would be lost without knowing if it arrived."""
-
-MessageLike = NewMessage | bytes | str | Mapping[str, Any]
 
 
 def messages_of(messages: Sequence[MessageLike]) -> list[NewMessage]:

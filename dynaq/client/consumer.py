@@ -37,13 +37,33 @@ import random
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from dynaq.client.types import ReceivedMessage
+from dynaq.client.types import ReceivedMessage, RingMember
 from dynaq.errors import DynaqError
 
-if TYPE_CHECKING:
-    from dynaq.client._async import AsyncClient
+
+class ConsumerClient(Protocol):
+    """What a :class:`Consumer` needs of its client (an :class:`~dynaq.client.AsyncClient`)."""
+
+    async def ring(self) -> list[RingMember]: ...
+
+    async def receive(
+        self,
+        queue: str,
+        max_messages: int = 10,
+        visibility_timeout_s: float | None = None,
+        addr: str | None = None,
+        *,
+        wait_time_s: float | None = None,
+    ) -> list[ReceivedMessage]: ...
+
+    async def delete(self, queue: str, ids: Sequence[int], addr: str | None = None) -> int: ...
+
+    async def change_visibility(
+        self, queue: str, ids: Sequence[int], visibility_timeout_s: float, addr: str | None = None
+    ) -> list[int]: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +133,7 @@ class Consumer:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: ConsumerClient,
         queue: str,
         *,
         concurrency: int = 10,

@@ -13,14 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from dynaq.client.ops import MAX_BATCH
-from dynaq.client.types import NewMessage
+from dynaq.client.types import MessageLike, NewMessage
 
-if TYPE_CHECKING:
-    from dynaq.client._async import AsyncClient
+
+class ProducerClient(Protocol):
+    """What a :class:`Producer` needs of its client (an :class:`~dynaq.client.AsyncClient`)."""
+
+    async def enqueue(self, queue: str, messages: Sequence[MessageLike]) -> list[int]: ...
+
+    async def publish(
+        self, topic: str, messages: Sequence[MessageLike]
+    ) -> dict[str, list[int]]: ...
 
 
 class Producer:
@@ -29,7 +36,7 @@ class Producer:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: ProducerClient,
         *,
         queue: str | None = None,
         topic: str | None = None,

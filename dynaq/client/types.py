@@ -233,3 +233,8 @@ class BatchInfo:
             int(b["updatedAt"]),
             None if b.get("completedAt") is None else int(b["completedAt"]),
         )
+
+
+MessageLike = NewMessage | bytes | str | Mapping[str, Any]
+"""What send and publish calls accept as a message: a :class:`NewMessage`, a bare body,
+or a mapping with its fields."""
