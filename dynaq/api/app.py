@@ -7,7 +7,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from dynaq.api import batches as batch_routes
-from dynaq.api import bulk, internal, openapi, v1, v2
+from dynaq.api import bulk, console, internal, openapi, v1, v2
 from dynaq.api.auth import ACCESS, auth_middleware
 from dynaq.api.batches import BATCHES
 from dynaq.api.codec import BODY_TIMEOUT, json_response
@@ -82,4 +82,5 @@ def build_app(
     app.router.add_routes(v2.routes)
     app.router.add_routes(batch_routes.routes)
     app.router.add_routes(bulk.routes)
+    app.router.add_routes(console.routes)
     return app
