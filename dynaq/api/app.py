@@ -7,7 +7,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from dynaq.api import batches as batch_routes
-from dynaq.api import bulk, internal, openapi, queue_tasks, v1, v2
+from dynaq.api import bulk, console, internal, openapi, queue_tasks, v1, v2
 from dynaq.api import streams as stream_routes
 from dynaq.api.auth import ACCESS, auth_middleware
 from dynaq.api.batches import BATCHES
@@ -90,4 +90,5 @@ def build_app(
     if streams is not None:
         app.router.add_routes(stream_routes.routes)
     app.router.add_routes(queue_tasks.routes)
+    app.router.add_routes(console.routes)
     return app

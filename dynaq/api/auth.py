@@ -76,6 +76,10 @@ ROUTES: dict[tuple[str, str], tuple[Need, ...] | None] = {
     ("GET", "/health"): OPEN,
     ("GET", "/openapi.json"): ANY_TOKEN,
     ("GET", "/metrics"): ANY_TOKEN,
+    # The console's static files (no data: the page asks the API with a token).
+    ("GET", "/ui"): OPEN,
+    ("GET", "/ui/"): OPEN,
+    ("GET", "/ui/{asset}"): OPEN,
     ("GET", "/v1/status/servers"): ANY_TOKEN,
     ("GET", "/v1/status/partitionrange"): ANY_TOKEN,
     ("GET", "/v2/status/ring"): ANY_TOKEN,

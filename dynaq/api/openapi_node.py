@@ -3,7 +3,7 @@ internal hints route (:mod:`dynaq.api.internal`)."""
 
 from __future__ import annotations
 
-from dynaq.api.openapi_common import Obj, body, errors, operation, ref, response
+from dynaq.api.openapi_common import Obj, body, errors, operation, path_param, ref, response
 from dynaq.core.hints import HINTS_PATH
 
 
@@ -86,6 +86,46 @@ def paths() -> Obj:
                     **errors(404),
                 },
                 description="404 when ``stats.prometheus`` is false.",
+            )
+        },
+        "/ui": {
+            "get": operation(
+                "consoleRoot",
+                "Redirects to the web console",
+                "node",
+                {"302": {"description": "To ``ui/``."}},
+            )
+        },
+        "/ui/": {
+            "get": operation(
+                "console",
+                "The web console (HTML)",
+                "node",
+                {
+                    "200": {
+                        "description": "The page.",
+                        "content": {"text/html": {"schema": {"type": "string"}}},
+                    }
+                },
+            )
+        },
+        "/ui/{asset}": {
+            "get": operation(
+                "consoleAsset",
+                "A file of the web console",
+                "node",
+                {
+                    "200": {
+                        "description": "``index.html``, ``console.js`` or ``console.css``.",
+                        "content": {
+                            "text/html": {"schema": {"type": "string"}},
+                            "text/javascript": {"schema": {"type": "string"}},
+                            "text/css": {"schema": {"type": "string"}},
+                        },
+                    },
+                    **errors(404),
+                },
+                parameters=[path_param("asset", {"type": "string"}, "The file's name.")],
             )
         },
         "/openapi.json": {

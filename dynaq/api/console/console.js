@@ -1,0 +1,154 @@
+// The dynaq web console: plain JS over the node's own API (same origin, so it
+// works behind HAProxy). A token, when the node needs one, is kept in this
+// tab's sessionStorage and sent as "Authorization: Bearer".
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const view = $("#view");
+let timer = null;
+
+function esc(s) {
+  return String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+}
+
+async function api(method, path, body) {
+  const headers = {"Accept": "application/json"};
+  const token = sessionStorage.getItem("dynaq-token");
+  if (token) headers["Authorization"] = "Bearer " + token;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const r = await fetch(path, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
+  const text = await r.text();
+  const data = text ? JSON.parse(text) : null;
+  if (r.status === 401) {
+    $("#login").hidden = false;
+    throw new Error("a token is needed");
+  }
+  if (!r.ok) throw new Error((data && data.code ? data.code + ": " + data.error : "HTTP " + r.status));
+  return data;
+}
+
+function showError(e) { $("#error").textContent = e ? String(e.message || e) : ""; }
+
+function table(headers, rows, id) {
+  const head = headers.map((h) => `<th>${esc(h)}</th>`).join("");
+  const body = rows.map((r) => "<tr>" + r.map((c) =>
+    typeof c === "number" ? `<td class="num">${c}</td>` : (c && c.html !== undefined ? `<td>${c.html}</td>` : `<td>${esc(c)}</td>`)
+  ).join("") + "</tr>").join("");
+  return `<table id="${id}"><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
+}
+
+function b64bytes(s) { return Uint8Array.from(atob(s), (c) => c.charCodeAt(0)); }
+
+function decodePage(page) {
+  // The snapshot page's columns: little-endian int64 ids and times, int32 offsets.
+  const n = page.count, ids = new DataView(b64bytes(page.ids).buffer), times = new DataView(b64bytes(page.enqueued_ms).buffer);
+  const offs = new DataView(b64bytes(page.body_offsets).buffer), bodies = b64bytes(page.bodies);
+  const out = [], dec = new TextDecoder("utf-8", {fatal: false});
+  for (let i = 0; i < n; i++) {
+    const a = offs.getInt32(4 * i, true), b = offs.getInt32(4 * (i + 1), true);
+    out.push({id: ids.getBigInt64(8 * i, true).toString(), at: Number(times.getBigInt64(8 * i, true)),
+      body: dec.decode(bodies.subarray(a, b)), attributes: (page.attributes || [])[i] || {}});
+  }
+  return out;
+}
+
+async function clusterView() {
+  const [health, ring] = await Promise.all([api("GET", "/health").catch(() => ({status: "unavailable"})), api("GET", "/v2/status/ring")]);
+  view.innerHTML = `<h2>Cluster</h2><p id="health">This node: <b>${esc(health.node || "?")}</b> is ${esc(health.status)}; ${ring.members.length} member(s).</p>` +
+    table(["member", "HTTP", "from id", "to id"], ring.members.map((m) => [m.name, m.http, m.from_id, m.to_id]), "members");
+}
+
+const last = {};  // queue -> {t, sent} for rates from successive polls
+
+async function queuesView() {
+  const {queues} = await api("GET", "/v1/queues");
+  const infos = await Promise.all(queues.map((q) => api("GET", "/v2/queues/" + encodeURIComponent(q))));
+  const now = Date.now();
+  const rows = infos.map((i) => {
+    const prev = last[i.name];
+    const rate = prev ? ((prev.depth - i.depth) / ((now - prev.t) / 1000)).toFixed(1) : "-";
+    last[i.name] = {t: now, depth: i.depth};
+    return [{html: `<a href="#/queue/${encodeURIComponent(i.name)}">${esc(i.name)}</a>`}, i.depth, i.in_flight, i.partitions, i.visibility_timeout_s, rate];
+  });
+  if (!$("#queues-page")) {
+    view.innerHTML = `<div id="queues-page"><h2>Queues</h2><div id="queues-table"></div>
+      <form id="create"><label>New queue<input id="new-queue" required></label>
+      <label>Visibility timeout (s)<input id="new-vt" type="number" value="30" min="0"></label>
+      <button>Create</button></form></div>`;
+    $("#create").onsubmit = async (ev) => {
+      ev.preventDefault();
+      try {
+        const name = $("#new-queue").value;
+        await api("PUT", "/v1/queues/" + encodeURIComponent(name));
+        await api("PATCH", "/v1/queues/" + encodeURIComponent(name), {visibility_timeout: Number($("#new-vt").value)});
+        location.hash = "#/queue/" + encodeURIComponent(name);
+      } catch (e) { showError(e); }
+    };
+  }
+  $("#queues-table").innerHTML = table(["queue", "depth", "in flight", "partitions", "visibility (s)", "drain /s"], rows, "queues");
+}
+
+async function queueView(name) {
+  const q = encodeURIComponent(name);
+  const [info, topics] = await Promise.all([api("GET", "/v2/queues/" + q), api("GET", "/v1/topics")]);
+  const subs = [];
+  for (const t of topics.topics) {
+    const got = await api("GET", "/v1/topics/" + encodeURIComponent(t));
+    if (got.Queues.includes(name)) subs.push(t);
+  }
+  const page = await api("GET", "/v2/queues/" + q + "/snapshot?limit=50");
+  const msgs = decodePage(page);
+  view.innerHTML = `<h2>Queue <span id="queue-name">${esc(name)}</span></h2>
+    <p id="figures">depth <b>${info.depth}</b>, in flight <b>${info.in_flight}</b>, partitions ${info.partitions}</p>
+    <form id="settings">
+      <label>Visibility timeout (s)<input id="set-vt" type="number" min="0" value="${info.visibility_timeout_s}"></label>
+      <label>Min partitions<input id="set-min" type="number" min="1" value="${info.min_partitions}"></label>
+      <label>Max partitions<input id="set-max" type="number" min="1" value="${info.max_partitions}"></label>
+      <label>Compressed<input id="set-comp" type="checkbox" ${info.compressed_messages ? "checked" : ""}></label>
+      <button id="save">Save settings</button> <span id="saved"></span></form>
+    <p id="subscriptions">Subscribed to: ${subs.length ? subs.map(esc).join(", ") : "no topic"}</p>
+    <form id="send"><label>Message body<input id="send-body" size="40" required></label><button>Send</button></form>
+    <h2>Messages (peek: no lock, first 50)</h2>` +
+    table(["id", "enqueued", "body", "attributes"], msgs.map((m) => [m.id, new Date(m.at).toISOString(), {html: `<span class="body">${esc(m.body)}</span>`}, JSON.stringify(m.attributes)]), "messages");
+  $("#settings").onsubmit = async (ev) => {
+    ev.preventDefault();
+    try {
+      await api("PATCH", "/v1/queues/" + q, {visibility_timeout: Number($("#set-vt").value), min_partitions: Number($("#set-min").value),
+        max_partitions: Number($("#set-max").value), compressed_messages: $("#set-comp").checked});
+      $("#saved").textContent = "saved";
+      showError(null);
+    } catch (e) { showError(e); }
+  };
+  $("#send").onsubmit = async (ev) => {
+    ev.preventDefault();
+    try {
+      await api("POST", "/v2/queues/" + q + "/messages", {messages: [{body: $("#send-body").value}]});
+      await queueView(name);
+    } catch (e) { showError(e); }
+  };
+}
+
+async function route() {
+  clearInterval(timer);
+  showError(null);
+  const hash = location.hash || "#/queues";
+  try {
+    if (hash.startsWith("#/queue/")) {
+      await queueView(decodeURIComponent(hash.slice(8)));
+    } else if (hash === "#/cluster") {
+      await clusterView();
+    } else {
+      view.innerHTML = "";
+      await queuesView();
+      timer = setInterval(() => queuesView().catch(showError), 2000);  // live figures
+    }
+  } catch (e) { showError(e); }
+}
+
+$("#login-button").onclick = () => {
+  sessionStorage.setItem("dynaq-token", $("#token").value);
+  $("#login").hidden = true;
+  route();
+};
+window.addEventListener("hashchange", route);
+route();

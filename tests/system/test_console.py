@@ -1,0 +1,176 @@
+"""The web console at ``/ui`` in a real headless Chromium (selenium), against a real node
+with authentication on: log in with a token, create a queue, send, browse, edit
+settings, see subscriptions, the live queues table and the cluster view. Each
+page is saved as a PNG (to ``$DYNAQ_CONSOLE_SCREENSHOTS`` when set: the README's
+``docs/console/`` pictures come from this test)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dynaq.client import Client
+from dynaq.testing.cluster import start_haproxy
+from dynaq.testing.process import NodeProcess, node_process
+from tests.fixtures.nodes import require_haproxy
+
+TOKEN = "console-0123456789abcdef"
+
+selenium = pytest.importorskip("selenium")
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+def _chromium() -> tuple[str, str]:
+    browser, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if browser is None or driver is None:
+        why = "chromium and chromedriver are not installed (scripts/deps/chromium.sh)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{why} in CI")
+        pytest.skip(why)
+    return browser, driver
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    p = node_process(
+        tmp_path_factory.mktemp("console"), env={"DYNAQ_AUTH_TOKENS": f"ops:{TOKEN}:admin=*"}
+    )
+    p.start()
+    try:
+        yield p
+    finally:
+        p.kill()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    binary, driver = _chromium()
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,860",
+    ):
+        options.add_argument(arg)
+    chrome = webdriver.Chrome(options=options, service=Service(driver))
+    try:
+        yield chrome
+    finally:
+        chrome.quit()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    where = os.environ.get("DYNAQ_CONSOLE_SCREENSHOTS")
+    path = Path(where) if where else tmp_path_factory.mktemp("console-shots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _text(b: webdriver.Chrome, css: str, contains: str, timeout_s: float = 15) -> str:
+    WebDriverWait(b, timeout_s).until(
+        ec.text_to_be_present_in_element((By.CSS_SELECTOR, css), contains)
+    )
+    return str(b.find_element(By.CSS_SELECTOR, css).text)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_console_in_a_real_browser(
+    node: NodeProcess, browser: webdriver.Chrome, shots: Path
+) -> None:
+    b = browser
+    b.get(f"{node.url}/ui")  # redirected to /ui/
+    WebDriverWait(b, 15).until(ec.visibility_of_element_located((By.ID, "login")))
+    assert b.current_url == f"{node.url}/ui/"
+    b.find_element(By.ID, "token").send_keys(TOKEN)
+    b.save_screenshot(str(shots / "login.png"))
+    b.find_element(By.ID, "login-button").click()
+    _text(b, "#queues-page h2", "Queues")
+
+    # Create a queue from the page.
+    b.find_element(By.ID, "new-queue").send_keys("orders")
+    vt = b.find_element(By.ID, "new-vt")
+    vt.clear()
+    vt.send_keys("45")
+    b.find_element(By.CSS_SELECTOR, "#create button").click()
+    assert _text(b, "#queue-name", "orders") == "orders"
+    with Client(node.url, token=TOKEN) as c:
+        assert c.describe_queue("orders").settings.visibility_timeout_s == 45
+
+        # Send two messages from the page; the browser shows them without locking them.
+        for body in ("first order", "second <b>order</b>"):
+            b.find_element(By.ID, "send-body").send_keys(body)
+            b.find_element(By.CSS_SELECTOR, "#send button").click()
+            _text(b, "#messages", body)
+        assert _text(b, "#figures", "depth 2")
+        stored = c.browse("orders").messages
+        assert [m.body for m in stored] == [b"first order", b"second <b>order</b>"]
+        assert str(stored[0].id) in b.find_element(By.ID, "messages").text
+        assert c.describe_queue("orders").in_flight == 0  # browsing took nothing
+
+        # Edit settings.
+        field = b.find_element(By.ID, "set-vt")
+        field.clear()
+        field.send_keys("90")
+        b.find_element(By.ID, "save").click()
+        _text(b, "#saved", "saved")
+        assert c.describe_queue("orders").settings.visibility_timeout_s == 90
+
+        # Subscriptions show up.
+        c.create_topic("order-events")
+        c.subscribe("order-events", "orders")
+        b.refresh()
+        _text(b, "#subscriptions", "order-events")
+        b.save_screenshot(str(shots / "queue.png"))
+
+        # The queues table is live: a message sent elsewhere appears within a refresh.
+        b.get(f"{node.url}/ui/#/queues")
+        _text(b, "#queues", "orders")
+        c.send("orders", "third")
+        row = _text(b, "#queues tbody tr", "orders 3")
+        assert row.split()[:3] == ["orders", "3", "0"]
+        b.save_screenshot(str(shots / "queues.png"))
+
+    b.get(f"{node.url}/ui/#/cluster")
+    assert "serving" in _text(b, "#health", "serving")
+    assert "dynaq-1" in _text(b, "#members", "dynaq-1")
+    b.save_screenshot(str(shots / "cluster.png"))
+    assert b.find_element(By.ID, "error").text == ""
+    for name in ("login", "queue", "queues", "cluster"):
+        assert (shots / f"{name}.png").stat().st_size > 5000
+
+
+@pytest.mark.slow
+def test_the_console_works_through_haproxy(
+    node: NodeProcess, browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    require_haproxy()
+    lb = start_haproxy(tmp_path, [node.url.removeprefix("http://")])
+    try:
+        with Client(node.url, token=TOKEN) as c:
+            c.create_queue("through-lb")
+            c.send("through-lb", "via haproxy")
+        b = browser
+        b.get(f"{lb.url}/ui")  # another origin: the token is asked for again
+        WebDriverWait(b, 15).until(ec.visibility_of_element_located((By.ID, "login")))
+        b.find_element(By.ID, "token").send_keys(TOKEN)
+        b.find_element(By.ID, "login-button").click()
+        assert _text(b, "#queues", "through-lb")
+        b.get(f"{lb.url}/ui/#/queue/through-lb")
+        assert "via haproxy" in _text(b, "#messages", "via haproxy")
+        b.get(f"{lb.url}/ui/#/cluster")
+        assert "serving" in _text(b, "#health", "serving")
+    finally:
+        lb.stop()
