@@ -44,12 +44,13 @@ class FanoutWorkload:
     topic: str = "fanout"
     queues: tuple[str, ...] = ("fanout-a", "fanout-b", "fanout-c")
     producers: int = 3
+    consumers_per_queue: int = 2
     messages: int = 1_500
     duration_s: float = 20.0
     batch: int = 10
     visibility_timeout_s: float = 3.0
     request_timeout_s: float = 5.0
-    drain_max_s: float = 90.0
+    drain_max_s: float = 120.0
     seed: int | None = None
     token: str | None = None
     config_settle_s: float = 2.5
@@ -202,7 +203,7 @@ class _FanoutRunner:
         quiet_s = w.visibility_timeout_s + 3.0
         drain_started: float | None = None
         body = {
-            "max_messages": w.batch,
+            "max_messages": 4 * w.batch,
             "visibility_timeout_s": w.visibility_timeout_s,
             "wait_time_s": 0.5,
         }
@@ -241,7 +242,11 @@ async def run_fanout(workload: FanoutWorkload, faults: FanoutFaults | None = Non
         await _create_topic(http, workload)
         if len(workload.endpoints) > 1:
             await asyncio.sleep(workload.config_settle_s)
-        consumers = [asyncio.create_task(runner.consume(http, q)) for q in workload.queues]
+        consumers = [
+            asyncio.create_task(runner.consume(http, q))
+            for q in workload.queues
+            for _ in range(workload.consumers_per_queue)
+        ]
         try:
             jobs: list[Awaitable[Any]] = [
                 runner.produce(http, p) for p in range(workload.producers)
