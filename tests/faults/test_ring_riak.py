@@ -20,7 +20,7 @@ import pytest
 
 from dynaq.testing import History, Workload, run_cluster, run_workload
 from dynaq.testing.servers.riak import RiakServer
-from tests.faults.helpers import assert_verdict, server_errors
+from tests.faults.helpers import assert_verdict, kill9_and_rejoin, server_errors
 from tests.fixtures.riak import new_prefix
 
 NAMES = ["dynaq-1", "dynaq-2", "dynaq-3"]
@@ -64,12 +64,7 @@ async def test_riak_ring_kill9_mid_consumption_and_config_reaches_every_node(
 
         async def faults(h: History) -> None:
             await asyncio.sleep(6.0)  # mid-consumption: producers and consumers both running
-            f = h.fault("kill -9", "dynaq-2")
-            await ring.kill("dynaq-2")
-            await ring.wait_converged(["dynaq-1", "dynaq-3"], timeout_s=30)
-            await ring.start("dynaq-2", timeout_s=60)
-            await ring.wait_converged(NAMES, timeout_s=30)
-            f.ended = h.now()
+            await kill9_and_rejoin(ring, "dynaq-2", h, NAMES)
 
         workload = Workload(
             endpoints=endpoints,
