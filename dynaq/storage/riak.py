@@ -8,7 +8,6 @@ the key layout and sibling rule :mod:`dynaq.storage.riak_layout`.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 from collections.abc import Sequence
@@ -20,11 +19,10 @@ from dynaq.storage.base import Delete, Item, Op, Put, Store
 from dynaq.storage.riak_http import RiakHttp, RiakObject, gather_limited
 from dynaq.storage.riak_journal import Journal
 from dynaq.storage.riak_locks import KeyLocks
+from dynaq.storage.riak_scans import RiakScans
 
 _WRITE_TRIES = 20
 _SETTLE_TRIES = 10
-_PAGE = 1000
-_FIRST_WINDOW = 1 << 23  # ids of ~1 s (an id holds wall ms from bit 13)
 
 
 class RiakStore(Store):
@@ -59,6 +57,7 @@ class RiakStore(Store):
         self._versions = lay.Versions(random.getrandbits(10) ^ os.getpid())
         self._journal = Journal(self._db, f"{bucket_prefix}_jr", journal_replay_after_s)
         self._locks = KeyLocks()
+        self._scans = RiakScans(self._db, self._m, self._kv, self.get_many)
 
     # lifecycle and schema -------------------------------------------------
 
@@ -145,93 +144,12 @@ class RiakStore(Store):
         return [k for k, _ in await self._scan(start, end, limit, with_values=False)]
 
     async def last_key(self, start: bytes, end: bytes) -> bytes | None:
-        """The greatest key: message keys by probing ``id_int`` windows down from
-        ``end`` (2i has no reverse order; ids grow with time, so the newest key is
-        near the top and the first probe usually finds it), kv keys by paging."""
-        lo, hi = lay.msg_pos(start), lay.msg_pos(end)
-        found: list[bytes] = []
-        if lo < hi:
-            window, top = _FIRST_WINDOW, hi
-            while top > lo and not found:
-                bottom = max(lo, top - window)
-                found = await self._all_keys(self._m, lay.INDEX, bottom, top - 1, lay.from_msg)
-                top, window = bottom, window << 4
-        kv = await self._all_keys(
-            self._kv, lay.KEY_INDEX, lay.kv_name(start), lay.kv_name(end), lay.from_kv
-        )
-        kv = [k for k in kv if k < end]
-        if kv:  # ``$key`` may list a tombstone: the greatest live one
-            items = await self.get_many(kv)
-            kv = [k for k, i in zip(kv, items, strict=True) if i is not None]
-        candidates = found[-1:] + kv[-1:]
-        return max(candidates) if candidates else None
-
-    async def _all_keys(
-        self, bucket: str, index: str, lo: str | int, hi: str | int, decode: Any
-    ) -> list[bytes]:
-        out: list[bytes] = []
-        cont: str | None = None
-        while True:
-            names, cont = await self._db.index_page(bucket, index, lo, hi, _PAGE, cont)
-            out.extend(decode(n) for n in names)
-            if not cont or not names:
-                return out
+        return await self._scans.last_key(start, end)
 
     async def _scan(
         self, start: bytes, end: bytes, limit: int, *, with_values: bool
     ) -> list[tuple[bytes, bytes | None]]:
-        if limit <= 0 or start >= end:
-            return []
-        lo, hi = lay.msg_pos(start), lay.msg_pos(end)
-        msgs, kvs = await asyncio.gather(
-            self._paged(self._m, lay.INDEX, lo, hi - 1, limit, with_values, lay.from_msg)
-            if lo < hi
-            else _nothing(),
-            self._paged(
-                self._kv,
-                lay.KEY_INDEX,
-                lay.kv_name(start),
-                lay.kv_name(end),
-                limit,
-                with_values,
-                lay.from_kv,
-            ),
-        )
-        rows = [*msgs, *(r for r in kvs if r[0] < end)]
-        if msgs and kvs:
-            rows.sort(key=lambda r: r[0])
-        return rows[:limit]
-
-    async def _paged(
-        self,
-        bucket: str,
-        index: str,
-        lo: str | int,
-        hi: str | int,
-        limit: int,
-        with_values: bool,
-        decode: Any,
-    ) -> list[tuple[bytes, bytes | None]]:
-        """Up to ``limit`` live keys of a 2i range, in order, following continuations.
-
-        Message keys leave ``id_int`` the moment they are deleted; ``$key`` may
-        still list a kv key's tombstone, so kv keys are always read back.
-        """
-        out: list[tuple[bytes, bytes | None]] = []
-        cont: str | None = None
-        check = with_values or bucket == self._kv
-        while len(out) < limit:
-            want = limit - len(out) + (1 if bucket == self._kv else 0)  # room for ``end``
-            names, cont = await self._db.index_page(bucket, index, lo, hi, want, cont)
-            keys = [decode(n) for n in names]
-            if check:
-                items = await self.get_many(keys)
-                out.extend((k, i.value) for k, i in zip(keys, items, strict=True) if i)
-            else:
-                out.extend((k, None) for k in keys)
-            if not cont or not names:
-                break
-        return out[: limit + (1 if bucket == self._kv else 0)]
+        return await self._scans.scan(start, end, limit, with_values=with_values)
 
     # writes ------------------------------------------------------------------
 
@@ -406,10 +324,6 @@ class RiakStore(Store):
             await self._apply([Delete(k) for k, _ in rows])
             removed += len(rows)
             start = rows[-1][0] + b"\x00"
-
-
-async def _nothing() -> list[tuple[bytes, bytes | None]]:
-    return []
 
 
 __all__ = ["RiakStore"]
