@@ -16,7 +16,7 @@ from aiohttp import web
 
 from dynaq.api.codec import json_response, read_raw
 from dynaq.api.keys import CATALOG, QUEUES, VIEW
-from dynaq.core.hints import HINTS_PATH, VISIBILITY_PATH, decode_hints
+from dynaq.core.hints import HINTS_PATH, STATS_PATH, VISIBILITY_PATH, decode_hints
 from dynaq.core.peer_auth import (
     INTERNAL_PREFIX,
     PEER_AUTH_HEADER,
@@ -82,3 +82,15 @@ async def change_visibility(request: web.Request) -> web.Response:
     return web.Response(
         body=msgpack.packb({"changed": changed}), content_type="application/msgpack"
     )
+
+
+@routes.post(STATS_PATH)
+async def slice_stats(request: web.Request) -> web.Response:
+    """This node's figures for its slice of a queue (a peer sums them over the ring)."""
+    try:
+        queue = str(msgpack.unpackb(await read_raw(request))["queue"])
+    except (ValueError, TypeError, LookupError, msgpack.UnpackException) as exc:
+        raise InvalidInput(f"malformed stats request: {exc}") from None
+    info = await request.app[CATALOG].queue(queue)
+    stats = await request.app[QUEUES].statistics.of(info)
+    return web.Response(body=msgpack.packb(stats.to_wire()), content_type="application/msgpack")

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dynaq.api.openapi_common import QUEUE, Obj, body, errors, nullable, operation, path_param, ref
-from dynaq.core.hints import VISIBILITY_PATH
+from dynaq.core.hints import STATS_PATH, VISIBILITY_PATH
 from dynaq.services.queue_records import (
     MAX_DELAY_S,
     MAX_RECEIVE_COUNT,
@@ -60,7 +60,25 @@ def settings_patch_extensions() -> Obj:
 
 def queue_description_extensions() -> Obj:
     """GET /v2/queues/{queue} members added by these features."""
-    return {"redrive_policy": nullable(_redrive_policy()), **_timing()}
+    count = {"type": "integer", "minimum": 0}
+    seconds = {"type": "number", "minimum": 0}
+    return {
+        "redrive_policy": nullable(_redrive_policy()),
+        **_timing(),
+        "visible": {**count, "description": "Stored and not in flight, summed over the ring."},
+        "delayed": {**count, "description": "Waiting for their delay, summed over the ring."},
+        "dead_lettered": {
+            **count,
+            "description": "Moved to the DLQ by the live nodes since each started.",
+        },
+        "oldest_age_s": {**seconds, "description": "Age of the oldest stored message."},
+        "stats_nodes": {**count, "description": "How many nodes' figures were summed."},
+        "stats_age_s": {**seconds, "description": "Age of the oldest figure summed."},
+        "stats_capped": {
+            "type": "boolean",
+            "description": "A node counted only its first 100,000 messages: a floor.",
+        },
+    }
 
 
 def subscription_body() -> Obj:
@@ -125,6 +143,28 @@ def paths() -> Obj:
         },
     }
     return {
+        STATS_PATH: {
+            "post": operation(
+                "internalStats",
+                "This node's figures for its slice of a queue (node to node only)",
+                "internal",
+                {
+                    "200": {
+                        "description": "stored, in_flight, delayed, dead_lettered, oldest_ms, "
+                        "computed_ms, capped.",
+                        "content": {"application/msgpack": {"schema": {"type": "object"}}},
+                    },
+                    **errors(404, 413, 422),
+                },
+                body=body(
+                    msgpack={
+                        "type": "object",
+                        "required": ["queue"],
+                        "properties": {"queue": ref("Name")},
+                    }
+                ),
+            )
+        },
         VISIBILITY_PATH: {
             "post": operation(
                 "internalVisibility",

@@ -99,7 +99,7 @@ async def describe_queue(request: web.Request) -> web.Response:
             "retention_s": s.retention_s,
             "partitions": q.partition_count(info),
             "depth": q.depth(info),
-            "in_flight": q.in_flight(info),
+            **await q.ring_stats(info),
         },
     )
 

@@ -21,12 +21,14 @@ import logging
 import ssl
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import aiohttp
 import msgpack
 
 from dynaq.core.hints import (
     HINTS_PATH,
+    STATS_PATH,
     VISIBILITY_PATH,
     HandoverEntry,
     HintsMessage,
@@ -105,32 +107,35 @@ class HttpPeerHints:
     ) -> list[int]:
         """Ask ``owner`` to extend or release ``ids`` (they are in its slice); return the
         ids it had in flight. :class:`NotServing` (503, retry) if it does not answer."""
-        body = bytes(
-            msgpack.packb(
-                {"queue": queue, "ids": ids, "visibility_timeout_s": visibility_timeout_s}
-            )
-        )
+        body = {"queue": queue, "ids": ids, "visibility_timeout_s": visibility_timeout_s}
+        answer = await self._call(owner, VISIBILITY_PATH, body)
+        return [int(i) for i in answer["changed"]]
+
+    async def slice_stats(self, owner: Member, queue: str) -> dict[str, Any]:
+        """``owner``'s figures for its slice of ``queue``; :class:`NotServing` if it does
+        not answer."""
+        return dict(await self._call(owner, STATS_PATH, {"queue": queue}))
+
+    async def _call(self, peer: Member, path: str, message: dict[str, Any]) -> Any:
+        """POST a signed msgpack request to ``peer`` and return its decoded answer."""
+        body = bytes(msgpack.packb(message))
         headers = {
             "Content-Type": _MSGPACK,
             "Accept": _MSGPACK,
-            PEER_AUTH_HEADER: self._signer.header("POST", owner.http_addr, VISIBILITY_PATH, body),
+            PEER_AUTH_HEADER: self._signer.header("POST", peer.http_addr, path, body),
         }
         if self._session is None:
             raise NotServing("this node is not connected to its peers yet; retry")
         try:
             async with self._session.post(
-                owner.base_url + VISIBILITY_PATH, data=body, headers=headers, ssl=self._ssl or True
+                peer.base_url + path, data=body, headers=headers, ssl=self._ssl or True
             ) as resp:
                 raw = await resp.read()
                 if resp.status != 200:
-                    raise NotServing(
-                        f"the owner of these messages ({owner.name}) answered {resp.status}; retry"
-                    )
+                    raise NotServing(f"peer {peer.name} answered {resp.status}; retry")
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise NotServing(
-                f"the owner of these messages ({owner.name}) did not answer; retry"
-            ) from exc
-        return [int(i) for i in msgpack.unpackb(raw)["changed"]]
+            raise NotServing(f"peer {peer.name} did not answer; retry") from exc
+        return msgpack.unpackb(raw)
 
     async def _loop(self) -> None:
         while True:

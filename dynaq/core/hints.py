@@ -29,6 +29,8 @@ from dynaq.core.ids import LANES, MAX_ID
 from dynaq.errors import InvalidInput
 
 HINTS_PATH = "/internal/v1/hints"
+STATS_PATH = "/internal/v1/stats"
+"""A node's figures for its slice of one queue: msgpack ``{"queue": name}`` → the figures."""
 VISIBILITY_PATH = "/internal/v1/visibility"
 """A visibility change forwarded to the owner of the messages' slice: msgpack
 ``{"queue": name, "ids": [int], "visibility_timeout_s": s}`` → ``{"changed": [int]}``."""

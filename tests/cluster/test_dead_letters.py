@@ -232,3 +232,11 @@ async def test_visibility_extend_and_release_work_through_every_node(
             x for x in await _receive_all(s, lb, "vis", vt=30, seconds=3.0) if x["id"] == m["id"]
         ]
         assert [x["receive_count"] for x in again] == [2]
+        # the same ring-wide figures from whichever node is asked
+        await asyncio.sleep(2.5)  # past every node's 2 s stats cache
+        answers = []
+        for n in cluster.nodes:
+            status, desc = await _json(s, "GET", f"{n.url}/v2/queues/vis")
+            assert status == 200 and desc["stats_nodes"] == 3, desc
+            answers.append((desc["visible"] + desc["in_flight"], desc["delayed"]))
+        assert answers == [(30, 0)] * 3

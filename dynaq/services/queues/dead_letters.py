@@ -74,6 +74,8 @@ class DeadLetters:
         self._writer = writer
         self._hints = hints
         self.failure_listeners: list[FailureListener] = []
+        self.moved: dict[int, int] = {}
+        """Messages dead-lettered from each queue (by number) by this node since it started."""
 
     async def move(self, info: QueueInfo, st: QueueState, doomed: Doomed) -> int:
         """Move ``doomed`` (held invisible by the receive that chose them) in one
@@ -121,6 +123,7 @@ class DeadLetters:
         self._hints.deleted(info, removed)
         self._states.add_depth(info.number, -len(removed))
         self._metrics.incr(f"{info.name}.dead_lettered.count", len(ids))
+        self.moved[info.number] = self.moved.get(info.number, 0) + len(ids)
         log.info(
             "messages dead-lettered",
             extra={"queue": info.name, "dead_letter_queue": dlq.name, "count": len(ids)},

@@ -11,7 +11,7 @@ still working on them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from dynaq.clock import Clock
 from dynaq.core.hints import HandoverEntry
@@ -39,6 +39,8 @@ class PeerVisibility(Protocol):
     async def change_visibility(
         self, owner: Member, queue: str, ids: list[int], visibility_timeout_s: float
     ) -> list[int]: ...
+
+    async def slice_stats(self, owner: Member, queue: str) -> dict[str, Any]: ...
 
 
 Handover = dict[Member, dict[str, list[HandoverEntry]]]

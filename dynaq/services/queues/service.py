@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dynaq.clock import Clock
 from dynaq.core import keys
@@ -41,6 +42,7 @@ from dynaq.services.queues.handover import Handover, HintRouter, PeerHints, Peer
 from dynaq.services.queues.receive import Receiver, check_visibility
 from dynaq.services.queues.retention import RetentionSweeper
 from dynaq.services.queues.state import QueueStates
+from dynaq.services.queues.stats import SliceStatistics, SliceStats
 from dynaq.services.queues.tasks import QueueTasks
 from dynaq.services.queues.upkeep import Upkeep
 from dynaq.services.queues.writes import Limits, Writer
@@ -103,6 +105,8 @@ class QueueService:
             store, catalog, clock, metrics, self.states, self.writer, self.hints
         )
         self.receiver.dead_letter = self.dead_letters.move
+        self.statistics = SliceStatistics(store, clock, view, self.states)
+        self.statistics.dead_lettered = self.dead_letters.moved
         serving = lambda: self.receiver.in_ring and not self.receiver.draining  # noqa: E731
         self.delays = DelayMover(store, catalog, clock, view, self.states, metrics, serving)
         self.retention = RetentionSweeper(
@@ -220,6 +224,32 @@ class QueueService:
 
     def depth(self, info: QueueInfo) -> int:
         return self.states.depth(info.number)
+
+    async def ring_stats(self, info: QueueInfo) -> dict[str, Any]:
+        """The queue's figures summed over every live node's slice (each node's figures
+        are at most ``stats_age_s`` old; a node that does not answer is left out and
+        ``stats_nodes`` says how many did)."""
+        parts = [await self.statistics.of(info)]
+        peers = self._peer_visibility
+        if peers is not None:
+            others = [m for m in self._view.members if m.name != self._view.me.name]
+            answers = await asyncio.gather(
+                *(peers.slice_stats(m, info.name) for m in others), return_exceptions=True
+            )
+            parts.extend(SliceStats.from_wire(a) for a in answers if isinstance(a, dict))
+        now_ms = self._clock.wall_ms()
+        oldest = [p.oldest_ms for p in parts if p.oldest_ms is not None]
+        in_flight = sum(p.in_flight for p in parts)
+        return {
+            "visible": max(0, sum(p.stored for p in parts) - in_flight),
+            "in_flight": in_flight,
+            "delayed": sum(p.delayed for p in parts),
+            "dead_lettered": sum(p.dead_lettered for p in parts),
+            "oldest_age_s": 0.0 if not oldest else max(0.0, (now_ms - min(oldest)) / 1000),
+            "stats_nodes": len(parts),
+            "stats_age_s": max(0.0, max((now_ms - p.computed_ms) / 1000 for p in parts)),
+            "stats_capped": any(p.capped for p in parts),
+        }
 
     def note_purged(self, info: QueueInfo, n: int) -> None:
         """``n`` messages of ``info`` were removed by a purge task."""
