@@ -6,7 +6,6 @@ import asyncio
 from typing import Any
 
 import aiohttp
-import pytest
 
 from dynaq.clock import ManualClock
 
@@ -162,15 +161,6 @@ async def test_redrive_and_task_inputs_are_checked(http: aiohttp.ClientSession) 
     assert (await _call(http, "GET", "/v2/tasks/" + "0" * 32))[0] == 404
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "open (issue 15): the purge removes ids whose time is at or before its start, and "
-        "an id's hybrid clock can run ahead of the wall clock in its lane (a group "
-        "message drawn above the lane's last key), so about half the runs keep one "
-        "message that was there before the purge"
-    ),
-)
 async def test_purge_removes_what_was_there_and_keeps_later_enqueues(
     http: aiohttp.ClientSession, clock: ManualClock
 ) -> None:

@@ -11,8 +11,9 @@ A task runs on the node that accepted it and writes its progress record
   no ``to_queue``, or its queue deleted) is skipped and stays. Moved messages
   are new messages in their target (new ids, receive count 0).
 * **Purge** deletes every message (delayed ones too) whose id was drawn up to the
-  millisecond the purge started
-  (ids carry their writer's clock): messages enqueued after it are kept,
+  millisecond the purge started (ids carry their writer's clock; a lane whose
+  hybrid clock had run ahead of the wall clock is cut above its greatest id at
+  the start instead): messages enqueued after it are kept,
   except one drawn through a node whose clock is behind the purging node's
   by more than the time since the purge started.
 * A task cut short by its node stopping is resumed where its record says when
@@ -66,10 +67,13 @@ class TaskRecord:
     cursor: int = 0
     """Redrive: the next id to look at. Purge: the next lane."""
     error: str | None = None
+    ahead: dict[str, int] | None = None
+    """Purge: lanes whose hybrid clock had run past the start, with the first id to keep."""
 
     def public(self, now_ms: int) -> dict[str, Any]:
         out = asdict(self)
         del out["cursor"]
+        del out["ahead"]
         if out["error"] is None:
             del out["error"]
         if self.state == "running" and now_ms - self.updated_at_ms > _STALE_MS:
@@ -137,6 +141,28 @@ class QueueTasks:
         """Start deleting every message of ``info`` enqueued before now."""
         return await self._create("purge", info, None, 0)
 
+    async def _lanes_ahead(self, info: QueueInfo, started_ms: int) -> dict[str, int]:
+        """Lanes holding ids drawn at the start but stamped after it, with the id past
+        each lane's greatest such id.
+
+        An id's time is its lane's hybrid clock, which runs ahead of the wall clock
+        under bursts or when a group's message is drawn above the lane's last key;
+        such a message was there before the purge and must go. Only the range above
+        the wall-clock cut is read, which is empty in almost every lane.
+        """
+        gate = asyncio.Semaphore(32)
+
+        async def probe(lane: int) -> tuple[int, bytes | None]:
+            async with gate:  # lane_start(LANES) is 2**63: still a valid unsigned key
+                last = await self._store.last_key(
+                    keys.message(info.number, first_id_at(lane, started_ms + 1)),
+                    keys.message(info.number, lane_start(lane + 1)),
+                )
+            return lane, last
+
+        found = await asyncio.gather(*(probe(lane) for lane in range(LANES)))
+        return {str(lane): keys.message_id(last) + 1 for lane, last in found if last is not None}
+
     async def _create(
         self, kind: str, info: QueueInfo, to_queue: str | None, max_per_s: int
     ) -> dict[str, Any]:
@@ -145,6 +171,8 @@ class QueueTasks:
             secrets.token_hex(16), kind, info.name, "running", 0, 0, self._node_name(), now, now,
             to_queue, max_per_s,
         )  # fmt: skip
+        if kind == "purge":
+            rec = replace(rec, ahead=await self._lanes_ahead(info, now))
         await self._save(rec)
         self._spawn(rec)
         return rec.public(now)
@@ -198,10 +226,16 @@ class QueueTasks:
                 await self._clock.sleep(left)
 
     async def _purge(self, info: QueueInfo, rec: TaskRecord) -> TaskRecord:
+        # Delayed messages first: one that falls due meanwhile moves into its lane
+        # (keeping its id), which the lane pass after this one still reaches.
+        if rec.cursor == 0:
+            rec = await self._purge_delayed(info, rec)
         for lane in range(rec.cursor, LANES):
-            start = keys.message(info.number, lane_start(lane))
-            end = keys.message(info.number, first_id_at(lane, rec.started_at_ms + 1))
-            removed = await self._store.delete_range(start, end, _PURGE_CHUNK)
+            cut = first_id_at(lane, rec.started_at_ms + 1)
+            end = keys.message(info.number, max(cut, (rec.ahead or {}).get(str(lane), cut)))
+            removed = await self._store.delete_range(
+                keys.message(info.number, lane_start(lane)), end, _PURGE_CHUNK
+            )
             if removed:
                 self._note_purged(info, removed)
             rec = replace(
@@ -209,8 +243,11 @@ class QueueTasks:
             )
             if removed or lane % 64 == 63:
                 await self._save(rec)
-        # Messages still waiting for their delay: the whole waiting range, which holds at
-        # most the last 15 minutes of delayed enqueues.
+        return rec
+
+    async def _purge_delayed(self, info: QueueInfo, rec: TaskRecord) -> TaskRecord:
+        """Drop the queue's messages still waiting for their delay: the whole waiting
+        range, which holds at most the last 15 minutes of delayed enqueues."""
         start, end = keys.DELAYED, keys.DELAYED + b"\xff"
         while True:
             rows = await self._store.scan(start, end, _PURGE_CHUNK)
