@@ -157,6 +157,10 @@ class Catalog:
     def cached_queue(self, name: str) -> QueueInfo | None:
         return self._queues.get(name)
 
+    def cached_queues(self) -> list[QueueInfo]:
+        """Every queue this node knows, as last loaded."""
+        return list(self._queues.values())
+
     async def queue_or_none(self, name: str) -> QueueInfo | None:
         """The queue's config, or None if it does not exist."""
         try:

@@ -233,7 +233,7 @@ async def test_visibility_extend_and_release_work_through_every_node(
         ]
         assert [x["receive_count"] for x in again] == [2]
         # the same ring-wide figures from whichever node is asked
-        await asyncio.sleep(2.5)  # past every node's 2 s stats cache
+        await asyncio.sleep(5.5)  # past every node's 5 s statistics refresh
         answers = []
         for n in cluster.nodes:
             status, desc = await _json(s, "GET", f"{n.url}/v2/queues/vis")

@@ -42,7 +42,7 @@ from dynaq.services.queues.handover import Handover, HintRouter, PeerHints, Peer
 from dynaq.services.queues.receive import Receiver, check_visibility
 from dynaq.services.queues.retention import RetentionSweeper
 from dynaq.services.queues.state import QueueStates
-from dynaq.services.queues.stats import SliceStatistics, SliceStats
+from dynaq.services.queues.stats import SliceStatistics
 from dynaq.services.queues.tasks import QueueTasks
 from dynaq.services.queues.upkeep import Upkeep
 from dynaq.services.queues.writes import Limits, Writer
@@ -105,7 +105,9 @@ class QueueService:
             store, catalog, clock, metrics, self.states, self.writer, self.hints
         )
         self.receiver.dead_letter = self.dead_letters.move
-        self.statistics = SliceStatistics(store, clock, view, self.states)
+        self.statistics = SliceStatistics(
+            store, clock, view, self.states, metrics, catalog.cached_queues
+        )
         self.statistics.dead_lettered = self.dead_letters.moved
         serving = lambda: self.receiver.in_ring and not self.receiver.draining  # noqa: E731
         self.delays = DelayMover(store, catalog, clock, view, self.states, metrics, serving)
@@ -178,6 +180,7 @@ class QueueService:
         await self.tasks.start()
         self.delays.start()
         self.retention.start()
+        self.statistics.start()
 
     async def sweep_dedup(self, limit: int = 100_000) -> int:
         """Delete dedup records whose window has passed; return how many."""
@@ -192,6 +195,7 @@ class QueueService:
     async def stop(self) -> None:
         """Stop background purges and tasks (they resume at the next start) and the sweeper,
         and let writes whose callers gave up land before the store closes."""
+        await self.statistics.stop()
         await self.retention.stop()
         await self.delays.stop()
         await self.tasks.stop()
@@ -226,30 +230,10 @@ class QueueService:
         return self.states.depth(info.number)
 
     async def ring_stats(self, info: QueueInfo) -> dict[str, Any]:
-        """The queue's figures summed over every live node's slice (each node's figures
-        are at most ``stats_age_s`` old; a node that does not answer is left out and
-        ``stats_nodes`` says how many did)."""
-        parts = [await self.statistics.of(info)]
-        peers = self._peer_visibility
-        if peers is not None:
-            others = [m for m in self._view.members if m.name != self._view.me.name]
-            answers = await asyncio.gather(
-                *(peers.slice_stats(m, info.name) for m in others), return_exceptions=True
-            )
-            parts.extend(SliceStats.from_wire(a) for a in answers if isinstance(a, dict))
-        now_ms = self._clock.wall_ms()
-        oldest = [p.oldest_ms for p in parts if p.oldest_ms is not None]
-        in_flight = sum(p.in_flight for p in parts)
-        return {
-            "visible": max(0, sum(p.stored for p in parts) - in_flight),
-            "in_flight": in_flight,
-            "delayed": sum(p.delayed for p in parts),
-            "dead_lettered": sum(p.dead_lettered for p in parts),
-            "oldest_age_s": 0.0 if not oldest else max(0.0, (now_ms - min(oldest)) / 1000),
-            "stats_nodes": len(parts),
-            "stats_age_s": max(0.0, max((now_ms - p.computed_ms) / 1000 for p in parts)),
-            "stats_capped": any(p.capped for p in parts),
-        }
+        """The queue's figures summed over the ring (see :mod:`.stats`)."""
+        peers = [m for m in self._view.members if m.name != self._view.me.name]
+        ask = self._peer_visibility.slice_stats if self._peer_visibility else None
+        return await self.statistics.ring(info, peers, ask)
 
     def note_purged(self, info: QueueInfo, n: int) -> None:
         """``n`` messages of ``info`` were removed by a purge task."""

@@ -1,29 +1,45 @@
-"""Queue statistics of this node's slice, the parts a ring-wide figure is summed from.
+"""Queue statistics: this node's figures for its slice, and their sum over the ring.
 
 Each node counts what it owns: the messages stored in its slice's lanes (a
 key count, capped at :data:`COUNT_CAP` so a deep backlog costs a bounded read;
 ``capped`` says the figure is a floor), those of them in flight here, the
 delayed messages waiting for its slice, the messages it dead-lettered since it
 started, and the oldest message's enqueue time (one short read per lane: ids
-carry their time and sort by it within a lane). Figures are cached for
-:data:`CACHE_S`; ``computed_ms`` says when they were taken.
+carry their time: the count's own keys give it, or, when the count is capped,
+one short read per lane, as ids sort by time within a lane).
+
+The figures are computed in the background, every :data:`REFRESH_S` for every
+queue, never inside a request (a lane-by-lane read is too slow on a remote
+store for a GET): a request reads the last figures, whose ``computed_ms`` says
+how old they are, and only a queue never computed yet is computed on demand.
+Every refresh also sends this node's figures to statsd as gauges
+(``<queue>.slice.visible`` ...): summed over the nodes they give the ring's.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dynaq.clock import Clock
 from dynaq.core import keys
 from dynaq.core.ids import enqueued_ms, lane_of, lane_start
-from dynaq.core.membership import MembershipView
+from dynaq.core.membership import Member, MembershipView
+from dynaq.metrics import Metrics
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.queues.state import QueueStates
 from dynaq.storage.base import Store
+from dynaq.tasks import cancel_and_wait, every
 
 COUNT_CAP = 100_000
-CACHE_S = 2.0
+REFRESH_S = 5.0
 _PAGE = 10_000
+_LANE_READS = 16  # concurrent lane reads per refresh
+
+PeerStats = Callable[[Member, str], Awaitable[dict[str, Any]]]
+"""Asks a peer for its :class:`SliceStats` of a queue (wire form)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,39 +80,99 @@ class SliceStats:
 
 
 class SliceStatistics:
-    """Computes (and briefly caches) this node's :class:`SliceStats` per queue."""
+    """This node's :class:`SliceStats` per queue, refreshed in the background."""
 
     def __init__(
-        self, store: Store, clock: Clock, view: MembershipView, states: QueueStates
+        self,
+        store: Store,
+        clock: Clock,
+        view: MembershipView,
+        states: QueueStates,
+        metrics: Metrics,
+        queues: Callable[[], Iterable[QueueInfo]],
     ) -> None:
         self._store = store
         self._clock = clock
         self._view = view
         self._states = states
-        self._cache: dict[int, tuple[float, SliceStats]] = {}
+        self._metrics = metrics
+        self._queues = queues
+        self._cache: dict[int, SliceStats] = {}
+        self._task: asyncio.Task[None] | None = None
         self.dead_lettered: dict[int, int] = {}
-        """Messages dead-lettered from each queue by this node since it started (the
-        :class:`~dynaq.services.queues.dead_letters.DeadLetters` count, shared)."""
+        """Messages dead-lettered from each queue (by number) by this node since it
+        started (the :class:`~dynaq.services.queues.dead_letters.DeadLetters` count)."""
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(
+            every(REFRESH_S, self.refresh, clock=self._clock, what="queue statistics"),
+            name="queue-statistics",
+        )
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self._task)
+        self._task = None
+
+    async def refresh(self) -> None:
+        """Recompute every queue's figures and send them to statsd."""
+        live = {info.number: info for info in self._queues()}
+        for number in [n for n in self._cache if n not in live]:
+            del self._cache[number]
+        for info in live.values():
+            stats = await self._compute(info)
+            self._cache[info.number] = stats
+            name = f"{info.name}.slice"
+            self._metrics.gauge(f"{name}.visible", max(0, stats.stored - stats.in_flight))
+            self._metrics.gauge(f"{name}.in_flight", stats.in_flight)
+            self._metrics.gauge(f"{name}.delayed", stats.delayed)
+            if stats.oldest_ms is not None:
+                age_s = max(0.0, (stats.computed_ms - stats.oldest_ms) / 1000)
+                self._metrics.gauge(f"{name}.oldest_age_s", age_s)
 
     async def of(self, info: QueueInfo) -> SliceStats:
-        now = self._clock.monotonic()
+        """The last figures for ``info`` (computed now only if there are none yet)."""
         hit = self._cache.get(info.number)
-        if hit is not None and now - hit[0] < CACHE_S:
-            return hit[1]
+        if hit is None:
+            hit = self._cache[info.number] = await self._compute(info)
+        return hit
+
+    async def ring(
+        self, info: QueueInfo, peers: Sequence[Member], ask: PeerStats | None
+    ) -> dict[str, Any]:
+        """The queue's figures summed over this node and ``peers`` (each node's figures
+        are at most ``stats_age_s`` old; a node that does not answer is left out and
+        ``stats_nodes`` says how many did)."""
+        parts = [await self.of(info)]
+        if ask is not None and peers:
+            answers = await asyncio.gather(
+                *(ask(m, info.name) for m in peers), return_exceptions=True
+            )
+            parts.extend(SliceStats.from_wire(a) for a in answers if isinstance(a, dict))
+        now_ms = self._clock.wall_ms()
+        oldest = [p.oldest_ms for p in parts if p.oldest_ms is not None]
+        in_flight = sum(p.in_flight for p in parts)
+        return {
+            "visible": max(0, sum(p.stored for p in parts) - in_flight),
+            "in_flight": in_flight,
+            "delayed": sum(p.delayed for p in parts),
+            "dead_lettered": sum(p.dead_lettered for p in parts),
+            "oldest_age_s": 0.0 if not oldest else max(0.0, (now_ms - min(oldest)) / 1000),
+            "stats_nodes": len(parts),
+            "stats_age_s": max(0.0, max((now_ms - p.computed_ms) / 1000 for p in parts)),
+            "stats_capped": any(p.capped for p in parts),
+        }
+
+    async def _compute(self, info: QueueInfo) -> SliceStats:
         mine = self._view.my_slice
-        stored, capped = await self._count(info, mine.bottom_id, mine.top_id)
+        now = self._clock.monotonic()
+        stored, capped, oldest = await self._count(info, mine.bottom_id, mine.top_id)
+        if capped:  # the count stopped early: the oldest may be in a lane it did not reach
+            oldest = await self._oldest(info, mine.lo, mine.hi)
         st = self._states.get(info.number)
         in_flight = 0
         if st is not None:
             in_flight = sum(1 for f in st.inflight.values() if f.deadline > now)
-        oldest: int | None = None
-        for lane in range(mine.lo, mine.hi):
-            start = keys.message(info.number, lane_start(lane))
-            rows = await self._store.scan(start, keys.message(info.number, lane_start(lane + 1)), 1)
-            if rows:
-                t = enqueued_ms(keys.message_id(rows[0][0]))
-                oldest = t if oldest is None else min(oldest, t)
-        stats = SliceStats(
+        return SliceStats(
             stored,
             in_flight,
             await self._delayed(info, mine.lo, mine.hi),
@@ -105,22 +181,40 @@ class SliceStatistics:
             self._clock.wall_ms(),
             capped,
         )
-        self._cache[info.number] = (now, stats)
-        return stats
 
-    async def _count(self, info: QueueInfo, bottom: int, top: int) -> tuple[int, bool]:
+    async def _oldest(self, info: QueueInfo, lo: int, hi: int) -> int | None:
+        gate = asyncio.Semaphore(_LANE_READS)
+
+        async def first(lane: int) -> int | None:
+            start = keys.message(info.number, lane_start(lane))
+            async with gate:
+                rows = await self._store.scan(
+                    start, keys.message(info.number, lane_start(lane + 1)), 1
+                )
+            return enqueued_ms(keys.message_id(rows[0][0])) if rows else None
+
+        found = [t for t in await asyncio.gather(*map(first, range(lo, hi))) if t is not None]
+        return min(found) if found else None
+
+    async def _count(self, info: QueueInfo, bottom: int, top: int) -> tuple[int, bool, int | None]:
+        """Stored messages in ``[bottom, top]`` (up to :data:`COUNT_CAP`), whether the
+        count was capped, and the oldest enqueue time among those counted."""
         prefix = keys.queue_messages(info.number)[0]
         end = keys.message(info.number, top)
         after: bytes | None = keys.message(info.number, bottom - 1) if bottom else None
         n = 0
+        oldest: int | None = None
         while n < COUNT_CAP:
             page = await self._store.list_keys(prefix, _PAGE, after)
             inside = [k for k in page if k <= end]
+            if inside:
+                t = min(enqueued_ms(keys.message_id(k)) for k in inside)
+                oldest = t if oldest is None else min(oldest, t)
             n += len(inside)
             if len(inside) < len(page) or len(page) < _PAGE:
-                return n, False
+                return n, False, oldest
             after = page[-1]
-        return n, True
+        return n, True, oldest
 
     async def _delayed(self, info: QueueInfo, lo: int, hi: int) -> int:
         start, end = keys.DELAYED, keys.DELAYED + b"\xff"
