@@ -10,19 +10,27 @@ ring member without the secret could not prove it is one.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgpack
 from aiohttp import web
 
 from dynaq.api.codec import json_response, read_raw
 from dynaq.api.keys import CATALOG, QUEUES, VIEW
-from dynaq.core.hints import HINTS_PATH, STATS_PATH, VISIBILITY_PATH, decode_hints
+from dynaq.core.hints import (
+    HINTS_PATH,
+    RECEIPT_DELETE_PATH,
+    STATS_PATH,
+    VISIBILITY_PATH,
+    decode_hints,
+)
 from dynaq.core.peer_auth import (
     INTERNAL_PREFIX,
     PEER_AUTH_HEADER,
     PEER_CHALLENGE,
     PeerVerifier,
 )
+from dynaq.core.peer_receive import RECEIVE_PATH, WATCH_PATH, message_to_wire
 from dynaq.errors import InvalidInput, Unauthorized
 
 PEER_VERIFIER = web.AppKey("peer_verifier", PeerVerifier)
@@ -30,6 +38,7 @@ PEER_VERIFIER = web.AppKey("peer_verifier", PeerVerifier)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 routes = web.RouteTableDef()
+MAX_WATCH_S = 20.0
 
 
 def _is_internal(request: web.Request) -> bool:
@@ -68,20 +77,80 @@ async def receive_hints(request: web.Request) -> web.Response:
     return json_response({"ok": True})
 
 
+def _forwarded(raw: bytes, what: str) -> tuple[dict[str, Any], list[int], list[int] | None]:
+    """A forwarded request: its body, its ids and (for receipts) one delivery per id."""
+    try:
+        body = msgpack.unpackb(raw)
+        ids = [int(i) for i in body["ids"]]
+        deliveries = body.get("deliveries")
+        if deliveries is not None:
+            deliveries = [int(d) for d in deliveries]
+    except (ValueError, TypeError, LookupError, AttributeError, msgpack.UnpackException) as exc:
+        raise InvalidInput(f"malformed {what}: {exc}") from None
+    if deliveries is not None and len(deliveries) != len(ids):
+        raise InvalidInput(f"malformed {what}: one delivery per id")
+    return dict(body), ids, deliveries
+
+
 @routes.post(VISIBILITY_PATH)
 async def change_visibility(request: web.Request) -> web.Response:
     """A visibility change a peer forwarded for messages of this node's slice."""
+    body, ids, deliveries = _forwarded(await read_raw(request), "visibility change")
     try:
-        body = msgpack.unpackb(await read_raw(request))
-        queue, ids = str(body["queue"]), [int(i) for i in body["ids"]]
-        vt = float(body["visibility_timeout_s"])
-    except (ValueError, TypeError, LookupError, msgpack.UnpackException) as exc:
+        queue, vt = str(body["queue"]), float(body["visibility_timeout_s"])
+    except (ValueError, TypeError, LookupError) as exc:
         raise InvalidInput(f"malformed visibility change: {exc}") from None
     info = await request.app[CATALOG].queue(queue)
-    changed = request.app[QUEUES].change_visibility_here(info, ids, vt)
-    return web.Response(
-        body=msgpack.packb({"changed": changed}), content_type="application/msgpack"
-    )
+    service = request.app[QUEUES]
+    answer: dict[str, list[int]]
+    if deliveries is None:
+        answer = {"changed": service.change_visibility_here(info, ids, vt)}
+    else:
+        pairs = list(zip(ids, deliveries, strict=True))
+        changed, stale = service.receipts.change_visibility_here(info, pairs, vt)
+        answer = {"changed": changed, "stale": stale}
+    return web.Response(body=msgpack.packb(answer), content_type="application/msgpack")
+
+
+@routes.post(RECEIPT_DELETE_PATH)
+async def delete_receipts(request: web.Request) -> web.Response:
+    """A receipt-checked delete a peer forwarded for messages this node served."""
+    body, ids, deliveries = _forwarded(await read_raw(request), "receipt delete")
+    if deliveries is None:
+        raise InvalidInput("malformed receipt delete: deliveries missing")
+    info = await request.app[CATALOG].queue(str(body.get("queue")))
+    pairs = list(zip(ids, deliveries, strict=True))
+    deleted, stale = await request.app[QUEUES].receipts.delete_here(info, pairs)
+    answer = {"deleted": deleted, "stale": stale}
+    return web.Response(body=msgpack.packb(answer), content_type="application/msgpack")
+
+
+@routes.post(RECEIVE_PATH)
+async def receive_here(request: web.Request) -> web.Response:
+    """A receive from this node's slice for a peer's long poll (no waiting)."""
+    try:
+        body = msgpack.unpackb(await read_raw(request))
+        queue, n = str(body["queue"]), int(body["max_messages"])
+        vt = float(body["visibility_timeout_s"])
+    except (ValueError, TypeError, LookupError, AttributeError, msgpack.UnpackException) as exc:
+        raise InvalidInput(f"malformed forwarded receive: {exc}") from None
+    messages = await request.app[QUEUES].receiver.receive(queue, n, vt)
+    answer = {"messages": [message_to_wire(m) for m in messages]}
+    return web.Response(body=msgpack.packb(answer), content_type="application/msgpack")
+
+
+@routes.post(WATCH_PATH)
+async def watch(request: web.Request) -> web.Response:
+    """Wait until this node may have something visible in a queue (serves nothing)."""
+    try:
+        body = msgpack.unpackb(await read_raw(request))
+        queue, wait_s = str(body["queue"]), float(body["wait_s"])
+    except (ValueError, TypeError, LookupError, AttributeError, msgpack.UnpackException) as exc:
+        raise InvalidInput(f"malformed watch: {exc}") from None
+    if not 0 <= wait_s <= MAX_WATCH_S:
+        raise InvalidInput(f"wait_s must be in 0..{MAX_WATCH_S:g}")
+    ready = await request.app[QUEUES].receiver.watch(queue, wait_s)
+    return web.Response(body=msgpack.packb({"ready": ready}), content_type="application/msgpack")
 
 
 @routes.post(STATS_PATH)

@@ -309,6 +309,12 @@ def _received(id_schema: Obj, body_schema: Obj, *, base64: bool) -> Obj:
         "body": body_schema,
         "enqueued_at_ms": {"type": "integer", "minimum": 0},
         "receive_count": {"type": "integer", "minimum": 0},
+        "receipt": {
+            "type": "string",
+            "pattern": "^[A-Za-z0-9_-]{22}$",
+            "description": "Names this delivery: a delete or visibility change by receipt "
+            "acts only while no later delivery of the message exists.",
+        },
         "attributes": _string_map(),
         "group": {"type": "string"},
         "origin": _origin(id_schema),
@@ -335,6 +341,12 @@ def schemas(limits: SpecLimits) -> Obj:
         "minItems": 1,
         "maxItems": n,
         "items": ref("MessageIdIn"),
+    }
+    receipts_in = {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": n,
+        "items": {"type": "string", "pattern": "^[A-Za-z0-9_-]{22}$"},
     }
     seconds = {"type": "number", "minimum": 0, "maximum": MAX_VISIBILITY_S}
     return {
@@ -399,11 +411,26 @@ def schemas(limits: SpecLimits) -> Obj:
                 "wait_time_s": nullable({"type": "number", "minimum": 0, "maximum": MAX_WAIT_S}),
             },
         },
-        "DeleteRequest": {"type": "object", "required": ["ids"], "properties": {"ids": ids_in}},
+        "DeleteRequest": {
+            "type": "object",
+            "anyOf": [{"required": ["ids"]}, {"required": ["receipts"]}],
+            "properties": {"ids": ids_in, "receipts": receipts_in},
+        },
         "VisibilityRequest": {
             "type": "object",
-            "required": ["ids", "visibility_timeout_s"],
-            "properties": {"ids": ids_in, "visibility_timeout_s": seconds},
+            "required": ["visibility_timeout_s"],
+            "anyOf": [{"required": ["ids"]}, {"required": ["receipts"]}],
+            "properties": {"ids": ids_in, "receipts": receipts_in, "visibility_timeout_s": seconds},
+        },
+        "RefusedReceipt": {
+            "type": "object",
+            "required": ["receipt", "id", "code", "error"],
+            "properties": {
+                "receipt": {"type": "string"},
+                "id": {"oneOf": [ref("MessageId"), {"type": "integer", "minimum": 0}]},
+                "code": {"const": "stale_receipt"},
+                "error": {"type": "string"},
+            },
         },
         "V1Message": {
             "type": "object",

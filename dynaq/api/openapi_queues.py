@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from dynaq.api.openapi_common import QUEUE, Obj, body, errors, nullable, operation, path_param, ref
-from dynaq.core.hints import STATS_PATH, VISIBILITY_PATH
+from dynaq.core.hints import RECEIPT_DELETE_PATH, STATS_PATH, VISIBILITY_PATH
+from dynaq.core.peer_receive import RECEIVE_PATH, WATCH_PATH
 from dynaq.services.queue_records import (
     MAX_DELAY_S,
     MAX_RECEIVE_COUNT,
@@ -140,9 +141,97 @@ def paths() -> Obj:
             "queue": ref("Name"),
             "ids": {"type": "array", "items": {"type": "integer", "minimum": 0}},
             "visibility_timeout_s": {"type": "number", "minimum": 0},
+            "deliveries": {"type": "array", "items": {"type": "integer", "minimum": 1}},
         },
     }
+    by_receipt = {
+        "type": "object",
+        "required": ["queue", "ids", "deliveries"],
+        "properties": {
+            "queue": ref("Name"),
+            "ids": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+            "deliveries": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+        },
+    }
+    int_list = {"type": "array", "items": {"type": "integer"}}
+    msgpack_answer = {"application/msgpack": {"schema": {"type": "object"}}}
     return {
+        RECEIVE_PATH: {
+            "post": operation(
+                "internalReceive",
+                "A receive from this node's slice for a peer's long poll (node to node only)",
+                "internal",
+                {
+                    "200": {
+                        "description": "messages: [id, body, enqueued_ms, attributes, "
+                        "receive_count, group, delivery, origin] each, in flight here.",
+                        "content": msgpack_answer,
+                    },
+                    **errors(404, 413, 422, 503),
+                },
+                body=body(
+                    msgpack={
+                        "type": "object",
+                        "required": ["queue", "max_messages", "visibility_timeout_s"],
+                        "properties": {
+                            "queue": ref("Name"),
+                            "max_messages": {"type": "integer", "minimum": 1},
+                            "visibility_timeout_s": {"type": "number", "minimum": 0},
+                        },
+                    }
+                ),
+                description="Serves without waiting; signed like every /internal/ route.",
+            )
+        },
+        WATCH_PATH: {
+            "post": operation(
+                "internalWatch",
+                "Wait until this node may have something visible in a queue; serves "
+                "nothing (node to node only)",
+                "internal",
+                {
+                    "200": {"description": "ready: whether it may.", "content": msgpack_answer},
+                    **errors(404, 413, 422),
+                },
+                body=body(
+                    msgpack={
+                        "type": "object",
+                        "required": ["queue", "wait_s"],
+                        "properties": {
+                            "queue": ref("Name"),
+                            "wait_s": {"type": "number", "minimum": 0, "maximum": 20},
+                        },
+                    }
+                ),
+                description="Signed like every /internal/ route.",
+            )
+        },
+        RECEIPT_DELETE_PATH: {
+            "post": operation(
+                "internalReceiptDelete",
+                "A receipt-checked delete forwarded to the node that served the messages "
+                "(node to node only)",
+                "internal",
+                {
+                    "200": {
+                        "description": "The ids deleted, and those whose receipt was stale.",
+                        "content": {
+                            "application/msgpack": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["deleted", "stale"],
+                                    "properties": {"deleted": int_list, "stale": int_list},
+                                }
+                            }
+                        },
+                    },
+                    **errors(404, 413, 422),
+                },
+                body=body(msgpack=by_receipt),
+                description="Checked and applied here, never forwarded again; signed like "
+                "every /internal/ route.",
+            )
+        },
         STATS_PATH: {
             "post": operation(
                 "internalStats",
@@ -179,9 +268,7 @@ def paths() -> Obj:
                                 "schema": {
                                     "type": "object",
                                     "required": ["changed"],
-                                    "properties": {
-                                        "changed": {"type": "array", "items": {"type": "integer"}}
-                                    },
+                                    "properties": {"changed": int_list, "stale": int_list},
                                 }
                             }
                         },

@@ -177,14 +177,22 @@ def _v2_paths(limits: SpecLimits) -> Obj:
             "parameters": [QUEUE],
             "post": operation(
                 "v2Delete",
-                "Delete messages by id",
+                "Delete messages by id or by receipt",
                 TAG,
                 {
                     "200": response(
-                        "How many existed, and which.",
-                        json=_obj(["deleted", "ids"], deleted={"type": "integer"}, ids=ids_json),
+                        "How many existed, and which; receipts refused as stale.",
+                        json=_obj(
+                            ["deleted", "ids"],
+                            deleted={"type": "integer"},
+                            ids=ids_json,
+                            refused=_array(ref("RefusedReceipt"), n),
+                        ),
                         msgpack=_obj(
-                            ["deleted", "ids"], deleted={"type": "integer"}, ids=ids_msgpack
+                            ["deleted", "ids"],
+                            deleted={"type": "integer"},
+                            ids=ids_msgpack,
+                            refused=_array(ref("RefusedReceipt"), n),
                         ),
                     ),
                     **errors(404, 413, 415, 422, 503),
@@ -201,9 +209,15 @@ def _v2_paths(limits: SpecLimits) -> Obj:
                 TAG,
                 {
                     "200": response(
-                        "The ids that were in flight on this node.",
-                        json=_obj(["changed"], changed=ids_json),
-                        msgpack=_obj(["changed"], changed=ids_msgpack),
+                        "The ids whose delivery was changed; receipts refused as stale.",
+                        json=_obj(
+                            ["changed"], changed=ids_json, refused=_array(ref("RefusedReceipt"), n)
+                        ),
+                        msgpack=_obj(
+                            ["changed"],
+                            changed=ids_msgpack,
+                            refused=_array(ref("RefusedReceipt"), n),
+                        ),
                     ),
                     **errors(404, 413, 415, 422, 503),
                 },

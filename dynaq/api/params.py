@@ -17,6 +17,7 @@ from dynaq.api.codec import body_from_wire
 from dynaq.core.filters import compile_policy
 from dynaq.core.ids import MAX_ID, is_valid_id
 from dynaq.core.messages import NewMessage
+from dynaq.core.receipts import decode_receipt
 from dynaq.errors import InvalidInput
 from dynaq.services.queue_records import MAX_DELAY_S, RedrivePolicy, Subscription
 from dynaq.services.queues.tasks import DEFAULT_RATE_PER_S as DEFAULT_REDRIVE_PER_S
@@ -182,6 +183,26 @@ def ids_member(body: Mapping[str, Any], max_batch: int) -> list[int]:
         else:
             raise InvalidInput("ids must be integers or decimal strings")
     return out
+
+
+def ids_and_receipts(body: Mapping[str, Any], max_batch: int) -> tuple[list[int], dict[int, str]]:
+    """The ``ids`` and ``receipts`` members (either or both; at least one item in all):
+    bare ids, and receipts as message id → receipt."""
+    has_ids, has_receipts = "ids" in body, "receipts" in body
+    if not has_receipts and not has_ids:
+        raise InvalidInput("ids or receipts must be given")
+    ids = ids_member(body, max_batch) if has_ids else []
+    receipts: dict[int, str] = {}
+    if has_receipts:
+        raw = body["receipts"]
+        if not isinstance(raw, list) or not raw:
+            raise InvalidInput("receipts must be a non-empty array of strings")
+        if len(raw) + len(ids) > max_batch:
+            raise InvalidInput(f"at most {max_batch} ids and receipts per request")
+        for r in raw:
+            mid, _ = decode_receipt(r)
+            receipts[mid] = r
+    return ids, receipts
 
 
 def optional_seconds(body: Mapping[str, Any], name: str) -> float | None:

@@ -33,13 +33,20 @@ def _message_json(m: Message) -> dict[str, str]:
 def _new_message(request: web.Request, body: bytes) -> NewMessage:
     """A raw-body message; ``?batch_item_id=`` (or ``X-Dynaq-Batch-Item``) tags it
     with a batch item, acked when the message is deleted (a dynaq extension)."""
-    item = request.query.get("batch_item_id") or request.headers.get("X-Dynaq-Batch-Item")
-    if item is None:
+    given = [
+        v
+        for v in (request.query.get("batch_item_id"), request.headers.get("X-Dynaq-Batch-Item"))
+        if v is not None
+    ]
+    for item in given:
+        if not item.isascii():  # header bytes that are not text arrive surrogate-escaped
+            raise InvalidInput("batch item ids are ASCII: 'batchId:blockId:index'")
+        parse_item_id(item)
+    if not given:
         return NewMessage(body)
-    if not item.isascii():  # header bytes that are not text arrive surrogate-escaped
-        raise InvalidInput("batch item ids are ASCII: 'batchId:blockId:index'")
-    parse_item_id(item)
-    return NewMessage(body, {BATCH_ITEM_ATTRIBUTE: item})
+    if len(set(given)) > 1:
+        raise InvalidInput("batch_item_id and X-Dynaq-Batch-Item name different items")
+    return NewMessage(body, {BATCH_ITEM_ATTRIBUTE: given[0]})
 
 
 # status ----------------------------------------------------------------------

@@ -22,13 +22,14 @@ from dynaq.api.codec import (
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS
 from dynaq.api.params import (
     body_object,
-    ids_member,
+    ids_and_receipts,
     max_messages,
     new_messages,
     optional_seconds,
     required_seconds,
 )
 from dynaq.core.messages import Message
+from dynaq.core.receipts import decode_receipt, encode_receipt
 from dynaq.services.queues import QueueService
 
 routes = web.RouteTableDef()
@@ -55,6 +56,8 @@ def _message_out(m: Message, binary: bool) -> dict[str, Any]:
         out = {"id": str(m.id), **body_to_json(m.body)}
         out["enqueued_at_ms"] = m.enqueued_ms
         out["receive_count"] = m.receive_count
+    if m.delivery:
+        out["receipt"] = encode_receipt(m.id, m.delivery)
     if m.attributes:
         out["attributes"] = m.attributes
     if m.group is not None:
@@ -130,16 +133,33 @@ async def receive_batch(request: web.Request) -> web.Response:
     return respond(request, {"messages": out}, binary=binary)
 
 
+def _refused(binary: bool, stale: list[int], receipts: dict[int, str]) -> list[dict[str, Any]]:
+    return [
+        {
+            "receipt": receipts[i],
+            "id": _id_out(binary, i),
+            "code": "stale_receipt",
+            "error": "the message was received again since this receipt was handed out",
+        }
+        for i in stale
+    ]
+
+
 @routes.post("/v2/queues/{queue}/messages/delete")
 async def delete_batch(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
     q = _queues(request)
-    ids = ids_member(body_object(await read_body(request, SMALL_BODY_BYTES)), q.limits.max_batch)
-    removed = await q.delete(info, ids)
+    body = body_object(await read_body(request, SMALL_BODY_BYTES))
+    ids, receipts = ids_and_receipts(body, q.limits.max_batch)
+    removed = await q.delete(info, ids) if ids else []
     binary = wants_msgpack(request)
-    return respond(
-        request, {"deleted": len(removed), "ids": _ids_out(binary, removed)}, binary=binary
-    )
+    out: dict[str, Any] = {}
+    if receipts:
+        got, stale = await q.receipts.delete(info, [decode_receipt(r) for r in receipts.values()])
+        removed = list(dict.fromkeys([*removed, *got]))
+        out["refused"] = _refused(binary, stale, receipts)
+    out = {"deleted": len(removed), "ids": _ids_out(binary, removed), **out}
+    return respond(request, out, binary=binary)
 
 
 @routes.post("/v2/queues/{queue}/messages/visibility")
@@ -147,11 +167,17 @@ async def change_visibility(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
     q = _queues(request)
     body = body_object(await read_body(request, SMALL_BODY_BYTES))
-    ids = ids_member(body, q.limits.max_batch)
+    ids, receipts = ids_and_receipts(body, q.limits.max_batch)
     vt = required_seconds(body, "visibility_timeout_s")
-    changed = await q.change_visibility(info, ids, vt)
+    changed = await q.change_visibility(info, ids, vt) if ids else []
     binary = wants_msgpack(request)
-    return respond(request, {"changed": [_id_out(binary, i) for i in changed]})
+    out: dict[str, Any] = {}
+    if receipts:
+        pairs = [decode_receipt(r) for r in receipts.values()]
+        got, stale = await q.receipts.change_visibility(info, pairs, vt)
+        changed = list(dict.fromkeys([*changed, *got]))
+        out["refused"] = _refused(binary, stale, receipts)
+    return respond(request, {"changed": [_id_out(binary, i) for i in changed], **out})
 
 
 @routes.post("/v2/topics/{topic}/messages")

@@ -28,6 +28,7 @@ import msgpack
 
 from dynaq.core.hints import (
     HINTS_PATH,
+    RECEIPT_DELETE_PATH,
     STATS_PATH,
     VISIBILITY_PATH,
     HandoverEntry,
@@ -37,7 +38,9 @@ from dynaq.core.hints import (
 )
 from dynaq.core.ids import lane_of
 from dynaq.core.membership import Member
+from dynaq.core.messages import Message
 from dynaq.core.peer_auth import PEER_AUTH_HEADER, PeerSigner
+from dynaq.core.peer_receive import RECEIVE_PATH, WATCH_PATH, message_from_wire
 from dynaq.errors import NotServing
 from dynaq.tasks import cancel_and_wait
 
@@ -60,6 +63,7 @@ class HttpPeerHints:
         self._ssl = ssl_context
         self._flush_after_s = flush_after_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._timeout_s = timeout_s
         # peer -> queue -> (deleted ids, lanes written, lane -> lowest group id written)
         self._pending: dict[Member, dict[str, tuple[list[int], set[int], dict[int, int]]]] = {}
         self._wake = asyncio.Event()
@@ -111,12 +115,57 @@ class HttpPeerHints:
         answer = await self._call(owner, VISIBILITY_PATH, body)
         return [int(i) for i in answer["changed"]]
 
+    async def receive_from(
+        self, owner: Member, queue: str, max_messages: int, visibility_timeout_s: float
+    ) -> list[Message]:
+        """Receive from ``owner``'s slice (no waiting); the messages stay in flight there."""
+        body = {
+            "queue": queue,
+            "max_messages": max_messages,
+            "visibility_timeout_s": visibility_timeout_s,
+        }
+        answer = await self._call(owner, RECEIVE_PATH, body)
+        return [message_from_wire(m) for m in answer["messages"]]
+
+    async def watch(self, owner: Member, queue: str, wait_s: float) -> bool:
+        """Wait (up to ``wait_s``) until ``owner`` may have something visible in ``queue``."""
+        body = {"queue": queue, "wait_s": wait_s}
+        answer = await self._call(owner, WATCH_PATH, body, timeout_s=wait_s + self._timeout_s)
+        return bool(answer["ready"])
+
+    async def delete_receipts(
+        self, owner: Member, queue: str, pairs: Sequence[tuple[int, int]]
+    ) -> tuple[list[int], list[int]]:
+        """Ask ``owner`` (which served them) to delete by receipt: (deleted, stale) ids."""
+        body = {"queue": queue, "ids": [i for i, _ in pairs], "deliveries": [d for _, d in pairs]}
+        answer = await self._call(owner, RECEIPT_DELETE_PATH, body)
+        return [int(i) for i in answer["deleted"]], [int(i) for i in answer["stale"]]
+
+    async def change_visibility_receipts(
+        self,
+        owner: Member,
+        queue: str,
+        pairs: Sequence[tuple[int, int]],
+        visibility_timeout_s: float,
+    ) -> tuple[list[int], list[int]]:
+        """Ask ``owner`` to change visibility by receipt: (changed, stale) ids."""
+        body = {
+            "queue": queue,
+            "ids": [i for i, _ in pairs],
+            "deliveries": [d for _, d in pairs],
+            "visibility_timeout_s": visibility_timeout_s,
+        }
+        answer = await self._call(owner, VISIBILITY_PATH, body)
+        return [int(i) for i in answer["changed"]], [int(i) for i in answer["stale"]]
+
     async def slice_stats(self, owner: Member, queue: str) -> dict[str, Any]:
         """``owner``'s figures for its slice of ``queue``; :class:`NotServing` if it does
         not answer."""
         return dict(await self._call(owner, STATS_PATH, {"queue": queue}))
 
-    async def _call(self, peer: Member, path: str, message: dict[str, Any]) -> Any:
+    async def _call(
+        self, peer: Member, path: str, message: dict[str, Any], timeout_s: float | None = None
+    ) -> Any:
         """POST a signed msgpack request to ``peer`` and return its decoded answer."""
         body = bytes(msgpack.packb(message))
         headers = {
@@ -128,7 +177,11 @@ class HttpPeerHints:
             raise NotServing("this node is not connected to its peers yet; retry")
         try:
             async with self._session.post(
-                peer.base_url + path, data=body, headers=headers, ssl=self._ssl or True
+                peer.base_url + path,
+                data=body,
+                headers=headers,
+                ssl=self._ssl or True,
+                timeout=self._timeout if timeout_s is None else aiohttp.ClientTimeout(timeout_s),
             ) as resp:
                 raw = await resp.read()
                 if resp.status != 200:

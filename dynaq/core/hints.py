@@ -29,12 +29,16 @@ from dynaq.core.ids import LANES, MAX_ID
 from dynaq.errors import InvalidInput
 
 HINTS_PATH = "/internal/v1/hints"
+"""The node-to-node route hints are POSTed to."""
 STATS_PATH = "/internal/v1/stats"
 """A node's figures for its slice of one queue: msgpack ``{"queue": name}`` → the figures."""
 VISIBILITY_PATH = "/internal/v1/visibility"
 """A visibility change forwarded to the owner of the messages' slice: msgpack
-``{"queue": name, "ids": [int], "visibility_timeout_s": s}`` → ``{"changed": [int]}``."""
-"""The node-to-node route hints are POSTed to."""
+``{"queue": name, "ids": [int], "visibility_timeout_s": s}`` → ``{"changed": [int]}``;
+with ``"deliveries": [int]`` (one per id: receipts) also ``"stale": [int]``."""
+RECEIPT_DELETE_PATH = "/internal/v1/receipts/delete"
+"""A receipt-checked delete forwarded to the node that served the messages: msgpack
+``{"queue": name, "ids": [int], "deliveries": [int]}`` → ``{"deleted": [int], "stale": [int]}``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,8 @@ class Message:
     receive_count: int = 0
     group: str | None = None
     origin: DeadLetterOrigin | None = None
+    delivery: int = 0
+    """The delivery this receive is (its receipt names it); 0 outside a receive."""
 
 
 def encode(msg: NewMessage, enqueued_ms: int, compress: bool) -> bytes:

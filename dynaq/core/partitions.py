@@ -27,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import heapq
+import itertools
+import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -44,6 +46,13 @@ class InFlight:
     group: str | None = None
     attributes: dict[str, str] | None = None
     """Kept so a delete on this node can tell listeners (batch item acks) without a read."""
+    delivery: int = 0
+    """The latest delivery's number (its receipt names it); 0 when unknown (handed over)."""
+
+
+_deliveries = itertools.count(random.getrandbits(40) << 20 | 1)
+"""Delivery numbers: distinct within a node's run, and from a random start so a
+receipt from before a restart does not match a delivery after it."""
 
 
 @dataclass(eq=False, slots=True)
@@ -249,15 +258,23 @@ class QueueState:
         f = self.inflight.get(message_id)
         deadline = now + visibility_s
         if f is None:
-            f = InFlight(deadline, 1, lane_of(message_id), group, attributes)
+            f = InFlight(deadline, 1, lane_of(message_id), group, attributes, next(_deliveries))
             self.inflight[message_id] = f
             if group is not None:
                 self.group_head[group] = message_id
         else:
             f.deadline = deadline
             f.receive_count += 1
+            f.delivery = next(_deliveries)
         self._push_deadline(deadline, message_id)
         return f
+
+    def is_stale(self, message_id: int, delivery: int) -> bool:
+        """Whether a receipt for ``delivery`` names an earlier delivery than the latest
+        (the message was served again since). A message not in flight here, or one
+        whose delivery is unknown (handed over), has no later delivery to protect."""
+        f = self.inflight.get(message_id)
+        return f is not None and f.delivery != 0 and f.delivery != delivery
 
     def _push_deadline(self, deadline: float, message_id: int) -> None:
         """Track a deadline; rebuild the heap once stale entries (from deletes and

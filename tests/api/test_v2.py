@@ -46,12 +46,14 @@ async def test_json_batch_roundtrip(http: aiohttp.ClientSession) -> None:
     assert set(got) == set(ids)
     assert got[ids[5]]["body"] == "m5" and got[ids[5]]["attributes"] == {"n": "5"}
     assert got[ids[5]]["receive_count"] == 1
-    assert got[ids[100]] | {"enqueued_at_ms": 0} == {
+    assert len({m["receipt"] for m in got.values()}) == 101
+    assert got[ids[100]] | {"enqueued_at_ms": 0, "receipt": "-"} == {
         "id": ids[100],
         "body": "/wE=",
         "encoding": "base64",
         "enqueued_at_ms": 0,
         "receive_count": 1,
+        "receipt": "-",
     }
     status, body = await post_json(
         http, "/v2/queues/q1/messages/delete", {"ids": [*ids[:50], "123"]}

@@ -240,3 +240,23 @@ async def test_visibility_extend_and_release_work_through_every_node(
             assert status == 200 and desc["stats_nodes"] == 3, desc
             answers.append((desc["visible"] + desc["in_flight"], desc["delayed"]))
         assert answers == [(30, 0)] * 3
+        # receipts: the first delivery's receipt is stale, whichever node is asked
+        [current] = again
+        for n in cluster.nodes:
+            url = f"{n.url}/v2/queues/vis/messages"
+            status, out = await _json(s, "POST", f"{url}/delete", json={"receipts": [m["receipt"]]})
+            assert status == 200 and out["deleted"] == 0, (n.name, out)
+            assert [r["code"] for r in out["refused"]] == ["stale_receipt"], n.name
+            body = {"receipts": [m["receipt"]], "visibility_timeout_s": 0}
+            status, out = await _json(s, "POST", f"{url}/visibility", json=body)
+            assert status == 200 and out["changed"] == [] and len(out["refused"]) == 1, n.name
+            body = {"receipts": [current["receipt"]], "visibility_timeout_s": 60}
+            status, out = await _json(s, "POST", f"{url}/visibility", json=body)
+            assert (status, out) == (200, {"changed": [m["id"]], "refused": []}), n.name
+        status, out = await _json(
+            s,
+            "POST",
+            f"{lb.url}/v2/queues/vis/messages/delete",
+            json={"receipts": [current["receipt"]]},
+        )
+        assert (status, out) == (200, {"deleted": 1, "ids": [m["id"]], "refused": []})

@@ -18,6 +18,7 @@ from dynaq.core.hints import HandoverEntry
 from dynaq.core.ids import lane_of
 from dynaq.core.keyspace import slices
 from dynaq.core.membership import Member, MembershipView
+from dynaq.core.messages import Message
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queues.state import QueueStates
 
@@ -41,6 +42,24 @@ class PeerVisibility(Protocol):
     ) -> list[int]: ...
 
     async def slice_stats(self, owner: Member, queue: str) -> dict[str, Any]: ...
+
+    async def receive_from(
+        self, owner: Member, queue: str, max_messages: int, visibility_timeout_s: float
+    ) -> list[Message]: ...
+
+    async def watch(self, owner: Member, queue: str, wait_s: float) -> bool: ...
+
+    async def delete_receipts(
+        self, owner: Member, queue: str, pairs: Sequence[tuple[int, int]]
+    ) -> tuple[list[int], list[int]]: ...
+
+    async def change_visibility_receipts(
+        self,
+        owner: Member,
+        queue: str,
+        pairs: Sequence[tuple[int, int]],
+        visibility_timeout_s: float,
+    ) -> tuple[list[int], list[int]]: ...
 
 
 Handover = dict[Member, dict[str, list[HandoverEntry]]]

@@ -140,6 +140,28 @@ class Receiver:
         self._metrics.gauge(f"{info.name}.fill.count", 100.0 * len(out) / max_messages)
         return out
 
+    async def visibility_of(self, queue: str, visibility_timeout_s: float | None) -> float:
+        """The visibility timeout a receive of ``queue`` applies."""
+        if visibility_timeout_s is not None:
+            return visibility_timeout_s
+        return (await self._catalog.queue(queue)).settings.visibility_timeout_s
+
+    async def watch(self, queue: str, wait_s: float) -> bool:
+        """Wait up to ``wait_s`` until this node's slice of ``queue`` may have a visible
+        message (an enqueue landed in it, one was released, an in-flight message's
+        visibility ran out); serve nothing. True if it may."""
+        info = await self._catalog.queue(queue)
+        st = self._states.state(info)
+        if st.signal.is_set() or self.draining:
+            return True
+        pause = wait_s
+        nxt = st.next_deadline()
+        if nxt is not None:
+            pause = min(pause, max(0.0, nxt - self._clock.monotonic()) + 0.001)
+        if await wait_event(st.signal, self._clock, pause):
+            return True
+        return nxt is not None and nxt <= self._clock.monotonic()
+
     async def _receive_once(
         self, info: QueueInfo, st: QueueState, max_messages: int, vt: float
     ) -> list[Message]:
@@ -238,7 +260,7 @@ class Receiver:
             else:
                 msg = decode(mid, item.value)
                 f = st.mark_served(mid, now, vt, msg.group, msg.attributes)
-                msg.receive_count = f.receive_count
+                msg.receive_count, msg.delivery = f.receive_count, f.delivery
                 out.append(msg)
         return out
 
@@ -293,7 +315,8 @@ class Receiver:
                 if g is not None and (g in blocked or st.group_blocked(g, last)):
                     blocked.add(g)  # later messages of the group wait their turn
                     continue
-                msg.receive_count = st.mark_served(last, now, vt, g, msg.attributes).receive_count
+                f = st.mark_served(last, now, vt, g, msg.attributes)
+                msg.receive_count, msg.delivery = f.receive_count, f.delivery
                 out.append(msg)
                 if len(out) >= want:
                     break

@@ -39,8 +39,10 @@ from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queues.dead_letters import DeadLetters
 from dynaq.services.queues.delays import DelayMover
 from dynaq.services.queues.handover import Handover, HintRouter, PeerHints, PeerVisibility
+from dynaq.services.queues.receipts import ReceiptActions
 from dynaq.services.queues.receive import Receiver, check_visibility
 from dynaq.services.queues.retention import RetentionSweeper
+from dynaq.services.queues.ring_poll import RingPoll
 from dynaq.services.queues.state import QueueStates
 from dynaq.services.queues.stats import SliceStatistics
 from dynaq.services.queues.tasks import QueueTasks
@@ -105,10 +107,15 @@ class QueueService:
             store, catalog, clock, metrics, self.states, self.writer, self.hints
         )
         self.receiver.dead_letter = self.dead_letters.move
+        self.ring_poll = RingPoll(self.receiver, view, clock)
         self.statistics = SliceStatistics(
             store, clock, view, self.states, metrics, catalog.cached_queues
         )
         self.statistics.dead_lettered = self.dead_letters.moved
+        self.receipts = ReceiptActions(
+            self.states, view, clock, self.delete, self.change_visibility_here,
+            lambda: self._peer_visibility,
+        )  # fmt: skip
         serving = lambda: self.receiver.in_ring and not self.receiver.draining  # noqa: E731
         self.delays = DelayMover(store, catalog, clock, view, self.states, metrics, serving)
         self.retention = RetentionSweeper(
@@ -270,7 +277,16 @@ class QueueService:
         visibility_timeout_s: float | None = None,
         wait_time_s: float = 0.0,
     ) -> list[Message]:
-        """Serve up to ``max_messages`` visible messages (see :meth:`Receiver.receive`)."""
+        """Serve up to ``max_messages`` visible messages (see :meth:`Receiver.receive`).
+
+        A long poll in a ring waits on every node's slice (:mod:`.ring_poll`);
+        a receive that does not wait serves this node's slice only.
+        """
+        peers = self._peer_visibility
+        if wait_time_s > 0 and peers is not None and len(self._view.members) > 1:
+            return await self.ring_poll.receive(
+                peers, queue, max_messages, visibility_timeout_s, wait_time_s
+            )
         return await self.receiver.receive(queue, max_messages, visibility_timeout_s, wait_time_s)
 
     async def peek(self, queue: QueueRef, ids: Iterable[int]) -> list[Message]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dynaq.clock import Clock
@@ -142,7 +142,12 @@ class SliceStatistics:
         """The queue's figures summed over this node and ``peers`` (each node's figures
         are at most ``stats_age_s`` old; a node that does not answer is left out and
         ``stats_nodes`` says how many did)."""
-        parts = [await self.of(info)]
+        # This node's in-flight table is in memory, and alone in a ring its depth
+        # counter is exact: those two figures are live, the rest as last computed.
+        mine = replace(await self.of(info), in_flight=self._in_flight_now(info))
+        if not peers:
+            mine = replace(mine, stored=self._states.depth(info.number), capped=False)
+        parts = [mine]
         if ask is not None and peers:
             answers = await asyncio.gather(
                 *(ask(m, info.name) for m in peers), return_exceptions=True
@@ -162,19 +167,21 @@ class SliceStatistics:
             "stats_capped": any(p.capped for p in parts),
         }
 
+    def _in_flight_now(self, info: QueueInfo) -> int:
+        st = self._states.get(info.number)
+        if st is None:
+            return 0
+        now = self._clock.monotonic()
+        return sum(1 for f in st.inflight.values() if f.deadline > now)
+
     async def _compute(self, info: QueueInfo) -> SliceStats:
         mine = self._view.my_slice
-        now = self._clock.monotonic()
         stored, capped, oldest = await self._count(info, mine.bottom_id, mine.top_id)
         if capped:  # the count stopped early: the oldest may be in a lane it did not reach
             oldest = await self._oldest(info, mine.lo, mine.hi)
-        st = self._states.get(info.number)
-        in_flight = 0
-        if st is not None:
-            in_flight = sum(1 for f in st.inflight.values() if f.deadline > now)
         return SliceStats(
             stored,
-            in_flight,
+            self._in_flight_now(info),
             await self._delayed(info, mine.lo, mine.hi),
             self.dead_lettered.get(info.number, 0),
             oldest,

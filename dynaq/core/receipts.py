@@ -1,0 +1,41 @@
+"""Receipts: handles that name one message and one delivery of it.
+
+A receive hands out, per message, a receipt encoding the message id and the
+delivery number the serving node drew for that receive. Deleting or changing
+visibility with a receipt acts only while that delivery is the message's
+latest: once the message has been served again (its visibility ran out and
+another consumer received it), an earlier receipt is *stale* and is refused
+per item, so a slow consumer cannot delete or extend the new delivery (SQS's
+receipt-handle semantics). Bare ids keep Dynamiq's contract and act on
+whatever delivery is current.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+
+from dynaq.core.ids import is_valid_id
+from dynaq.errors import InvalidInput
+
+_LAYOUT = struct.Struct(">QQ")
+_LENGTH = 22  # base64url of 16 bytes, unpadded
+
+
+def encode_receipt(message_id: int, delivery: int) -> str:
+    """The receipt of ``delivery`` of ``message_id`` (opaque to clients)."""
+    return base64.urlsafe_b64encode(_LAYOUT.pack(message_id, delivery)).rstrip(b"=").decode()
+
+
+def decode_receipt(receipt: object) -> tuple[int, int]:
+    """``(message_id, delivery)`` from a receipt; :class:`InvalidInput` if malformed."""
+    if not isinstance(receipt, str) or len(receipt) != _LENGTH:
+        raise InvalidInput(f"malformed receipt {str(receipt)[:40]!r}")
+    try:
+        message_id, delivery = _LAYOUT.unpack(base64.urlsafe_b64decode(receipt + "=="))
+    except (binascii.Error, ValueError, struct.error):
+        raise InvalidInput(f"malformed receipt {receipt!r}") from None
+    if not is_valid_id(message_id) or delivery == 0:
+        raise InvalidInput(f"malformed receipt {receipt!r}")
+    return int(message_id), int(delivery)

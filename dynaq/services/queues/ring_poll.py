@@ -1,0 +1,126 @@
+"""Long polls that see the whole ring, whichever node they reach.
+
+A node serves only its own slice of a queue, and behind a load balancer a
+consumer cannot choose the node, so a long poll waiting only on the node it
+reached would miss messages that land in another node's slice. A ring poll:
+
+1. receives from this node's slice, then from each peer's (no waiting), and
+   returns the first non-empty answer;
+2. otherwise *watches* every node (this one and each peer, in rounds of at
+   most :data:`ROUND_S`): a watch waits until a node may have something
+   visible for the queue but serves nothing, so cancelling the watches that
+   did not fire loses nothing;
+3. when a watch fires, receives from that node; messages are only ever served
+   for a caller that is still waiting, so no message is left invisible by a
+   poll that has already answered.
+
+Messages served by a peer stay that peer's: their receipts, visibility
+changes and deletes go to it (:mod:`.receipts`). A peer that does not answer
+is skipped for the round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from typing import Protocol
+
+from dynaq.clock import Clock
+from dynaq.core.membership import Member, MembershipView
+from dynaq.core.messages import Message
+from dynaq.errors import InvalidInput, NotServing
+from dynaq.services.queues.receive import MAX_WAIT_S, Receiver
+from dynaq.tasks import cancel_all
+
+ROUND_S = 2.0
+"""Longest single watch: bounds how late a peer that missed a wake-up is noticed."""
+
+
+class PeerReceive(Protocol):
+    """Receives and watches on another node of the ring."""
+
+    async def receive_from(
+        self, owner: Member, queue: str, max_messages: int, visibility_timeout_s: float
+    ) -> list[Message]: ...
+
+    async def watch(self, owner: Member, queue: str, wait_s: float) -> bool: ...
+
+
+class RingPoll:
+    """A long poll over every node's slice (see the module docstring)."""
+
+    def __init__(self, receiver: Receiver, view: MembershipView, clock: Clock) -> None:
+        self._receiver = receiver
+        self._view = view
+        self._clock = clock
+
+    async def receive(
+        self,
+        peers: PeerReceive,
+        queue: str,
+        max_messages: int,
+        visibility_timeout_s: float | None,
+        wait_time_s: float,
+    ) -> list[Message]:
+        if not 0 <= wait_time_s <= MAX_WAIT_S:
+            raise InvalidInput(f"wait time must be in 0..{MAX_WAIT_S:g} seconds")
+        give_up = self._clock.monotonic() + wait_time_s
+        out = await self._receiver.receive(queue, max_messages, visibility_timeout_s)
+        if out:
+            return out
+        vt = await self._receiver.visibility_of(queue, visibility_timeout_s)
+        others = [m for m in self._view.members if m.name != self._view.me.name]
+        random.shuffle(others)  # spread first looks over the peers
+        for m in others:
+            out = await self._ask(peers, m, queue, max_messages, vt)
+            if out:
+                return out
+        while not self._receiver.draining:
+            left = give_up - self._clock.monotonic()
+            if left <= 0:
+                break
+            out = await self._round(peers, others, queue, max_messages, vt, min(left, ROUND_S))
+            if out:
+                return out
+        return []
+
+    async def _round(
+        self,
+        peers: PeerReceive,
+        others: Sequence[Member],
+        queue: str,
+        max_messages: int,
+        vt: float,
+        wait_s: float,
+    ) -> list[Message]:
+        watches: dict[asyncio.Task[bool], Member | None] = {
+            asyncio.create_task(self._receiver.watch(queue, wait_s)): None
+        }
+        for m in others:
+            watches[asyncio.create_task(peers.watch(m, queue, wait_s))] = m
+        try:
+            while watches:
+                done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    node = watches.pop(task)
+                    if task.cancelled() or task.exception() is not None or not task.result():
+                        continue
+                    if node is None:
+                        out = await self._receiver.receive(queue, max_messages, vt)
+                    else:
+                        out = await self._ask(peers, node, queue, max_messages, vt)
+                    if out:
+                        return out
+            return []
+        finally:
+            await cancel_all(watches)
+
+    @staticmethod
+    async def _ask(
+        peers: PeerReceive, node: Member, queue: str, max_messages: int, vt: float
+    ) -> list[Message]:
+        try:
+            return await peers.receive_from(node, queue, max_messages, vt)
+        except NotServing:
+            return []  # that node is down, joining or leaving: the others still serve
