@@ -260,3 +260,46 @@ async def test_visibility_extend_and_release_work_through_every_node(
             json={"receipts": [current["receipt"]]},
         )
         assert (status, out) == (200, {"deleted": 1, "ids": [m["id"]], "refused": []})
+
+
+async def test_a_long_poll_sees_messages_in_any_nodes_slice(
+    ring: tuple[LocalCluster, HaproxyProcess],
+) -> None:
+    """A long poll through one node returns a message enqueued into another node's
+    slice as soon as it lands, not when the poll times out."""
+    cluster, lb = ring
+    async with aiohttp.ClientSession() as s:
+        assert (await _json(s, "PUT", f"{lb.url}/v1/queues/lp"))[0] == 201
+        await _everywhere(cluster, "/v2/queues/lp", lambda b: True)
+        slices = {}
+        for n in cluster.nodes:
+            _, r = await _json(s, "GET", f"{n.url}/v1/status/partitionrange")
+            slices[n.name] = (int(r["bottom"]), int(r["top"]))
+        cross = rounds = 0
+        while cross < 2 and rounds < 12:
+            n = cluster.nodes[rounds % len(cluster.nodes)]
+            rounds += 1
+            body = {"max_messages": 1, "wait_time_s": 15, "visibility_timeout_s": 30}
+            poll = asyncio.create_task(
+                _json(s, "POST", f"{n.url}/v2/queues/lp/messages/receive", json=body)
+            )
+            await asyncio.sleep(0.5)  # the poll is waiting
+            sent = time.monotonic()
+            msg = {"messages": [{"body": f"r{rounds}"}]}
+            status, out = await _json(s, "POST", f"{lb.url}/v2/queues/lp/messages", json=msg)
+            assert status == 200
+            [mid] = out["ids"]
+            status, got = await poll
+            took = time.monotonic() - sent
+            assert status == 200 and [m["id"] for m in got["messages"]] == [mid], (n.name, got)
+            assert took < 5.0, f"{n.name} answered after {took:.1f} s"
+            lo, hi = slices[n.name]
+            cross += not lo <= int(mid) <= hi
+            status, out = await _json(
+                s,
+                "POST",
+                f"{lb.url}/v2/queues/lp/messages/delete",
+                json={"receipts": [got["messages"][0]["receipt"]]},
+            )
+            assert (status, out["deleted"]) == (200, 1)
+        assert cross >= 2, f"only {cross} of {rounds} messages landed outside the polled slice"
