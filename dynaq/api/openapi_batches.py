@@ -89,7 +89,7 @@ def _header() -> Obj:
                 item={"type": "string"},
                 queue={"type": "string"},
                 messageId={"type": "string"},
-                reason={"enum": ["dead_lettered"]},
+                reason={"enum": ["dead_lettered", "expired"]},
             ),
         },
     )

@@ -156,3 +156,26 @@ async def test_queue_statistics(
     await node.queues.statistics.refresh()
     _, desc = await _call(http, "GET", "/v2/queues/st")
     assert desc["dead_lettered"] == 2 and desc["visible"] + desc["in_flight"] == 3
+
+
+async def test_an_expired_batch_item_fails_and_its_batch_completes(
+    node: Node, http: aiohttp.ClientSession, clock: ManualClock
+) -> None:
+    exact = "/api/v1/batch/exact"
+    assert (await _call(http, "PUT", "/v1/queues/rb"))[0] == 201
+    assert await _call(http, "PATCH", "/v1/queues/rb", {"retention_s": 60}) == (200, "ok")
+    _, opened = await _call(http, "POST", exact, {})
+    batch = opened["batchId"]
+    _, added = await _call(http, "POST", f"{exact}/items", {"batchId": batch, "items": 2})
+    [block] = added["batchItemGroupIds"]
+    items = [f"{batch}:{block['id']}:{i}" for i in range(2)]
+    msgs = [{"body": f"b{i}", "attributes": {"dynaq.batch_item": it}} for i, it in enumerate(items)]
+    _, sent = await _call(http, "POST", "/v2/queues/rb/messages", {"messages": msgs})
+    assert (await _call(http, "POST", f"{exact}/close/{batch}"))[1] == {"isComplete": False}
+    ack = {"ids": sent["ids"][:1]}
+    assert (await _call(http, "POST", "/v2/queues/rb/messages/delete", ack))[0] == 200
+    clock.advance(61)  # the other one expires unacked
+    await node.queues.retention.sweep()
+    _, desc = await _call(http, "GET", f"{exact}/{batch}")
+    assert desc["isComplete"] is True and desc["pending"] == 0
+    assert [(f["item"], f["reason"]) for f in desc["failedItems"]] == [(items[1], "expired")]

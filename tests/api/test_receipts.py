@@ -113,6 +113,7 @@ async def test_receipts_in_msgpack(http: aiohttp.ClientSession, clock: ManualClo
 
 async def test_malformed_receipts_are_422(http: aiohttp.ClientSession) -> None:
     assert (await _call(http, "PUT", "/v1/queues/rb"))[0] == 201
+    bad: dict[str, Any]
     for bad in (
         {"receipts": ["nope"]},
         {"receipts": []},

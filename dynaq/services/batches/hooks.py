@@ -35,8 +35,8 @@ class ItemFailures(Protocol):
 
 
 def batch_failures(batches: ItemFailures) -> FailureListener:
-    """A dead-letter listener: every dead-lettered message with a batch item id fails
-    that item (recorded, listed by the batch's description as ``failedItems``, and
+    """A dead-letter and retention listener: every dead-lettered or expired message
+    with a batch item id fails that item (``reason`` says which) (recorded, listed by the batch's description as ``failedItems``, and
     settled so the batch still completes).
 
     Runs before the move; if recording fails for a reason that may pass, the
@@ -44,7 +44,9 @@ def batch_failures(batches: ItemFailures) -> FailureListener:
     skipped, so it never keeps its message from moving.
     """
 
-    async def before_move(info: QueueInfo, doomed: list[tuple[int, dict[str, str]]]) -> None:
+    async def before_move(
+        info: QueueInfo, doomed: list[tuple[int, dict[str, str]]], reason: str
+    ) -> None:
         by_batch: dict[int, list[tuple[ItemRef, str, dict[str, Any]]]] = {}
         for message_id, attributes in doomed:
             item = attributes.get(BATCH_ITEM_ATTRIBUTE)
@@ -55,7 +57,7 @@ def batch_failures(batches: ItemFailures) -> FailureListener:
             except DynaqError:
                 log.warning("message %s has a malformed batch item id", message_id)
                 continue
-            detail = {"queue": info.name, "messageId": str(message_id), "reason": "dead_lettered"}
+            detail = {"queue": info.name, "messageId": str(message_id), "reason": reason}
             by_batch.setdefault(ref.batch_id, []).append((ref, item, detail))
         for failures in by_batch.values():
             try:

@@ -48,9 +48,10 @@ log = logging.getLogger(__name__)
 Doomed = list[tuple[int, bytes]]
 """``(id, stored value)`` of each message a receive chose to dead-letter."""
 
-FailureListener = Callable[[QueueInfo, list[tuple[int, dict[str, str]]]], Awaitable[None]]
-"""Told ``(id, attributes)`` of each message about to be dead-lettered that has
-attributes; if it raises, nothing moves (the move is retried later)."""
+FailureListener = Callable[[QueueInfo, list[tuple[int, dict[str, str]]], str], Awaitable[None]]
+"""Told ``(id, attributes)`` of each message about to be dead-lettered (reason
+``"dead_lettered"``) or removed by retention (``"expired"``) that has attributes;
+if it raises, nothing moves or is removed (retried later)."""
 
 
 class DeadLetters:
@@ -110,7 +111,7 @@ class DeadLetters:
                 with_attributes.append((mid, m.attributes))
         if with_attributes:
             for listener in self.failure_listeners:
-                await listener(info, with_attributes)
+                await listener(info, with_attributes, "dead_lettered")
         w = await self._writer.prepare(dlq, copies)
         ops: list[Op] = [*w.ops, *(Delete(keys.message(info.number, i)) for i in ids)]
         existed = await self._store.write_batch(ops)

@@ -11,7 +11,9 @@ Guarantees: a message is never removed before ``retention_s`` after its
 enqueue by the sweeping node's clock; it is removed within one sweep interval
 after that (in flight or not, as SQS does). Each node sweeps its own slice,
 so the ring sweeps every lane once per interval. Messages of a dead-letter
-queue count from their move (they are new messages there).
+queue count from their move (they are new messages there). An expiring
+message that is a batch item fails its item, as dead-lettering does, so its
+batch still completes.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from dynaq.clock import Clock
 from dynaq.core import keys
 from dynaq.core.ids import first_id_at, lane_start
 from dynaq.core.membership import MembershipView
+from dynaq.core.messages import decode
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import Catalog, QueueInfo
+from dynaq.services.queues.dead_letters import FailureListener
 from dynaq.services.queues.state import QueueStates
 from dynaq.storage.base import Delete, Store
 from dynaq.tasks import cancel_and_wait, every
@@ -59,6 +63,9 @@ class RetentionSweeper:
         self.interval_s = interval_s
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # one sweep at a time: depth is counted once
+        self.failure_listeners: list[FailureListener] = []
+        """Told ``(id, attributes)`` of expiring messages with attributes (shared with
+        dead-lettering: both fail a batch item)."""
 
     def start(self) -> None:
         self._task = asyncio.create_task(
@@ -82,6 +89,21 @@ class RetentionSweeper:
                     removed += await self._sweep_queue(info)
         return removed
 
+    async def _tell_failed(self, info: QueueInfo, ids: list[int], values: list[bytes]) -> None:
+        """Expiry is a failure for whoever tracks the message (a batch item): told
+        before the delete, so a listener that raises keeps the messages for the
+        next sweep rather than lose its item."""
+        if not self.failure_listeners:
+            return
+        tagged = []
+        for mid, raw in zip(ids, values, strict=True):
+            attributes = decode(mid, raw).attributes
+            if attributes:
+                tagged.append((mid, attributes))
+        if tagged:
+            for listener in self.failure_listeners:
+                await listener(info, tagged, "expired")
+
     async def _sweep_queue(self, info: QueueInfo) -> int:
         cutoff_ms = self._clock.wall_ms() - int(info.settings.retention_s * 1000)
         mine = self._view.my_slice
@@ -94,6 +116,7 @@ class RetentionSweeper:
                 if not rows:
                     break
                 ids = [keys.message_id(k) for k, _ in rows]
+                await self._tell_failed(info, ids, [v for _, v in rows])
                 await self._store.write_batch([Delete(k) for k, _ in rows])
                 st = self._states.get(info.number)
                 if st is not None:

@@ -121,6 +121,7 @@ class QueueService:
         self.retention = RetentionSweeper(
             store, catalog, clock, view, self.states, metrics, serving
         )
+        self.retention.failure_listeners = self.dead_letters.failure_listeners
         self.tasks = QueueTasks(
             store, catalog, self.dead_letters, self.note_purged, clock, lambda: view.me.name
         )
