@@ -10,6 +10,9 @@ from dynaq.api import batches as batch_routes
 from dynaq.api import bulk, console, internal, openapi, queue_tasks, v1, v2
 from dynaq.api import streams as stream_routes
 from dynaq.api.auth import ACCESS, auth_middleware
+from dynaq.api.aws import sqs_messages, sqs_queues  # noqa: F401  (they register the actions)
+from dynaq.api.aws.sqs import SQS, SqsSettings
+from dynaq.api.aws.sqs import endpoint as sqs_endpoint
 from dynaq.api.batches import BATCHES
 from dynaq.api.codec import BODY_TIMEOUT, json_response
 from dynaq.api.internal import PEER_VERIFIER, peer_auth_middleware
@@ -49,10 +52,12 @@ def build_app(
     peer_verifier: PeerVerifier | None = None,
     streams: StreamService | None = None,
     metrics: Telemetry | None = None,
+    sqs: SqsSettings | None = None,
 ) -> web.Application:
     """``access``: client tokens (``None``: every client is let in); ``peer_verifier``:
     the cluster's MAC check for ``/internal/`` (``None``: those routes refuse everything);
-    ``metrics``: where request latencies go and what ``/metrics`` shows."""
+    ``metrics``: where request latencies go and what ``/metrics`` shows; ``sqs``: the
+    SQS wire protocol on ``POST /`` (``None``: not served)."""
     # Timing outermost (it sees the final status); errors next, so 401/403 from
     # the checks inside get the JSON shape.
     middlewares = [timing_middleware, errors_middleware, peer_auth_middleware, auth_middleware]
@@ -91,4 +96,7 @@ def build_app(
         app.router.add_routes(stream_routes.routes)
     app.router.add_routes(queue_tasks.routes)
     app.router.add_routes(console.routes)
+    if sqs is not None:
+        app[SQS] = sqs
+        app.router.add_post("/", sqs_endpoint)
     return app

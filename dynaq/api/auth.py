@@ -74,6 +74,7 @@ def _s(perm: str) -> tuple[Need, ...]:
 
 ROUTES: dict[tuple[str, str], tuple[Need, ...] | None] = {
     ("GET", "/health"): OPEN,
+    ("POST", "/"): OPEN,  # SQS: AWS SigV4, checked by dynaq.api.aws
     ("GET", "/openapi.json"): ANY_TOKEN,
     ("GET", "/metrics"): ANY_TOKEN,
     # The console's static files (no data: the page asks the API with a token).

@@ -15,6 +15,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from dynaq.api import (
+    openapi_aws,
     openapi_batches,
     openapi_node,
     openapi_queues,
@@ -22,6 +23,8 @@ from dynaq.api import (
     openapi_v1,
     openapi_v2,
 )
+from dynaq.api.aws import sqs_messages, sqs_queues  # noqa: F401  (they register the actions)
+from dynaq.api.aws.sqs import ACTIONS as SQS_ACTIONS
 from dynaq.api.codec import json_response
 from dynaq.api.openapi_common import (
     JSON,
@@ -80,6 +83,7 @@ def build_spec(limits: SpecLimits | None = None) -> Obj:
             {"name": "streams", "description": "Typed persistent streams (Sherlock's)"},
             {"name": "node", "description": "Health and this description"},
             {"name": "internal", "description": "Node to node; never exposed through HAProxy"},
+            {"name": "sqs", "description": "Amazon SQS's wire protocol"},
         ],
         "paths": {
             **openapi_v1.paths(limits),
@@ -88,6 +92,7 @@ def build_spec(limits: SpecLimits | None = None) -> Obj:
             **openapi_batches.paths(limits),
             **openapi_streams.paths(),
             **openapi_node.paths(),
+            **openapi_aws.paths(list(SQS_ACTIONS)),
         },
         "components": {
             "schemas": schemas(limits),

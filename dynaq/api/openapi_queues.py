@@ -66,6 +66,24 @@ def queue_description_extensions() -> Obj:
     return {
         "redrive_policy": nullable(_redrive_policy()),
         **_timing(),
+        "receive_wait_s": {
+            **seconds,
+            "maximum": 20,
+            "description": "A receive naming no wait long-polls this long (SQS's "
+            "ReceiveMessageWaitTimeSeconds).",
+        },
+        "max_message_bytes": {
+            "type": "integer",
+            "minimum": 1024,
+            "maximum": 1 << 20,
+            "description": "Largest body taken (SQS's MaximumMessageSize).",
+        },
+        "fifo": {"type": "boolean", "description": "An SQS FIFO queue (set at creation)."},
+        "content_based_dedup": {
+            "type": "boolean",
+            "description": "FIFO: deduplicate by the body's SHA-256 when no dedup id is given.",
+        },
+        "tags": {"type": "object", "additionalProperties": {"type": "string"}},
         "visible": {**count, "description": "Stored and not in flight, summed over the ring."},
         "delayed": {**count, "description": "Waiting for their delay, summed over the ring."},
         "dead_lettered": {

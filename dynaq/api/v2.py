@@ -100,6 +100,11 @@ async def describe_queue(request: web.Request) -> web.Response:
             },
             "delay_s": s.delay_s,
             "retention_s": s.retention_s,
+            "receive_wait_s": s.receive_wait_s,
+            "max_message_bytes": s.max_message_bytes,
+            "fifo": s.fifo,
+            "content_based_dedup": s.content_based_dedup,
+            "tags": dict(s.tags),
             "partitions": q.partition_count(info),
             "depth": q.depth(info),
             **await q.ring_stats(info),
@@ -126,7 +131,9 @@ async def receive_batch(request: web.Request) -> web.Response:
     body = body_object(await read_body(request, SMALL_BODY_BYTES))
     n = max_messages(body)
     vt = optional_seconds(body, "visibility_timeout_s")
-    wait = optional_seconds(body, "wait_time_s") or 0.0
+    wait = optional_seconds(body, "wait_time_s")
+    if wait is None:
+        wait = info.settings.receive_wait_s  # the queue's default long poll
     messages = await _queues(request).receive(info.name, n, vt, wait_time_s=wait)
     binary = wants_msgpack(request)
     out = [_message_out(m, binary) for m in messages]

@@ -14,6 +14,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from dynaq.config.sections import (
     AuthConfig,
+    AwsConfig,
     BatchesConfig,
     CassandraConfig,
     DataConfig,
@@ -53,6 +54,7 @@ class Config:
     batches: BatchesConfig = field(default_factory=BatchesConfig)
     streams: StreamsConfig = field(default_factory=StreamsConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
+    aws: AwsConfig = field(default_factory=AwsConfig)
 
 
 ENV_PREFIX = "DYNAQ_"

@@ -163,6 +163,23 @@ class BatchesConfig:
 
 
 @dataclass(frozen=True)
+class AwsConfig:
+    """The SQS wire protocol on the node's HTTP address (``POST /``, what AWS SDKs send).
+
+    ``keys`` are ``"KEY_ID:SECRET"`` or ``"KEY_ID:SECRET:token-name"`` (the key gets
+    that ``auth.tokens`` token's grants); with keys, every SQS request must be
+    SigV4-signed with one of them unless ``anonymous = true``. Without keys, SQS
+    requests are let in unsigned only when the node has no ``auth.tokens`` (or
+    with ``anonymous = true``). ``region`` goes into queue ARNs.
+    """
+
+    # repr=False: the list holds secrets.
+    keys: list[str] = field(default_factory=list, repr=False)
+    anonymous: bool = False
+    region: str = "us-east-1"
+
+
+@dataclass(frozen=True)
 class StreamsConfig:
     """Typed persistent streams (Sherlock): segment files under ``<data.dir>/streams/``.
 

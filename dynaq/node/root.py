@@ -26,6 +26,7 @@ from dynaq.config import Config
 from dynaq.core.access import access_policy
 from dynaq.core.ids import IdGenerator
 from dynaq.core.membership import Member, MembershipView
+from dynaq.node.aws import build_sqs
 from dynaq.node.builders import (
     advertised_http,
     build_membership,
@@ -130,6 +131,7 @@ class Node:
             peer_verifier=None if self.peer_auth is None else self.peer_auth[1],
             streams=self.streams,
             metrics=self.metrics,
+            sqs=build_sqs(config, self.access, self.clock),
         )
         if isinstance(self.store, LmdbStore):
             metrics = self.metrics

@@ -37,6 +37,10 @@ def check_name(kind: str, name: str) -> str:
 
 
 DEFAULT_RETENTION_S = 4 * 86_400.0
+MAX_WAIT_S = 20.0
+MIN_MESSAGE_BYTES = 1024
+MAX_MESSAGE_BYTES = 1 << 20
+MAX_TAGS = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,17 @@ class QueueSettings:
     """How long a new message stays invisible unless it says otherwise (0..900 s)."""
     retention_s: float = DEFAULT_RETENTION_S
     """How long a message is kept after its enqueue (60 s..14 days; SQS's default 4 days)."""
+    receive_wait_s: float = 0.0
+    """How long a receive that names no wait long-polls (0..20 s; SQS's
+    ReceiveMessageWaitTimeSeconds)."""
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    """Largest message body this queue takes (1 KiB..1 MiB; SQS's MaximumMessageSize)."""
+    fifo: bool = False
+    """Set at creation only: a ``.fifo`` queue (SQS FIFO: every message has a group)."""
+    content_based_dedup: bool = False
+    """FIFO only: a message without a dedup id is deduplicated by its body's SHA-256."""
+    tags: tuple[tuple[str, str], ...] = ()
+    """Cost-allocation tags (SQS's TagQueue), sorted by key."""
 
     @classmethod
     def defaults(cls, d: QueueDefaults) -> QueueSettings:
@@ -138,6 +153,14 @@ def check_settings(s: QueueSettings) -> QueueSettings:
         raise InvalidInput(
             f"retention_s must be in {MIN_RETENTION_S}..{MAX_RETENTION_S} seconds (14 days)"
         )
+    if not 0 <= s.receive_wait_s <= MAX_WAIT_S:
+        raise InvalidInput(f"receive_wait_s must be in 0..{MAX_WAIT_S:g} seconds")
+    if not MIN_MESSAGE_BYTES <= s.max_message_bytes <= MAX_MESSAGE_BYTES:
+        raise InvalidInput(f"max_message_bytes must be in {MIN_MESSAGE_BYTES}..{MAX_MESSAGE_BYTES}")
+    if s.content_based_dedup and not s.fifo:
+        raise InvalidInput("content_based_dedup needs a FIFO queue")
+    if len(s.tags) > MAX_TAGS:
+        raise InvalidInput(f"at most {MAX_TAGS} tags per queue")
     rp = s.redrive_policy
     if rp is not None:
         check_name("queue", rp.dead_letter_queue)
@@ -187,6 +210,7 @@ def decode_queue_record(name: str, raw: bytes, defaults: QueueDefaults) -> Queue
     values = {k: data.get(k, v) for k, v in base.items()}
     rp = values.get("redrive_policy")
     values["redrive_policy"] = None if rp is None else RedrivePolicy(**rp)
+    values["tags"] = tuple((str(k), str(v)) for k, v in values["tags"])
     settings = QueueSettings(**values)
     return QueueInfo(name, int(data["number"]), settings, int(data.get("created_ms", 0)))
 

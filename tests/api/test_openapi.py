@@ -62,6 +62,10 @@ def test_every_error_response_is_the_error_body() -> None:
             if method not in _METHODS:
                 continue
             for status, resp in op["responses"].items():
+                if path == "/" and "$ref" not in resp:
+                    # SQS's wire protocol: its errors have SQS's shape, which SDKs parse.
+                    assert list(resp["content"]) == ["application/x-amz-json-1.0"], status
+                    continue
                 if status.startswith("4"):
                     assert resp["$ref"].startswith("#/components/responses/"), (path, method)
 

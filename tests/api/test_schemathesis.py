@@ -82,15 +82,32 @@ def _from_msgpack(ctx: schemathesis.DeserializationContext, response: Response) 
     return _jsonable(msgpack.unpackb(response.content, raw=False, strict_map_key=False))
 
 
+@schemathesis.serializer("application/x-amz-json-1.0")
+def _to_aws_json(ctx: schemathesis.SerializationContext, value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+@schemathesis.deserializer("application/x-amz-json-1.0")
+def _from_aws_json(ctx: schemathesis.DeserializationContext, response: Response) -> Any:
+    return json.loads(response.content)
+
+
 # checks ---------------------------------------------------------------------
 
 
 @schemathesis.check
 def dynaq_error_body(ctx: CheckContext, response: Response, case: AnyCase) -> bool | None:
-    """Every 4xx (and 5xx) dynaq answers is JSON ``{"error": str, "code": str}``."""
+    """Every 4xx (and 5xx) dynaq answers is JSON ``{"error": str, "code": str}``; on
+    the SQS wire protocol (``POST /``) SQS's own error shape, which SDKs parse."""
     if response.status_code < 400:
         return None
     ctype = response.headers.get("content-type", [""])[0]
+    if case.path == "/" and ctype.startswith("application/x-amz-json-1.0"):
+        data = json.loads(response.content)
+        assert set(data) == {"__type", "message"}, data
+        assert str(data["__type"]).startswith("com.amazonaws.sqs#") and data["message"], data
+        assert response.headers.get("x-amzn-query-error"), "no x-amzn-query-error"
+        return True
     assert ctype.startswith("application/json"), f"{response.status_code} as {ctype!r}"
     data = json.loads(response.content)
     assert isinstance(data, dict) and set(data) == {"error", "code"}, data

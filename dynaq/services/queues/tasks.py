@@ -125,6 +125,20 @@ class QueueTasks:
             raise NotFound(f"task {task_id!r} not found")
         return _decode(item.value).public(self._clock.wall_ms())
 
+    async def list_for(self, queue: str, kind: str, limit: int = 10) -> list[dict[str, Any]]:
+        """The latest ``limit`` tasks of ``kind`` on ``queue``, newest first."""
+        now = self._clock.wall_ms()
+        found = [
+            rec
+            for rec in map(
+                _decode,
+                (raw for _, raw in await self._store.scan(keys.TASK, keys.task_end(), 10_000)),
+            )
+            if rec.queue == queue and rec.kind == kind
+        ]
+        found.sort(key=lambda r: r.started_at_ms, reverse=True)
+        return [r.public(now) for r in found[:limit]]
+
     async def start_redrive(
         self, info: QueueInfo, to_queue: str | None, max_per_s: int
     ) -> dict[str, Any]:

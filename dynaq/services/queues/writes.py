@@ -335,6 +335,15 @@ class Writer:
 
     async def write(self, info: QueueInfo, messages: Sequence[NewMessage]) -> list[int]:
         """Store ``messages`` durably in one queue; return their ids in order."""
+        limit = info.settings.max_message_bytes
+        for m in messages:
+            if len(m.body) > limit:
+                raise PayloadTooLarge(
+                    f"a message body is {len(m.body)} bytes; queue {info.name!r} takes "
+                    f"at most {limit} (max_message_bytes)"
+                )
+            if info.settings.fifo and m.group is None:
+                raise InvalidInput(f"queue {info.name!r} is FIFO: every message needs a group")
 
         async def write() -> PreparedWrite:
             async with self.dedup_guard([info], messages):

@@ -1,0 +1,355 @@
+"""SQS message actions on dynaq queues: send, receive, delete, change visibility
+(single and batch), and message-move (redrive) tasks.
+
+* Receipt handles are dynaq receipts: a delete or visibility change acts only on
+  the delivery it names (:mod:`dynaq.services.queues.receipts`); a delete with a
+  handle from an earlier delivery succeeds without deleting the newer one, a
+  visibility change with it fails as AWS's does.
+* FIFO queues (``.fifo``) map MessageGroupId onto dynaq groups (one in flight per
+  group, in order) and MessageDeduplicationId (or, with content-based
+  deduplication, the body's SHA-256) onto dedup ids, within dynaq's dedup window
+  (5 minutes by default, as SQS).
+* Message attributes keep their data types; MD5OfMessageBody and
+  MD5OfMessageAttributes are computed as SQS does, so SDKs verify them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from dynaq.api.aws.sqs import Call, action
+from dynaq.api.aws.sqs_queues import queue_of
+from dynaq.api.aws.sqs_wire import (
+    SqsError,
+    attributes_md5,
+    from_dynaq_attributes,
+    invalid,
+    md5_hex,
+    missing,
+    name_of_arn,
+    queue_arn,
+    to_dynaq_attributes,
+    wire_attributes,
+)
+from dynaq.api.keys import CATALOG, QUEUES
+from dynaq.core.access import ADMIN, READ, WRITE
+from dynaq.core.messages import Message, NewMessage
+from dynaq.core.receipts import decode_receipt, encode_receipt
+from dynaq.errors import DynaqError, InvalidInput
+from dynaq.services.catalog import QueueInfo
+
+MAX_BATCH = 10
+_ENTRY_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
+_SYSTEM = ("ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveTimestamp",
+           "MessageGroupId", "SenderId")  # fmt: skip
+
+
+def _new_message(info: QueueInfo, p: dict[str, Any]) -> tuple[NewMessage, str | None]:
+    """One SendMessage's parameters → a dynaq message and its attributes' MD5."""
+    body = p.get("MessageBody")
+    if not isinstance(body, str) or not body:
+        raise missing("MessageBody")
+    attrs, shaped = to_dynaq_attributes(p.get("MessageAttributes"))
+    raw = body.encode()
+    size = len(raw) + sum(len(k) + len(v) for k, v in attrs.items())
+    if size > info.settings.max_message_bytes:
+        raise invalid(
+            f"One or more parameters are invalid. Reason: Message must be shorter than "
+            f"{info.settings.max_message_bytes} bytes."
+        )
+    delay = p.get("DelaySeconds")
+    group = p.get("MessageGroupId")
+    dedup = p.get("MessageDeduplicationId")
+    if info.settings.fifo:
+        if not isinstance(group, str) or not group:
+            raise missing("MessageGroupId")
+        if delay not in (None, 0):
+            raise invalid("Value for parameter DelaySeconds is invalid. Reason: The request "
+                          "include parameter that is not valid for this queue type.")  # fmt: skip
+        if dedup is None and info.settings.content_based_dedup:
+            dedup = hashlib.sha256(raw).hexdigest()
+        if not isinstance(dedup, str) or not dedup:
+            raise invalid("The queue should either have ContentBasedDeduplication enabled or "
+                          "MessageDeduplicationId provided explicitly")  # fmt: skip
+    else:
+        group = None  # standard queues: MessageGroupId only tags fair queues on AWS
+        dedup = None
+    if delay is not None and (not isinstance(delay, int) or not 0 <= delay <= 900):
+        raise invalid(f"Value {delay} for parameter DelaySeconds is invalid.")
+    message = NewMessage(
+        raw, attrs or None, group, dedup, delay_s=None if delay is None else float(delay)
+    )
+    return message, attributes_md5(shaped) if shaped else None
+
+
+def _sent(mid: int, message: NewMessage, attrs_md5: str | None, fifo: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"MessageId": str(mid), "MD5OfMessageBody": md5_hex(message.body)}
+    if attrs_md5 is not None:
+        out["MD5OfMessageAttributes"] = attrs_md5
+    if fifo:
+        out["SequenceNumber"] = str(mid)
+    return out
+
+
+@action("SendMessage")
+async def send_message(call: Call) -> dict[str, Any]:
+    info = await queue_of(call, WRITE)
+    message, attrs_md5 = _new_message(info, call.params)
+    [mid] = await call.request.app[QUEUES].enqueue(info, [message])
+    return _sent(mid, message, attrs_md5, info.settings.fifo)
+
+
+def _entries(call: Call) -> list[dict[str, Any]]:
+    entries = call.params.get("Entries")
+    if not isinstance(entries, list) or not entries:
+        raise SqsError("EmptyBatchRequest", "There should be at least one entry in the request.",
+                       query_code="AWS.SimpleQueueService.EmptyBatchRequest")  # fmt: skip
+    if len(entries) > MAX_BATCH:
+        raise SqsError("TooManyEntriesInBatchRequest",
+                       f"Maximum number of entries per request are {MAX_BATCH}. You have sent {len(entries)}.",
+                       query_code="AWS.SimpleQueueService.TooManyEntriesInBatchRequest")  # fmt: skip
+    ids = [e.get("Id") if isinstance(e, dict) else None for e in entries]
+    for i in ids:
+        if not isinstance(i, str) or not _ENTRY_ID.fullmatch(i):
+            raise SqsError("InvalidBatchEntryId", "A batch entry id can only contain alphanumeric "
+                           "characters, hyphens and underscores. It can be at most 80 letters long.",
+                           query_code="AWS.SimpleQueueService.InvalidBatchEntryId")  # fmt: skip
+    if len(set(ids)) != len(ids):
+        raise SqsError("BatchEntryIdsNotDistinct", "Two or more batch entries in the request have the same Id.",
+                       query_code="AWS.SimpleQueueService.BatchEntryIdsNotDistinct")  # fmt: skip
+    return entries
+
+
+def _failed(entry_id: str, exc: SqsError | DynaqError) -> dict[str, Any]:
+    if isinstance(exc, SqsError):
+        return {
+            "Id": entry_id,
+            "SenderFault": exc.status < 500,
+            "Code": exc.code,
+            "Message": exc.message,
+        }
+    return {"Id": entry_id, "SenderFault": exc.status < 500, "Code": "InvalidParameterValue",
+            "Message": exc.message}  # fmt: skip
+
+
+@action("SendMessageBatch")
+async def send_message_batch(call: Call) -> dict[str, Any]:
+    info = await queue_of(call, WRITE)
+    good: list[tuple[str, NewMessage, str | None]] = []
+    failed: list[dict[str, Any]] = []
+    total = 0
+    for e in _entries(call):
+        try:
+            message, attrs_md5 = _new_message(info, e)
+        except (SqsError, InvalidInput) as exc:
+            failed.append(_failed(e["Id"], exc))
+            continue
+        total += len(message.body)
+        good.append((e["Id"], message, attrs_md5))
+    if total > info.settings.max_message_bytes:
+        raise SqsError("BatchRequestTooLong", "Batch requests cannot be longer than "
+                       f"{info.settings.max_message_bytes} bytes.",
+                       query_code="AWS.SimpleQueueService.BatchRequestTooLong")  # fmt: skip
+    ok: list[dict[str, Any]] = []
+    if good:
+        ids = await call.request.app[QUEUES].enqueue(info, [m for _, m, _ in good])
+        for (entry_id, m, md5), mid in zip(good, ids, strict=True):
+            ok.append({"Id": entry_id, **_sent(mid, m, md5, info.settings.fifo)})
+    return {"Successful": ok, "Failed": failed}
+
+
+def _received(
+    m: Message, info: QueueInfo, system: list[str], wanted: list[str] | None
+) -> dict[str, Any]:
+    body = m.body.decode("utf-8", errors="replace")
+    out: dict[str, Any] = {
+        "MessageId": str(m.id),
+        "ReceiptHandle": _receipt_of(m),
+        "MD5OfBody": md5_hex(body.encode()),
+        "Body": body,
+    }
+    if system:
+        every = "All" in system
+        attrs = {
+            "ApproximateReceiveCount": str(m.receive_count),
+            "SentTimestamp": str(m.enqueued_ms),
+            "ApproximateFirstReceiveTimestamp": str(m.enqueued_ms),
+            "SenderId": "dynaq",
+        }
+        if m.group is not None:
+            attrs["MessageGroupId"] = m.group
+        if info.settings.fifo:
+            attrs["SequenceNumber"] = str(m.id)
+        picked = {k: v for k, v in attrs.items() if every or k in system}
+        if picked:
+            out["Attributes"] = picked
+    shaped = from_dynaq_attributes(m.attributes, wanted)
+    if shaped:
+        out["MessageAttributes"] = wire_attributes(shaped)
+        out["MD5OfMessageAttributes"] = attributes_md5(shaped)
+    return out
+
+
+def _receipt_of(m: Message) -> str:
+    return encode_receipt(m.id, m.delivery)
+
+
+def _names(value: object, what: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise invalid(f"{what} must be a list of strings.")
+    return list(value)
+
+
+@action("ReceiveMessage")
+async def receive_message(call: Call) -> dict[str, Any]:
+    info = await queue_of(call, READ)
+    p = call.params
+    n = p.get("MaxNumberOfMessages", 1)
+    if not isinstance(n, int) or not 1 <= n <= MAX_BATCH:
+        raise invalid(
+            f"Value {n} for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if provided."
+        )
+    vt = p.get("VisibilityTimeout")
+    if vt is not None and (not isinstance(vt, int) or not 0 <= vt <= 43_200):
+        raise invalid(f"Value {vt} for parameter VisibilityTimeout is invalid.")
+    wait = p.get("WaitTimeSeconds")
+    if wait is not None and (not isinstance(wait, int) or not 0 <= wait <= 20):
+        raise invalid(
+            f"Value {wait} for parameter WaitTimeSeconds is invalid. Reason: Must be >= 0 and <= 20, if provided."
+        )
+    system = _names(p.get("MessageSystemAttributeNames"), "MessageSystemAttributeNames")
+    system += _names(p.get("AttributeNames"), "AttributeNames")
+    wanted = _names(p.get("MessageAttributeNames"), "MessageAttributeNames")
+    messages = await call.request.app[QUEUES].receive(
+        info.name,
+        n,
+        None if vt is None else float(vt),
+        info.settings.receive_wait_s if wait is None else float(wait),
+    )
+    if not messages:
+        return {}
+    return {"Messages": [_received(m, info, system, wanted) for m in messages]}
+
+
+def _handle(value: object) -> tuple[int, int]:
+    if not isinstance(value, str) or not value:
+        raise missing("ReceiptHandle")
+    try:
+        return decode_receipt(value)
+    except InvalidInput:
+        raise SqsError("ReceiptHandleIsInvalid", f'The input receipt handle "{value}" is not a valid receipt handle.',
+                       query_code="ReceiptHandleIsInvalid") from None  # fmt: skip
+
+
+@action("DeleteMessage")
+async def delete_message(call: Call) -> dict[str, Any]:
+    info = await queue_of(call, WRITE)
+    pair = _handle(call.params.get("ReceiptHandle"))
+    await call.request.app[QUEUES].receipts.delete(info, [pair])
+    return {}
+
+
+@action("DeleteMessageBatch")
+async def delete_message_batch(call: Call) -> dict[str, Any]:
+    info = await queue_of(call, WRITE)
+    ok: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    pairs: list[tuple[str, tuple[int, int]]] = []
+    for e in _entries(call):
+        try:
+            pairs.append((e["Id"], _handle(e.get("ReceiptHandle"))))
+        except SqsError as exc:
+            failed.append(_failed(e["Id"], exc))
+    if pairs:
+        await call.request.app[QUEUES].receipts.delete(info, [p for _, p in pairs])
+        ok = [{"Id": entry_id} for entry_id, _ in pairs]
+    return {"Successful": ok, "Failed": failed}
+
+
+def _not_in_flight(handle: str) -> SqsError:
+    return invalid(f"Value {handle} for parameter ReceiptHandle is invalid. Reason: "
+                   "Message does not exist or is not available for visibility timeout change.")  # fmt: skip
+
+
+def _timeout(value: object) -> float:
+    if not isinstance(value, int) or not 0 <= value <= 43_200:
+        raise invalid(f"Value {value} for parameter VisibilityTimeout is invalid.")
+    return float(value)
+
+
+@action("ChangeMessageVisibility")
+async def change_message_visibility(call: Call) -> dict[str, Any]:
+    info = await queue_of(call, WRITE)
+    handle = call.params.get("ReceiptHandle")
+    pair = _handle(handle)
+    vt = _timeout(call.params.get("VisibilityTimeout"))
+    changed, _ = await call.request.app[QUEUES].receipts.change_visibility(info, [pair], vt)
+    if not changed:
+        raise _not_in_flight(str(handle))
+    return {}
+
+
+@action("ChangeMessageVisibilityBatch")
+async def change_message_visibility_batch(call: Call) -> dict[str, Any]:
+    info = await queue_of(call, WRITE)
+    ok: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    for e in _entries(call):
+        try:
+            pair = _handle(e.get("ReceiptHandle"))
+            vt = _timeout(e.get("VisibilityTimeout"))
+            changed, _ = await call.request.app[QUEUES].receipts.change_visibility(info, [pair], vt)
+            if not changed:
+                raise _not_in_flight(str(e.get("ReceiptHandle")))
+            ok.append({"Id": e["Id"]})
+        except SqsError as exc:
+            failed.append(_failed(e["Id"], exc))
+    return {"Successful": ok, "Failed": failed}
+
+
+@action("StartMessageMoveTask")
+async def start_message_move_task(call: Call) -> dict[str, Any]:
+    source = name_of_arn(call.params.get("SourceArn"))
+    call.require(ADMIN, source)
+    info = await call.request.app[CATALOG].queue(source)
+    dest = call.params.get("DestinationArn")
+    to_queue = None if dest is None else name_of_arn(dest)
+    rate = call.params.get("MaxNumberOfMessagesPerSecond", 500)
+    if not isinstance(rate, int) or not 1 <= rate <= 500:
+        raise invalid(f"Value {rate} for parameter MaxNumberOfMessagesPerSecond is invalid.")
+    task = await call.request.app[QUEUES].tasks.start_redrive(info, to_queue, rate)
+    return {"TaskHandle": task["id"]}
+
+
+_STATUS = {"running": "RUNNING", "done": "COMPLETED", "failed": "FAILED", "interrupted": "FAILED"}
+
+
+@action("ListMessageMoveTasks")
+async def list_message_move_tasks(call: Call) -> dict[str, Any]:
+    source = name_of_arn(call.params.get("SourceArn"))
+    call.require(READ, source)
+    await call.request.app[CATALOG].queue(source)
+    limit = call.params.get("MaxResults", 1)
+    if not isinstance(limit, int) or not 1 <= limit <= 10:
+        raise invalid(f"Value {limit} for parameter MaxResults is invalid.")
+    tasks = await call.request.app[QUEUES].tasks.list_for(source, "redrive", limit)
+    results = []
+    for t in tasks:
+        r: dict[str, Any] = {
+            "TaskHandle": t["id"],
+            "Status": _STATUS.get(t["state"], "RUNNING"),
+            "SourceArn": queue_arn(call.region, source),
+            "MaxNumberOfMessagesPerSecond": t["max_per_s"],
+            "ApproximateNumberOfMessagesMoved": t["moved"],
+            "StartedTimestamp": t["started_at_ms"],
+        }
+        if t.get("to_queue"):
+            r["DestinationArn"] = queue_arn(call.region, t["to_queue"])
+        if t.get("error"):
+            r["FailureReason"] = t["error"]
+        results.append(r)
+    return {"Results": results}

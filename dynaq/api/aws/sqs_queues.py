@@ -1,0 +1,290 @@
+"""SQS queue actions on dynaq queues: create, find, list, delete, attributes, purge,
+tags, dead-letter sources.
+
+SQS attributes map onto dynaq's queue settings one to one (VisibilityTimeout →
+``visibility_timeout_s``, DelaySeconds → ``delay_s``, MessageRetentionPeriod →
+``retention_s``, MaximumMessageSize → ``max_message_bytes``,
+ReceiveMessageWaitTimeSeconds → ``receive_wait_s``, RedrivePolicy →
+``redrive_policy``, FifoQueue → ``fifo``, ContentBasedDeduplication →
+``content_based_dedup``); the approximate counts are the ring-wide
+statistics of ``GET /v2/queues/{queue}``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dynaq.api.aws.sqs import Call, action
+from dynaq.api.aws.sqs_wire import (
+    SqsError,
+    invalid,
+    missing,
+    name_of_arn,
+    name_of_url,
+    queue_arn,
+    queue_url,
+)
+from dynaq.api.keys import CATALOG, QUEUES
+from dynaq.core.access import ADMIN, READ
+from dynaq.errors import AlreadyExists, Conflict
+from dynaq.services.catalog import QueueInfo
+from dynaq.services.queue_records import QueueSettings, RedrivePolicy
+
+_SETTABLE = {
+    "VisibilityTimeout": ("visibility_timeout_s", float, 0, 43_200),
+    "DelaySeconds": ("delay_s", float, 0, 900),
+    "MessageRetentionPeriod": ("retention_s", float, 60, 1_209_600),
+    "MaximumMessageSize": ("max_message_bytes", int, 1024, 1 << 20),
+    "ReceiveMessageWaitTimeSeconds": ("receive_wait_s", float, 0, 20),
+}
+_ACCEPTED_UNUSED = {"Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds",
+                    "SqsManagedSseEnabled", "RedriveAllowPolicy", "DeduplicationScope",
+                    "FifoThroughputLimit"}  # fmt: skip
+"""Taken and ignored: IAM policies, encryption at rest and FIFO throughput modes
+have no dynaq equivalent (the README says so)."""
+_MAX_LIST = 1000
+
+
+def _number(name: str, value: object, kind: type, lo: float, hi: float) -> float | int:
+    try:
+        n: float | int = kind(str(value))
+    except ValueError:
+        raise SqsError(
+            "InvalidAttributeValue", f"Invalid value for the parameter {name}."
+        ) from None
+    if not lo <= n <= hi:
+        raise SqsError(
+            "InvalidAttributeValue", f"Invalid value for the parameter {name}: {lo:g}..{hi:g}."
+        )
+    return n
+
+
+def _bool(name: str, value: object) -> bool:
+    if str(value).lower() not in ("true", "false"):
+        raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
+    return str(value).lower() == "true"
+
+
+def settings_changes(attrs: object, creating_fifo: bool | None) -> dict[str, Any]:
+    """SQS attributes → dynaq setting changes (``creating_fifo``: None when setting
+    attributes of an existing queue, where FifoQueue cannot change)."""
+    if attrs is None:
+        return {}
+    if not isinstance(attrs, dict):
+        raise invalid("Attributes must be a map.")
+    changes: dict[str, Any] = {}
+    for name, value in attrs.items():
+        if name in _SETTABLE:
+            field, kind, lo, hi = _SETTABLE[name]
+            changes[field] = _number(name, value, kind, lo, hi)
+        elif name == "RedrivePolicy":
+            changes["redrive_policy"] = _redrive(value)
+        elif name == "FifoQueue":
+            if creating_fifo is None:
+                raise SqsError("InvalidAttributeName", "FifoQueue is set only at creation.")
+            changes["fifo"] = _bool(name, value)
+        elif name == "ContentBasedDeduplication":
+            changes["content_based_dedup"] = _bool(name, value)
+        elif name not in _ACCEPTED_UNUSED:
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+    return changes
+
+
+def _redrive(value: object) -> RedrivePolicy | None:
+    if value in ("", None):
+        return None
+    try:
+        rp = json.loads(str(value))
+        target, count = rp["deadLetterTargetArn"], int(rp["maxReceiveCount"])
+    except (ValueError, TypeError, KeyError):
+        raise SqsError(
+            "InvalidAttributeValue", "Invalid value for the parameter RedrivePolicy."
+        ) from None
+    return RedrivePolicy(name_of_arn(target), count)
+
+
+def attributes_of(call: Call, info: QueueInfo, stats: dict[str, Any]) -> dict[str, str]:
+    s: QueueSettings = info.settings
+    out = {
+        "QueueArn": queue_arn(call.region, info.name),
+        "VisibilityTimeout": f"{s.visibility_timeout_s:g}",
+        "DelaySeconds": f"{s.delay_s:g}",
+        "MessageRetentionPeriod": f"{s.retention_s:g}",
+        "MaximumMessageSize": str(s.max_message_bytes),
+        "ReceiveMessageWaitTimeSeconds": f"{s.receive_wait_s:g}",
+        "CreatedTimestamp": str(info.created_ms // 1000),
+        "LastModifiedTimestamp": str(info.created_ms // 1000),
+        "ApproximateNumberOfMessages": str(stats["visible"]),
+        "ApproximateNumberOfMessagesNotVisible": str(stats["in_flight"]),
+        "ApproximateNumberOfMessagesDelayed": str(stats["delayed"]),
+        "SqsManagedSseEnabled": "false",
+    }
+    if s.redrive_policy is not None:
+        rp = {
+            "deadLetterTargetArn": queue_arn(call.region, s.redrive_policy.dead_letter_queue),
+            "maxReceiveCount": s.redrive_policy.max_receive_count,
+        }
+        out["RedrivePolicy"] = json.dumps(rp, separators=(",", ":"))
+    if s.fifo:
+        out["FifoQueue"] = "true"
+        out["ContentBasedDeduplication"] = "true" if s.content_based_dedup else "false"
+    return out
+
+
+async def queue_of(call: Call, perm: str) -> QueueInfo:
+    name = name_of_url(call.params.get("QueueUrl"))
+    call.require(perm, name)
+    return await call.request.app[CATALOG].queue(name)
+
+
+@action("CreateQueue")
+async def create_queue(call: Call) -> dict[str, Any]:
+    name = call.params.get("QueueName")
+    if not isinstance(name, str) or not name:
+        raise missing("QueueName")
+    call.require(ADMIN, name)
+    attrs = call.params.get("Attributes") or {}
+    fifo = (
+        str(attrs.get("FifoQueue", "false")).lower() == "true" if isinstance(attrs, dict) else False
+    )
+    if fifo != name.endswith(".fifo"):
+        raise invalid("The name of a FIFO queue can only include alphanumeric characters, "
+                      "hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in length.")  # fmt: skip
+    changes = settings_changes(attrs, fifo)
+    catalog = call.request.app[CATALOG]
+    try:
+        info = await catalog.create_queue(name)
+    except AlreadyExists:
+        info = await catalog.queue(name)
+        current = info.settings
+        if any(getattr(current, k) != v for k, v in changes.items()):
+            raise SqsError(
+                "QueueNameExists",
+                f"A queue already exists with the same name and a different value for "
+                f"attribute(s) {', '.join(sorted(attrs))}",
+                query_code="QueueAlreadyExists",
+            ) from None
+        return {"QueueUrl": queue_url(call.request, name)}
+    except Conflict as exc:
+        raise SqsError(
+            "QueueDeletedRecently",
+            exc.message,
+            query_code="AWS.SimpleQueueService.QueueDeletedRecently",
+        ) from None
+    tags = call.params.get("tags")
+    if isinstance(tags, dict) and tags:
+        changes["tags"] = tuple(sorted((str(k), str(v)) for k, v in tags.items()))
+    if changes:
+        await catalog.update_queue(name, changes)
+    return {"QueueUrl": queue_url(call.request, info.name)}
+
+
+@action("GetQueueUrl")
+async def get_queue_url(call: Call) -> dict[str, Any]:
+    name = call.params.get("QueueName")
+    if not isinstance(name, str) or not name:
+        raise missing("QueueName")
+    call.require(READ, name)
+    info = await call.request.app[CATALOG].queue(name)
+    return {"QueueUrl": queue_url(call.request, info.name)}
+
+
+@action("ListQueues")
+async def list_queues(call: Call) -> dict[str, Any]:
+    prefix = str(call.params.get("QueueNamePrefix") or "")
+    limit = call.params.get("MaxResults")
+    token = call.params.get("NextToken")
+    n = _MAX_LIST if limit is None else int(_number("MaxResults", limit, int, 1, _MAX_LIST))
+    names = [q for q in call.request.app[CATALOG].queue_names() if q.startswith(prefix)]
+    if token is not None:
+        names = [q for q in names if q > str(token)]
+    page = names[:n]
+    out: dict[str, Any] = {"QueueUrls": [queue_url(call.request, q) for q in page]}
+    if limit is not None and len(names) > n:
+        out["NextToken"] = page[-1]
+    return out
+
+
+@action("DeleteQueue")
+async def delete_queue(call: Call) -> dict[str, Any]:
+    info = await queue_of(call, ADMIN)
+    await call.request.app[CATALOG].delete_queue(info.name)
+    return {}
+
+
+@action("GetQueueAttributes")
+async def get_queue_attributes(call: Call) -> dict[str, Any]:
+    info = await queue_of(call, READ)
+    wanted = call.params.get("AttributeNames") or []
+    if not isinstance(wanted, list):
+        raise invalid("AttributeNames must be a list.")
+    stats = await call.request.app[QUEUES].ring_stats(info)
+    attrs = attributes_of(call, info, stats)
+    if "All" in wanted:
+        return {"Attributes": attrs}
+    known = (
+        set(attrs)
+        | set(_SETTABLE)
+        | {"RedrivePolicy", "FifoQueue", "ContentBasedDeduplication"}
+        | _ACCEPTED_UNUSED
+    )
+    unknown = [w for w in wanted if w not in known]
+    if unknown:
+        raise SqsError("InvalidAttributeName", f"Unknown Attribute {unknown[0]}.")
+    picked = {w: attrs[w] for w in wanted if w in attrs}
+    return {"Attributes": picked} if picked else {}
+
+
+@action("SetQueueAttributes")
+async def set_queue_attributes(call: Call) -> dict[str, Any]:
+    info = await queue_of(call, ADMIN)
+    attrs = call.params.get("Attributes")
+    if not isinstance(attrs, dict) or not attrs:
+        raise missing("Attributes")
+    changes = settings_changes(attrs, None)
+    if changes:
+        await call.request.app[CATALOG].update_queue(info.name, changes)
+    return {}
+
+
+@action("PurgeQueue")
+async def purge_queue(call: Call) -> dict[str, Any]:
+    info = await queue_of(call, ADMIN)
+    await call.request.app[QUEUES].tasks.start_purge(info)
+    return {}
+
+
+@action("ListDeadLetterSourceQueues")
+async def list_dead_letter_sources(call: Call) -> dict[str, Any]:
+    info = await queue_of(call, READ)
+    names = call.request.app[CATALOG].dead_letter_sources(info.name)
+    return {"queueUrls": [queue_url(call.request, q) for q in names]}
+
+
+@action("TagQueue")
+async def tag_queue(call: Call) -> dict[str, Any]:
+    info = await queue_of(call, ADMIN)
+    tags = call.params.get("Tags")
+    if not isinstance(tags, dict) or not tags:
+        raise missing("Tags")
+    merged = dict(info.settings.tags) | {str(k): str(v) for k, v in tags.items()}
+    await call.request.app[CATALOG].update_queue(info.name, {"tags": tuple(sorted(merged.items()))})
+    return {}
+
+
+@action("UntagQueue")
+async def untag_queue(call: Call) -> dict[str, Any]:
+    info = await queue_of(call, ADMIN)
+    keys = call.params.get("TagKeys")
+    if not isinstance(keys, list) or not keys:
+        raise missing("TagKeys")
+    left = {k: v for k, v in info.settings.tags if k not in set(map(str, keys))}
+    await call.request.app[CATALOG].update_queue(info.name, {"tags": tuple(sorted(left.items()))})
+    return {}
+
+
+@action("ListQueueTags")
+async def list_queue_tags(call: Call) -> dict[str, Any]:
+    info = await queue_of(call, READ)
+    return {"Tags": dict(info.settings.tags)} if info.settings.tags else {}

@@ -1,0 +1,346 @@
+"""SQS's wire protocol, driven by unmodified boto3 against a real node process.
+
+boto3 signs every request (SigV4) and verifies every MD5 the node returns, so
+a digest computed differently from AWS's fails the call itself.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from dynaq.testing.process import NodeProcess, node_process
+
+ADMIN_TOKEN = "sqs-admin-0123456789"
+READ_TOKEN = "sqs-reader-0123456789"
+TOKENS = f"ops:{ADMIN_TOKEN}:admin=*,reader:{READ_TOKEN}:read=*"
+KEYS = "AKIDADMIN:admin-secret:ops,AKIDREAD:read-secret:reader"
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    env = {"DYNAQ_AUTH_TOKENS": TOKENS, "DYNAQ_AWS_KEYS": KEYS}
+    p = node_process(tmp_path_factory.mktemp("sqs"), env=env)
+    p.start()
+    try:
+        yield p
+    finally:
+        p.kill()
+
+
+def _client(node: NodeProcess, key: str = "AKIDADMIN", secret: str = "admin-secret") -> Any:
+    return boto3.client(
+        "sqs",
+        endpoint_url=node.url,
+        region_name="us-east-1",
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        config=Config(retries={"max_attempts": 1}),
+    )
+
+
+@pytest.fixture
+def sqs(node: NodeProcess) -> Any:
+    return _client(node)
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response["Error"]["Code"])
+
+
+def test_queue_lifecycle_attributes_and_tags(sqs: Any, node: NodeProcess) -> None:
+    url = sqs.create_queue(
+        QueueName="life",
+        Attributes={
+            "VisibilityTimeout": "45",
+            "DelaySeconds": "2",
+            "MessageRetentionPeriod": "3600",
+        },
+        tags={"team": "core"},
+    )["QueueUrl"]
+    assert url == f"{node.url}/000000000000/life"
+    # the same attributes: the same queue; others: QueueNameExists
+    assert (
+        sqs.create_queue(QueueName="life", Attributes={"VisibilityTimeout": "45"})["QueueUrl"]
+        == url
+    )
+    with pytest.raises(sqs.exceptions.QueueNameExists):
+        sqs.create_queue(QueueName="life", Attributes={"VisibilityTimeout": "46"})
+    assert sqs.get_queue_url(QueueName="life")["QueueUrl"] == url
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attrs["VisibilityTimeout"] == "45" and attrs["DelaySeconds"] == "2"
+    assert attrs["MessageRetentionPeriod"] == "3600"
+    assert attrs["QueueArn"] == "arn:aws:sqs:us-east-1:000000000000:life"
+    assert attrs["ApproximateNumberOfMessages"] == "0"
+    sqs.set_queue_attributes(
+        QueueUrl=url,
+        Attributes={"ReceiveMessageWaitTimeSeconds": "1", "MaximumMessageSize": "2048"},
+    )
+    got = sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ReceiveMessageWaitTimeSeconds", "MaximumMessageSize"]
+    )["Attributes"]
+    assert got == {"ReceiveMessageWaitTimeSeconds": "1", "MaximumMessageSize": "2048"}
+    # the same settings through dynaq's own API: one model
+    with urllib.request.urlopen(
+        urllib.request.Request(
+            f"{node.url}/v2/queues/life", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        )
+    ) as r:
+        desc = json.loads(r.read())
+    assert (desc["visibility_timeout_s"], desc["receive_wait_s"], desc["max_message_bytes"]) == (
+        45,
+        1,
+        2048,
+    )
+    assert desc["tags"] == {"team": "core"}
+    sqs.tag_queue(QueueUrl=url, Tags={"env": "test"})
+    sqs.untag_queue(QueueUrl=url, TagKeys=["team"])
+    assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"env": "test"}
+    with pytest.raises(ClientError) as bad:
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "50000"})
+    assert _code(bad.value) == "InvalidAttributeValue"
+    with pytest.raises(ClientError) as bad:
+        sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Nonsense"])
+    assert _code(bad.value) == "InvalidAttributeName"
+    sqs.delete_queue(QueueUrl=url)
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist) as gone:
+        sqs.get_queue_url(QueueName="life")
+    assert _code(gone.value) == "AWS.SimpleQueueService.NonExistentQueue"
+
+
+def test_list_queues_with_prefix_and_pages(sqs: Any) -> None:
+    for i in range(5):
+        sqs.create_queue(QueueName=f"page-{i}")
+    first = sqs.list_queues(QueueNamePrefix="page-", MaxResults=3)
+    assert [u.rsplit("/", 1)[1] for u in first["QueueUrls"]] == ["page-0", "page-1", "page-2"]
+    rest = sqs.list_queues(QueueNamePrefix="page-", MaxResults=3, NextToken=first["NextToken"])
+    assert [u.rsplit("/", 1)[1] for u in rest["QueueUrls"]] == ["page-3", "page-4"]
+    assert "NextToken" not in rest
+
+
+def test_messages_with_typed_attributes_and_digests(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="msgs")["QueueUrl"]
+    attributes = {
+        "kind": {"DataType": "String", "StringValue": "order"},
+        "amount": {"DataType": "Number", "StringValue": "12.5"},
+        "blob": {"DataType": "Binary", "BinaryValue": b"\x00\x01\xff"},
+        "custom": {"DataType": "String.uuid", "StringValue": "3f0c"},
+    }
+    sent = sqs.send_message(QueueUrl=url, MessageBody="héllo", MessageAttributes=attributes)
+    # boto3 has checked MD5OfMessageBody and MD5OfMessageAttributes already
+    got = sqs.receive_message(
+        QueueUrl=url,
+        MaxNumberOfMessages=10,
+        MessageAttributeNames=["All"],
+        MessageSystemAttributeNames=["All"],
+    )["Messages"]
+    [m] = got
+    assert m["MessageId"] == sent["MessageId"] and m["Body"] == "héllo"
+    assert m["MessageAttributes"] == attributes
+    assert m["Attributes"]["ApproximateReceiveCount"] == "1"
+    assert int(m["Attributes"]["SentTimestamp"]) > 1_700_000_000_000
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+    with pytest.raises(sqs.exceptions.ReceiptHandleIsInvalid):
+        sqs.delete_message(QueueUrl=url, ReceiptHandle="not-a-handle")
+
+
+def test_batches_report_errors_per_entry(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="batch")["QueueUrl"]
+    out = sqs.send_message_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": "a", "MessageBody": "one"},
+            {"Id": "b", "MessageBody": "two", "DelaySeconds": 901},
+            {"Id": "c", "MessageBody": "three"},
+        ],
+    )
+    assert sorted(s["Id"] for s in out["Successful"]) == ["a", "c"]
+    [failed] = out["Failed"]
+    assert (
+        failed["Id"] == "b" and failed["Code"] == "InvalidParameterValue" and failed["SenderFault"]
+    )
+    with pytest.raises(sqs.exceptions.TooManyEntriesInBatchRequest):
+        sqs.send_message_batch(
+            QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x"} for i in range(11)]
+        )
+    with pytest.raises(sqs.exceptions.BatchEntryIdsNotDistinct):
+        sqs.send_message_batch(
+            QueueUrl=url, Entries=[{"Id": "x", "MessageBody": "1"}, {"Id": "x", "MessageBody": "2"}]
+        )
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert sorted(m["Body"] for m in got) == ["one", "three"]
+    deleted = sqs.delete_message_batch(
+        QueueUrl=url,
+        Entries=[{"Id": f"d{i}", "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)]
+        + [{"Id": "bad", "ReceiptHandle": "garbage"}],
+    )
+    assert len(deleted["Successful"]) == 2
+    assert [(f["Id"], f["Code"]) for f in deleted["Failed"]] == [("bad", "ReceiptHandleIsInvalid")]
+
+
+def test_visibility_and_stale_receipt_handles(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="vis")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="job")
+    [first] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=1)["Messages"]
+    time.sleep(1.3)  # the first delivery's visibility runs out
+    [second] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=30)["Messages"]
+    assert second["MessageId"] == first["MessageId"]
+    assert second["ReceiptHandle"] != first["ReceiptHandle"]
+    # the old handle neither releases nor deletes the new delivery
+    with pytest.raises(ClientError) as stale:
+        sqs.change_message_visibility(
+            QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=0
+        )
+    assert _code(stale.value) == "InvalidParameterValue"
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])  # a no-op, as on AWS
+    sqs.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=second["ReceiptHandle"], VisibilityTimeout=0
+    )
+    [third] = sqs.receive_message(QueueUrl=url, AttributeNames=["ApproximateReceiveCount"])[
+        "Messages"
+    ]
+    assert third["MessageId"] == first["MessageId"]
+    assert third["Attributes"]["ApproximateReceiveCount"] == "3"
+    batch = sqs.change_message_visibility_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": "new", "ReceiptHandle": third["ReceiptHandle"], "VisibilityTimeout": 60},
+            {"Id": "old", "ReceiptHandle": second["ReceiptHandle"], "VisibilityTimeout": 60},
+        ],
+    )
+    assert [s["Id"] for s in batch["Successful"]] == ["new"]
+    assert [f["Id"] for f in batch["Failed"]] == ["old"]
+
+
+def test_fifo_order_groups_and_content_deduplication(sqs: Any) -> None:
+    with pytest.raises(ClientError):
+        sqs.create_queue(QueueName="plain", Attributes={"FifoQueue": "true"})
+    url = sqs.create_queue(
+        QueueName="orders.fifo",
+        Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"},
+    )["QueueUrl"]
+    ids = [
+        sqs.send_message(QueueUrl=url, MessageBody=f"o{i}", MessageGroupId="g")["MessageId"]
+        for i in range(3)
+    ]
+    again = sqs.send_message(QueueUrl=url, MessageBody="o1", MessageGroupId="g")
+    assert again["MessageId"] == ids[1]  # deduplicated by content
+    with pytest.raises(ClientError):
+        sqs.send_message(QueueUrl=url, MessageBody="no group")
+    seen = []
+    for _ in range(3):
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        assert len(got) == 1  # one in flight per group
+        seen.append(got[0]["Body"])
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+    assert seen == ["o0", "o1", "o2"]
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attrs["FifoQueue"] == "true" and attrs["ContentBasedDeduplication"] == "true"
+
+
+def test_dead_letters_and_a_move_task_back(sqs: Any) -> None:
+    dlq = sqs.create_queue(QueueName="poison-dlq")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    policy = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 2})
+    src = sqs.create_queue(QueueName="poison", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    sqs.send_message(QueueUrl=src, MessageBody="bad")
+    for _ in range(2):
+        assert (
+            len(
+                sqs.receive_message(QueueUrl=src, VisibilityTimeout=1, WaitTimeSeconds=5)[
+                    "Messages"
+                ]
+            )
+            == 1
+        )
+        time.sleep(1.2)
+    assert "Messages" not in sqs.receive_message(QueueUrl=src, WaitTimeSeconds=1)
+    assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [src]
+    [dead] = sqs.receive_message(QueueUrl=dlq, VisibilityTimeout=0)["Messages"]
+    assert dead["Body"] == "bad"
+    time.sleep(0.1)
+    handle = sqs.start_message_move_task(SourceArn=arn)["TaskHandle"]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        [task] = sqs.list_message_move_tasks(SourceArn=arn)["Results"]
+        if task["Status"] != "RUNNING":
+            break
+        time.sleep(0.2)
+    assert task["TaskHandle"] == handle and task["Status"] == "COMPLETED"
+    assert task["ApproximateNumberOfMessagesMoved"] == 1
+    [back] = sqs.receive_message(QueueUrl=src, WaitTimeSeconds=5)["Messages"]
+    assert back["Body"] == "bad"
+
+
+def test_long_poll_returns_when_a_message_arrives(sqs: Any, node: NodeProcess) -> None:
+    url = sqs.create_queue(QueueName="lp")["QueueUrl"]
+    other = _client(node)
+
+    def send_later() -> None:
+        time.sleep(1.0)
+        other.send_message(QueueUrl=url, MessageBody="late")
+
+    t = threading.Thread(target=send_later)
+    t.start()
+    started = time.monotonic()
+    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=10)["Messages"]
+    took = time.monotonic() - started
+    t.join()
+    assert [m["Body"] for m in got] == ["late"] and 0.8 < took < 5
+
+
+def test_one_model_under_both_apis(sqs: Any, node: NodeProcess) -> None:
+    url = sqs.create_queue(QueueName="both")["QueueUrl"]
+    body = json.dumps({"messages": [{"body": "from v2", "attributes": {"k": "v"}}]}).encode()
+    req = urllib.request.Request(
+        f"{node.url}/v2/queues/both/messages",
+        data=body,
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req) as r:
+        assert r.status == 200
+    [m] = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"]
+    assert m["Body"] == "from v2"
+    assert m["MessageAttributes"] == {"k": {"DataType": "String", "StringValue": "v"}}
+
+
+def test_signatures_and_grants(node: NodeProcess, sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="guarded")["QueueUrl"]
+    wrong = _client(node, secret="not-the-secret")
+    with pytest.raises(ClientError) as bad:
+        wrong.send_message(QueueUrl=url, MessageBody="x")
+    assert _code(bad.value) == "SignatureDoesNotMatch"
+    with pytest.raises(ClientError) as bad:
+        _client(node, key="AKIDNOBODY").list_queues()
+    assert _code(bad.value) == "InvalidClientTokenId"
+    reader = _client(node, "AKIDREAD", "read-secret")
+    assert "QueueUrls" in reader.list_queues()
+    with pytest.raises(ClientError) as bad:
+        reader.send_message(QueueUrl=url, MessageBody="x")
+    assert _code(bad.value) == "AccessDenied"
+    # unsigned: refused (this node has keys and no anonymous access)
+    req = urllib.request.Request(
+        f"{node.url}/",
+        data=b"{}",
+        headers={
+            "X-Amz-Target": "AmazonSQS.ListQueues",
+            "Content-Type": "application/x-amz-json-1.0",
+        },
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req)
+    assert refused.value.code == 403
+    err = json.loads(refused.value.read())
+    assert err["__type"].endswith("#MissingAuthenticationToken")
