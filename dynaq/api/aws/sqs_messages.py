@@ -77,7 +77,10 @@ def _new_message(info: QueueInfo, p: dict[str, Any]) -> tuple[NewMessage, str | 
         group = None  # standard queues: MessageGroupId only tags fair queues on AWS
         dedup = None
     if delay is not None and (not isinstance(delay, int) or not 0 <= delay <= 900):
-        raise invalid(f"Value {delay} for parameter DelaySeconds is invalid.")
+        raise invalid(
+            f"Value {delay} for parameter DelaySeconds is invalid. "
+            "Reason: DelaySeconds must be >= 0 and <= 900."
+        )
     message = NewMessage(
         raw, attrs or None, group, dedup, delay_s=None if delay is None else float(delay)
     )
