@@ -199,7 +199,7 @@ def test_the_same_calls_give_the_same_answers(node: NodeProcess, moto_url: str) 
         )
 
     raw = b.same("create fifo", fifo)
-    fifo_urls = {k: v["QueueUrl"] for k, v in raw.items()}
+    fifo_urls = {k: str(v["QueueUrl"]) for k, v in raw.items()}
 
     def furl(c: Any) -> str:
         return fifo_urls["dynaq" if c is b.clients["dynaq"] else "moto"]
