@@ -1,0 +1,1 @@
+"""Small applications run as real worker processes against a node's SQS endpoint."""
