@@ -4,6 +4,7 @@ keyspace, every request through HAProxy (a consumer never knows which node answe
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -271,10 +272,18 @@ async def test_a_long_poll_sees_messages_in_any_nodes_slice(
     async with aiohttp.ClientSession() as s:
         assert (await _json(s, "PUT", f"{lb.url}/v1/queues/lp"))[0] == 201
         await _everywhere(cluster, "/v2/queues/lp", lambda b: True)
-        slices = {}
-        for n in cluster.nodes:
-            _, r = await _json(s, "GET", f"{n.url}/v1/status/partitionrange")
-            slices[n.name] = (int(r["bottom"]), int(r["top"]))
+        slices: dict[str, tuple[int, int]] = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until the three slices split the keyspace
+            for n in cluster.nodes:
+                _, r = await _json(s, "GET", f"{n.url}/v1/status/partitionrange")
+                slices[n.name] = (int(r["bottom"]), int(r["top"]))
+            spans = sorted(slices.values())
+            if all(a[1] < b[0] for a, b in itertools.pairwise(spans)):
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise AssertionError(f"the ring never split the keyspace: {slices}")
         cross = rounds = 0
         while cross < 2 and rounds < 12:
             n = cluster.nodes[rounds % len(cluster.nodes)]
