@@ -11,8 +11,8 @@ from dynaq.api import bulk, console, internal, openapi, queue_tasks, v1, v2
 from dynaq.api import streams as stream_routes
 from dynaq.api.auth import ACCESS, auth_middleware
 from dynaq.api.aws import sqs_messages, sqs_queues  # noqa: F401  (they register the actions)
+from dynaq.api.aws.endpoint import endpoint as aws_endpoint
 from dynaq.api.aws.sqs import SQS, SqsSettings
-from dynaq.api.aws.sqs import endpoint as sqs_endpoint
 from dynaq.api.batches import BATCHES
 from dynaq.api.codec import BODY_TIMEOUT, json_response
 from dynaq.api.internal import PEER_VERIFIER, peer_auth_middleware
@@ -98,5 +98,5 @@ def build_app(
     app.router.add_routes(console.routes)
     if sqs is not None:
         app[SQS] = sqs
-        app.router.add_post("/", sqs_endpoint)
+        app.router.add_post("/", aws_endpoint)
     return app

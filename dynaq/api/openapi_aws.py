@@ -33,7 +33,7 @@ def paths(actions: list[str]) -> Obj:
         "/": {
             "post": operation(
                 "sqs",
-                "Amazon SQS, AWS JSON 1.0 protocol (what AWS SDKs send)",
+                "Amazon SQS (AWS JSON 1.0) and SNS (Query) protocols, as AWS SDKs send them",
                 "sqs",
                 {
                     "200": {
@@ -59,7 +59,9 @@ def paths(actions: list[str]) -> Obj:
                     "content": {AWS_JSON: {"schema": {"type": "object"}}},
                 },
                 description="Signed with AWS SigV4 by a key from [aws] keys, or unsigned "
-                "where the node allows it; see the README's SQS section.",
+                "where the node allows it. A form-encoded body with an Action (and no "
+                "X-Amz-Target) is Amazon SNS's Query protocol, answered in XML; see the "
+                "README's SQS and SNS section.",
             )
         }
     }

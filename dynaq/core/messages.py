@@ -23,6 +23,14 @@ FLAG_ZLIB = 1
 _packer = msgpack.Packer()
 
 
+HIDDEN_ATTRIBUTE_PREFIXES = ("aws.", "dynaq.")
+"""Attributes dynaq keeps for itself: never shown as a message's SQS/SNS attributes."""
+TYPES_ATTRIBUTE = "aws.types"
+"""SQS/SNS data types other than ``String`` of a message's attributes (JSON)."""
+SUBJECT_ATTRIBUTE = "aws.subject"
+"""An SNS publish's Subject, carried with the message."""
+
+
 @dataclass(frozen=True, slots=True)
 class DeadLetterOrigin:
     """Where a dead-lettered message came from: its queue and id there, how often

@@ -98,7 +98,13 @@ class Node:
             idle_rescan_s=config.queues.idle_rescan_s,
             dedup_window_s=config.queues.dedup_window_s,
         )
-        self.topics = TopicService(self.store, self.catalog, self.queues.writer, self.clock.wall_ms)
+        self.topics = TopicService(
+            self.store,
+            self.catalog,
+            self.queues.writer,
+            self.clock.wall_ms,
+            arn_prefix=f"arn:aws:sns:{config.aws.region}:000000000000:",
+        )
         b = config.batches
         self.batches = BatchService(
             self.store,

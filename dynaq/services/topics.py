@@ -8,9 +8,11 @@ Subscriptions to queues deleted since are skipped.
 A subscription may carry a filter policy (SNS's grammar on attributes,
 :mod:`dynaq.core.filters`): its queue gets only the messages that match, and a
 queue that matches none of a publish gets nothing (and no entry in the
-answer). A subscription with ``raw`` off gets each message wrapped in a JSON
-envelope ``{"Type": "Notification", "Topic", "Message", "MessageAttributes",
-"Timestamp"}`` (``Message`` is the body as text, or base64 with
+answer). A subscription with ``raw`` off gets each message wrapped in SNS's
+JSON envelope ``{"Type": "Notification", "MessageId", "TopicArn", "Topic",
+"Subject"?, "Message", "Timestamp", "MessageAttributes": {name: {"Type",
+"Value"}}}`` (``MessageId`` one per published message, the same in every
+queue; ``Timestamp`` ISO 8601; ``Message`` is the body as text, or base64 with
 ``"MessageEncoding": "base64"`` when it is not UTF-8).
 """
 
@@ -18,11 +20,18 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 
 from dynaq.core.filters import Predicate, compile_policy
-from dynaq.core.messages import NewMessage
+from dynaq.core.messages import (
+    HIDDEN_ATTRIBUTE_PREFIXES,
+    SUBJECT_ATTRIBUTE,
+    TYPES_ATTRIBUTE,
+    NewMessage,
+)
 from dynaq.errors import QueueNotFound
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queue_records import Subscription
@@ -39,7 +48,9 @@ class TopicService:
         catalog: Catalog,
         writer: Writer,
         clock_ms: Callable[[], int],
+        arn_prefix: str = "arn:aws:sns:us-east-1:000000000000:",
     ) -> None:
+        self._arn_prefix = arn_prefix
         self._store = store
         self._catalog = catalog
         self._writer = writer
@@ -48,22 +59,31 @@ class TopicService:
         self._policies: dict[tuple[str, str], tuple[Subscription, Predicate]] = {}
 
     async def publish(
-        self, topic: str, messages: Sequence[NewMessage], *, with_ops: Sequence[Op] = ()
+        self,
+        topic: str,
+        messages: Sequence[NewMessage],
+        *,
+        with_ops: Sequence[Op] = (),
+        message_ids: Sequence[str] | None = None,
     ) -> dict[str, list[int]]:
         """Publish ``messages`` to every queue subscribed to ``topic``; return ids per queue.
 
         ``with_ops`` are written in the same store batch as the copies: all or
-        none (a caller's marker that the publish happened).
+        none (a caller's marker that the publish happened). ``message_ids`` name
+        the messages in envelopes (SNS's MessageId; drawn here when None).
         """
         info = await self._catalog.topic(topic)
         self._writer.check_batch(messages)
+        ids = (
+            list(message_ids) if message_ids is not None else [str(uuid.uuid4()) for _ in messages]
+        )
         targets: list[tuple[QueueInfo, list[NewMessage]]] = []
         for name in info.queues:
             try:
                 q = await self._catalog.queue(name)
             except QueueNotFound:
                 continue
-            copies = self._copies(topic, name, info.subscription(name), messages)
+            copies = self._copies(topic, name, info.subscription(name), messages, ids)
             if copies:
                 targets.append((q, copies))
 
@@ -84,30 +104,56 @@ class TopicService:
         return {w.info.name: w.ids for w in writes}
 
     def _copies(
-        self, topic: str, queue: str, sub: Subscription, messages: Sequence[NewMessage]
+        self,
+        topic: str,
+        queue: str,
+        sub: Subscription,
+        messages: Sequence[NewMessage],
+        ids: Sequence[str],
     ) -> list[NewMessage]:
         """What one subscription receives of ``messages``: the matching ones, enveloped
         unless the subscription is raw."""
-        picked = list(messages)
+        picked = list(zip(messages, ids, strict=True))
         if sub.filter_policy is not None:
             matches = self._policies.get((topic, queue))
             if matches is None or matches[0] != sub:
                 matches = (sub, compile_policy(sub.filter_policy))
                 self._policies[topic, queue] = matches
-            picked = [m for m in picked if matches[1](m.attributes)]
+            picked = [(m, i) for m, i in picked if matches[1](m.attributes)]
         if sub.raw:
-            return picked
+            return [m for m, _ in picked]
         now_ms = self._clock_ms()
-        return [replace(m, body=_envelope(topic, m, now_ms)) for m in picked]
+        arn = self._arn_prefix + topic
+        return [replace(m, body=_envelope(topic, arn, i, m, now_ms)) for m, i in picked]
 
 
-def _envelope(topic: str, m: NewMessage, now_ms: int) -> bytes:
-    out: dict[str, object] = {"Type": "Notification", "Topic": topic}
+def _envelope(topic: str, arn: str, message_id: str, m: NewMessage, now_ms: int) -> bytes:
+    attrs = m.attributes or {}
+    out: dict[str, object] = {
+        "Type": "Notification",
+        "MessageId": message_id,
+        "TopicArn": arn,
+        "Topic": topic,
+    }
+    if SUBJECT_ATTRIBUTE in attrs:
+        out["Subject"] = attrs[SUBJECT_ATTRIBUTE]
     try:
         out["Message"] = m.body.decode()
     except UnicodeDecodeError:
         out["Message"] = base64.b64encode(m.body).decode()
         out["MessageEncoding"] = "base64"
-    out["MessageAttributes"] = m.attributes or {}
-    out["Timestamp"] = now_ms
+    when = datetime.fromtimestamp(now_ms / 1000, UTC)
+    out["Timestamp"] = when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now_ms % 1000:03d}Z"
+    try:
+        types = json.loads(attrs.get(TYPES_ATTRIBUTE, "{}"))
+    except ValueError:
+        types = {}
+    out["MessageAttributes"] = {
+        k: {
+            "Type": str(types.get(k, "String")) if isinstance(types, dict) else "String",
+            "Value": v,
+        }
+        for k, v in attrs.items()
+        if not k.startswith(HIDDEN_ATTRIBUTE_PREFIXES)
+    }
     return json.dumps(out).encode()

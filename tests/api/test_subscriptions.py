@@ -54,7 +54,11 @@ async def test_filter_policies_route_only_matching_messages(http: aiohttp.Client
     assert sorted(e["Message"] for e in envelopes) == ["a", "b", "c"]
     first = next(e for e in envelopes if e["Message"] == "a")
     assert first["Type"] == "Notification" and first["Topic"] == "orders"
-    assert first["MessageAttributes"] == msgs[0]["attributes"]
+    assert first["MessageAttributes"] == {
+        k: {"Type": "String", "Value": v} for k, v in msgs[0]["attributes"].items()
+    }
+    assert first["TopicArn"] == "arn:aws:sns:us-east-1:000000000000:orders"
+    assert len(first["MessageId"]) == 36 and first["Timestamp"].endswith("Z")
     # a publish nobody's policy matches reaches only the unfiltered queue
     only_y = {"filter_policy": {"x": ["y"]}}
     assert (await _call(http, "PUT", "/v1/topics/orders/queues/all", only_y))[0] == 200

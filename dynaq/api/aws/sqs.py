@@ -108,7 +108,7 @@ def _as_sqs(exc: DynaqError) -> SqsError:
     return SqsError("InternalFailure", exc.message, status=500)
 
 
-async def _authenticate(
+async def authenticate(
     request: web.Request, body: bytes, settings: SqsSettings
 ) -> AccessKey | None:
     signed = request.headers.get("Authorization", "").startswith("AWS4-HMAC-SHA256")
@@ -145,7 +145,7 @@ async def _dispatch(request: web.Request, target: str) -> dict[str, Any]:
     name = target[len(TARGET_PREFIX) :]
     body = await request.read()
     settings = request.app[SQS]
-    key = await _authenticate(request, body, settings)
+    key = await authenticate(request, body, settings)
     handler = ACTIONS.get(name)
     if handler is None:
         raise SqsError("InvalidAction", f"The action {name} is not valid for this endpoint.")

@@ -18,12 +18,11 @@ from typing import Any
 
 from aiohttp import web
 
+from dynaq.core.messages import HIDDEN_ATTRIBUTE_PREFIXES, TYPES_ATTRIBUTE
+
 ACCOUNT = "000000000000"
 """The account id in every queue URL and ARN (dynaq has one namespace)."""
-TYPES_ATTRIBUTE = "aws.types"
-"""The dynaq attribute recording SQS data types other than ``String`` (JSON)."""
-HIDDEN_PREFIXES = ("aws.", "dynaq.")
-"""Attributes dynaq keeps for itself, never shown as message attributes."""
+HIDDEN_PREFIXES = HIDDEN_ATTRIBUTE_PREFIXES
 MAX_ATTRIBUTES = 10
 
 

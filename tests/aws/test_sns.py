@@ -1,0 +1,144 @@
+"""SNS's Query protocol, driven by unmodified boto3 against a real node: a topic
+fanning out to SQS queues, one with a filter policy and SNS's envelope."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from dynaq.testing.process import NodeProcess, node_process
+
+TOKENS = "ops:sns-admin-0123456789:admin=*,pub:sns-pub-0123456789:write=topic/alerts"
+KEYS = "AKIDADMIN:admin-secret:ops,AKIDPUB:pub-secret:pub"
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    env = {"DYNAQ_AUTH_TOKENS": TOKENS, "DYNAQ_AWS_KEYS": KEYS}
+    p = node_process(tmp_path_factory.mktemp("sns"), env=env)
+    p.start()
+    try:
+        yield p
+    finally:
+        p.kill()
+
+
+def _client(
+    node: NodeProcess, service: str, key: str = "AKIDADMIN", secret: str = "admin-secret"
+) -> Any:
+    kw: dict[str, Any] = {
+        "endpoint_url": node.url,
+        "region_name": "us-east-1",
+        "aws_access_key_id": key,
+        "aws_secret_access_key": secret,
+    }
+    return boto3.client("sns", **kw) if service == "sns" else boto3.client("sqs", **kw)
+
+
+def test_a_topic_fans_out_to_queues_with_a_filter_policy(node: NodeProcess) -> None:
+    sns, sqs = _client(node, "sns"), _client(node, "sqs")
+    arn = sns.create_topic(Name="orders")["TopicArn"]
+    assert arn == "arn:aws:sns:us-east-1:000000000000:orders"
+    assert sns.create_topic(Name="orders")["TopicArn"] == arn  # idempotent
+    assert {"TopicArn": arn} in sns.list_topics()["Topics"]
+    urls = {q: sqs.create_queue(QueueName=q)["QueueUrl"] for q in ("all-orders", "big-orders")}
+    qarn = {
+        q: sqs.get_queue_attributes(QueueUrl=u, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        for q, u in urls.items()
+    }
+    raw_sub = sns.subscribe(
+        TopicArn=arn, Protocol="sqs", Endpoint=qarn["all-orders"],
+        Attributes={"RawMessageDelivery": "true"}, ReturnSubscriptionArn=True,
+    )["SubscriptionArn"]  # fmt: skip
+    policy = {"kind": ["order"], "amount": [{"numeric": [">=", 100]}]}
+    env_sub = sns.subscribe(
+        TopicArn=arn, Protocol="sqs", Endpoint=qarn["big-orders"],
+        Attributes={"FilterPolicy": json.dumps(policy)}, ReturnSubscriptionArn=True,
+    )["SubscriptionArn"]  # fmt: skip
+    subs = sns.list_subscriptions_by_topic(TopicArn=arn)["Subscriptions"]
+    assert sorted(s["Endpoint"] for s in subs) == sorted(qarn.values())
+    got = sns.get_subscription_attributes(SubscriptionArn=env_sub)["Attributes"]
+    assert json.loads(got["FilterPolicy"]) == policy and got["RawMessageDelivery"] == "false"
+    assert got["FilterPolicyScope"] == "MessageAttributes"
+
+    big = sns.publish(
+        TopicArn=arn, Message="big order", Subject="hi",
+        MessageAttributes={"kind": {"DataType": "String", "StringValue": "order"},
+                           "amount": {"DataType": "Number", "StringValue": "250"}},
+    )["MessageId"]  # fmt: skip
+    sns.publish(
+        TopicArn=arn, Message="small order",
+        MessageAttributes={"kind": {"DataType": "String", "StringValue": "order"},
+                           "amount": {"DataType": "Number", "StringValue": "5"}},
+    )  # fmt: skip
+    batch = sns.publish_batch(
+        TopicArn=arn,
+        PublishBatchRequestEntries=[
+            {"Id": "a", "Message": "refund", "MessageAttributes": {
+                "kind": {"DataType": "String", "StringValue": "refund"}}},
+            {"Id": "b", "Message": "huge order", "MessageAttributes": {
+                "kind": {"DataType": "String", "StringValue": "order"},
+                "amount": {"DataType": "Number", "StringValue": "1000"}}},
+        ],
+    )  # fmt: skip
+    assert sorted(s["Id"] for s in batch["Successful"]) == ["a", "b"] and not batch["Failed"]
+
+    def drain(url: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for _ in range(5):
+            r = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                                    MessageAttributeNames=["All"])  # fmt: skip
+            out += r.get("Messages", [])
+        return out
+
+    raw = drain(urls["all-orders"])
+    assert sorted(m["Body"] for m in raw) == ["big order", "huge order", "refund", "small order"]
+    typed = {m["Body"]: m.get("MessageAttributes", {}) for m in raw}
+    assert typed["big order"]["amount"] == {"DataType": "Number", "StringValue": "250"}
+    enveloped = [json.loads(m["Body"]) for m in drain(urls["big-orders"])]
+    assert sorted(e["Message"] for e in enveloped) == ["big order", "huge order"]
+    first = next(e for e in enveloped if e["Message"] == "big order")
+    assert first["Type"] == "Notification" and first["TopicArn"] == arn
+    assert first["MessageId"] == big and first["Subject"] == "hi"
+    assert first["MessageAttributes"]["amount"] == {"Type": "Number", "Value": "250"}
+
+    sns.set_subscription_attributes(
+        SubscriptionArn=env_sub, AttributeName="RawMessageDelivery", AttributeValue="true"
+    )
+    assert (
+        sns.get_subscription_attributes(SubscriptionArn=env_sub)["Attributes"]["RawMessageDelivery"]
+        == "true"
+    )
+    sns.unsubscribe(SubscriptionArn=raw_sub)
+    assert [
+        s["SubscriptionArn"] for s in sns.list_subscriptions_by_topic(TopicArn=arn)["Subscriptions"]
+    ] == [env_sub]
+    sns.delete_topic(TopicArn=arn)
+    with pytest.raises(sns.exceptions.NotFoundException):
+        sns.publish(TopicArn=arn, Message="gone")
+
+
+def test_sns_errors_and_grants(node: NodeProcess) -> None:
+    sns = _client(node, "sns")
+    arn = sns.create_topic(Name="alerts")["TopicArn"]
+    with pytest.raises(sns.exceptions.InvalidParameterException):
+        sns.subscribe(TopicArn=arn, Protocol="http", Endpoint="http://example.invalid/")
+    with pytest.raises(sns.exceptions.NotFoundException):
+        sns.publish(TopicArn="arn:aws:sns:us-east-1:000000000000:nothing", Message="x")
+    with pytest.raises(sns.exceptions.InvalidParameterException):
+        sns.publish(TopicArn=arn, Message="")
+    publisher = _client(node, "sns", "AKIDPUB", "pub-secret")
+    assert publisher.publish(TopicArn=arn, Message="allowed")["MessageId"]
+    with pytest.raises(ClientError) as denied:
+        publisher.create_topic(Name="mine")
+    assert denied.value.response["Error"]["Code"] == "AuthorizationError"
+    with pytest.raises(ClientError) as wrong:
+        _client(node, "sns", secret="nope").list_topics()
+    assert wrong.value.response["Error"]["Code"] == "SignatureDoesNotMatch"

@@ -1,0 +1,173 @@
+"""SNS conformance against moto's server (run in this test): the same boto3 calls
+against a dynaq node and moto, compared field by field after the exclusions of
+:mod:`tests.aws.test_sqs_conformance` (plus subscription ARNs' suffix, which SNS
+draws at random and dynaq derives from the queue)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto.server import ThreadedMotoServer
+
+from dynaq.testing.process import NodeProcess, free_port, node_process
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    p = node_process(tmp_path_factory.mktemp("sns-conformance"))
+    p.start()
+    try:
+        yield p
+    finally:
+        p.kill()
+
+
+def _clients(url: str) -> tuple[Any, Any]:
+    kw: dict[str, Any] = {
+        "endpoint_url": url,
+        "region_name": "us-east-1",
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+    }
+    return boto3.client("sns", **kw), boto3.client("sqs", **kw)
+
+
+_DROP = {"ResponseMetadata", "MessageId", "ReceiptHandle", "Timestamp", "SigningCertURL",
+         "Signature", "SignatureVersion", "UnsubscribeURL", "Owner"}  # fmt: skip
+
+
+def _normalize(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _normalize(v) for k, v in value.items() if k not in _DROP}
+    if isinstance(value, list):
+        return [_normalize(v) for v in value]
+    if isinstance(value, str):
+        value = re.sub(r"^https?://[^/]+/\d{12}/", "URL/", value)
+        value = re.sub(
+            r"(arn:aws:sns:[a-z0-9-]+:)\d{12}(:[A-Za-z0-9_.-]+):[A-Za-z0-9_.-]+$",
+            r"\1ACCOUNT\2:SUB",
+            value,
+        )
+        return re.sub(r"arn:aws:(sns|sqs):([a-z0-9-]+):\d{12}:", r"arn:aws:\1:\2:ACCOUNT:", value)
+    return value
+
+
+def test_the_same_sns_calls_give_the_same_answers(node: NodeProcess, moto_url: str) -> None:
+    sides = {"dynaq": _clients(node.url), "moto": _clients(moto_url)}
+    state: dict[str, dict[str, Any]] = {name: {} for name in sides}
+
+    def same(step: str, fn: Callable[[str, Any, Any], Any]) -> dict[str, Any]:
+        raw: dict[str, Any] = {}
+        got: dict[str, Any] = {}
+        for name, (sns, sqs) in sides.items():
+            try:
+                raw[name] = fn(name, sns, sqs)
+                got[name] = _normalize(raw[name])
+            except ClientError as exc:
+                raw[name] = None
+                got[name] = {"error": exc.response["Error"]["Code"]}
+        assert got["dynaq"] == got["moto"], f"{step}: dynaq {got['dynaq']} != moto {got['moto']}"
+        return raw
+
+    raw = same("create topic", lambda n, sns, sqs: sns.create_topic(Name="conf-topic"))
+    for n, r in raw.items():
+        state[n]["topic"] = r["TopicArn"]
+    same("create again", lambda n, sns, sqs: sns.create_topic(Name="conf-topic"))
+    for q in ("conf-raw", "conf-env"):
+
+        def create(n: str, sns: Any, sqs: Any, q: str = q) -> Any:
+            return sqs.create_queue(QueueName=q)
+
+        raw = same(f"queue {q}", create)
+        for n, r in raw.items():
+            state[n][q] = r["QueueUrl"]
+            state[n][q + "-arn"] = sides[n][1].get_queue_attributes(
+                QueueUrl=r["QueueUrl"], AttributeNames=["QueueArn"]
+            )["Attributes"]["QueueArn"]
+    raw = same(
+        "subscribe raw",
+        lambda n, sns, sqs: sns.subscribe(
+            TopicArn=state[n]["topic"], Protocol="sqs", Endpoint=state[n]["conf-raw-arn"],
+            Attributes={"RawMessageDelivery": "true"}, ReturnSubscriptionArn=True,
+        ),
+    )  # fmt: skip
+    policy = json.dumps({"kind": ["order"]})
+    raw = same(
+        "subscribe with a filter policy",
+        lambda n, sns, sqs: sns.subscribe(
+            TopicArn=state[n]["topic"], Protocol="sqs", Endpoint=state[n]["conf-env-arn"],
+            Attributes={"FilterPolicy": policy}, ReturnSubscriptionArn=True,
+        ),
+    )  # fmt: skip
+    for n, r in raw.items():
+        state[n]["env-sub"] = r["SubscriptionArn"]
+    same(
+        "raw delivery attribute",
+        lambda n, sns, sqs: sns.get_subscription_attributes(SubscriptionArn=state[n]["env-sub"])[
+            "Attributes"
+        ]["RawMessageDelivery"],
+    )
+    same(
+        "publish to nothing",
+        lambda n, sns, sqs: sns.publish(TopicArn=state[n]["topic"] + "-nope", Message="x"),
+    )
+    attrs = {"kind": {"DataType": "String", "StringValue": "order"}}
+    same(
+        "publish",
+        lambda n, sns, sqs: sns.publish(
+            TopicArn=state[n]["topic"], Message="m1", MessageAttributes=attrs
+        ),
+    )
+    same(
+        "publish filtered out",
+        lambda n, sns, sqs: sns.publish(
+            TopicArn=state[n]["topic"], Message="m2",
+            MessageAttributes={"kind": {"DataType": "String", "StringValue": "other"}},
+        ),
+    )  # fmt: skip
+
+    def bodies(n: str, sqs: Any, q: str) -> list[str]:
+        r = sqs.receive_message(QueueUrl=state[n][q], MaxNumberOfMessages=10, WaitTimeSeconds=1)
+        return sorted(m["Body"] for m in r.get("Messages", []))
+
+    same("raw queue", lambda n, sns, sqs: bodies(n, sqs, "conf-raw"))
+
+    def envelope(n: str, sqs: Any) -> dict[str, Any]:
+        [m] = sqs.receive_message(QueueUrl=state[n]["conf-env"], WaitTimeSeconds=1)["Messages"]
+        env = json.loads(m["Body"])
+        return {k: env[k] for k in ("Type", "TopicArn", "Message", "MessageAttributes")}
+
+    same("enveloped queue", lambda n, sns, sqs: envelope(n, sqs))
+    same(
+        "publish batch",
+        lambda n, sns, sqs: sns.publish_batch(
+            TopicArn=state[n]["topic"],
+            PublishBatchRequestEntries=[{"Id": "x", "Message": "b1"}, {"Id": "y", "Message": "b2"}],
+        ),
+    )
+    same("unsubscribe", lambda n, sns, sqs: sns.unsubscribe(SubscriptionArn=state[n]["env-sub"]))
+    same(
+        "subscriptions after",
+        lambda n, sns, sqs: [
+            s["Endpoint"]
+            for s in sns.list_subscriptions_by_topic(TopicArn=state[n]["topic"])["Subscriptions"]
+        ],
+    )
+    same("delete topic", lambda n, sns, sqs: sns.delete_topic(TopicArn=state[n]["topic"]))
