@@ -3,6 +3,10 @@ long polls, receipt handles and FIFO order hold whichever node answers."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,3 +123,66 @@ def test_sqs_through_haproxy_on_a_ring(ring: tuple[LocalCluster, HaproxyProcess]
     time.sleep(5.5)  # every node's statistics refresh
     attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attrs["ApproximateNumberOfMessages"] == "0"
+
+
+def test_dead_letters_deduplication_and_the_aws_cli_through_haproxy(
+    ring: tuple[LocalCluster, HaproxyProcess],
+) -> None:
+    cluster, lb = ring
+    sqs = _client(lb.url)
+    direct = [_client(n.url) for n in cluster.nodes]
+    dlq = sqs.create_queue(QueueName="poison-dlq")["QueueUrl"]
+    _wait_known(direct, "poison-dlq")
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2})
+    src = sqs.create_queue(QueueName="poison", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    _wait_known(direct, "poison")
+    sqs.send_message(QueueUrl=src, MessageBody="bad")
+    receives = 0
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:  # never deleted: received twice, then dead-lettered
+        got = sqs.receive_message(QueueUrl=src, VisibilityTimeout=1, WaitTimeSeconds=2)
+        receives += len(got.get("Messages", []))
+        dead = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=1, VisibilityTimeout=0)
+        if dead.get("Messages"):
+            break
+    assert dead["Messages"][0]["Body"] == "bad" and receives == 2
+    task = sqs.start_message_move_task(SourceArn=dlq_arn)["TaskHandle"]
+    deadline = time.monotonic() + 30
+    back: list[dict[str, Any]] = []
+    while not back and time.monotonic() < deadline:
+        back = sqs.receive_message(QueueUrl=src, WaitTimeSeconds=2).get("Messages", [])
+    assert [m["Body"] for m in back] == ["bad"] and task
+    # FIFO deduplication holds whichever node takes each send
+    fifo = sqs.create_queue(QueueName="once.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    _wait_known(direct, "once.fifo")
+    for c in direct:
+        c.send_message(QueueUrl=fifo, MessageBody="pay", MessageGroupId="g",
+                       MessageDeduplicationId="invoice-7")  # fmt: skip
+    got_once: list[str] = []
+    for _ in range(3):
+        for m in sqs.receive_message(QueueUrl=fifo, WaitTimeSeconds=1).get("Messages", []):
+            got_once.append(m["Body"])
+            sqs.delete_message(QueueUrl=fifo, ReceiptHandle=m["ReceiptHandle"])
+    assert got_once == ["pay"]
+    # the aws CLI through the balancer
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNAQ_")}
+    env.update(AWS_ACCESS_KEY_ID="any", AWS_SECRET_ACCESS_KEY="any", AWS_DEFAULT_REGION="us-east-1")
+
+    def aws(*args: str) -> Any:
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "aws"), "sqs", *args, "--endpoint-url", lb.url,
+             "--output", "json"],
+            env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout) if done.stdout.strip() else None
+
+    cli_url = aws("create-queue", "--queue-name", "cli-ring")["QueueUrl"]
+    _wait_known(direct, "cli-ring")
+    aws("send-message", "--queue-url", cli_url, "--message-body", "via cli")
+    [m] = aws("receive-message", "--queue-url", cli_url, "--wait-time-seconds", "5")["Messages"]
+    assert m["Body"] == "via cli"
+    aws("delete-message", "--queue-url", cli_url, "--receipt-handle", m["ReceiptHandle"])
