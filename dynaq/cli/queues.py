@@ -1,4 +1,5 @@
-"""``dynaq queue list|create|show|set|delete|peek|send|receive``."""
+"""``dynaq queue list|create|show|set|delete|peek|send|receive`` (and the task verbs
+of :mod:`dynaq.cli.queue_tasks`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import sys
 from typing import Any
 
+from dynaq.cli import queue_tasks
 from dynaq.cli.admin import common
 from dynaq.cli.output import OK, USAGE, emit_json, json_body, pairs, table, text_body
 from dynaq.client import Client, NewMessage, QueueInfo, QueueSettings
@@ -65,6 +67,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--delete", action="store_true", help="delete (acknowledge) what was received")
     common(p)
     p.set_defaults(handler=receive)
+    queue_tasks.add_verbs(verbs)
 
 
 def settings_options(p: argparse.ArgumentParser) -> None:
@@ -91,7 +94,11 @@ def info_json(info: QueueInfo) -> dict[str, Any]:
     return {
         "name": info.name,
         "depth": info.depth,
+        "visible": info.visible,
         "in_flight": info.in_flight,
+        "delayed": info.delayed,
+        "dead_lettered": info.dead_lettered,
+        "oldest_age_s": info.oldest_age_s,
         "partitions": info.partitions,
         "settings": info.settings.as_dict(),
     }
@@ -104,11 +111,13 @@ def list_queues(args: argparse.Namespace, c: Client) -> int:
         return OK
     table(
         [
-            (i.name, i.depth, i.in_flight, i.partitions, i.settings.visibility_timeout_s)
+            (i.name, i.visible, i.in_flight, i.delayed, i.dead_lettered, f"{i.oldest_age_s:.0f}",
+             i.partitions, i.settings.visibility_timeout_s)
             for i in infos
         ],
-        ["NAME", "DEPTH", "IN_FLIGHT", "PARTITIONS", "VISIBILITY_S"],
-    )
+        ["NAME", "VISIBLE", "IN_FLIGHT", "DELAYED", "DEAD_LETTERED", "OLDEST_S", "PARTITIONS",
+         "VISIBILITY_S"],
+    )  # fmt: skip
     return OK
 
 
@@ -145,7 +154,11 @@ def show(args: argparse.Namespace, c: Client) -> int:
         {
             "name": info.name,
             "depth": info.depth,
+            "visible": info.visible,
             "in_flight": info.in_flight,
+            "delayed": info.delayed,
+            "dead_lettered": info.dead_lettered,
+            "oldest_age_s": f"{info.oldest_age_s:.1f}",
             "partitions": info.partitions,
             **info.settings.as_dict(),
         }

@@ -37,6 +37,7 @@ from dynaq.client.types import (
     QueueSettings,
     ReceivedMessage,
     RingMember,
+    TaskInfo,
 )
 from dynaq.client.wire import MSGPACK
 from dynaq.errors import DynaqError
@@ -63,6 +64,7 @@ __all__ = [
     "ReceivedMessage",
     "RetryPolicy",
     "RingMember",
+    "TaskInfo",
 ]
 
 if TYPE_CHECKING:

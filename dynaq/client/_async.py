@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from dynaq.client import ops
+from dynaq.client import ops, ops_tasks
 from dynaq.client._sync import IDLE_REUSE_S, may_retry, messages_of
 from dynaq.client.consumer import Consumer
 from dynaq.client.ops import Call, Op
@@ -37,6 +37,7 @@ from dynaq.client.types import (
     QueueSettings,
     ReceivedMessage,
     RingMember,
+    TaskInfo,
 )
 from dynaq.client.wire import MSGPACK, parse
 from dynaq.errors import ClientError, DynaqError, Unreachable
@@ -254,6 +255,25 @@ class AsyncClient:
     async def delete_queue(self, name: str) -> None:
         """Delete the queue and purge its messages."""
         await self._run(ops.delete_queue(name))
+
+    async def purge_queue(self, name: str) -> TaskInfo:
+        """Start purging ``name`` in the background; poll :meth:`task` for progress."""
+        return await self._run(ops_tasks.purge(name))
+
+    async def redrive(
+        self, dlq: str, to_queue: str | None = None, max_per_s: int | None = None
+    ) -> TaskInfo:
+        """Start moving ``dlq``'s messages back to where they came from (or ``to_queue``),
+        at most ``max_per_s`` a second; poll :meth:`task` for progress."""
+        return await self._run(ops_tasks.redrive(dlq, to_queue, max_per_s))
+
+    async def task(self, task_id: str) -> TaskInfo:
+        """A purge or redrive task's progress (any node answers)."""
+        return await self._run(ops_tasks.task(task_id))
+
+    async def dead_letter_sources(self, dlq: str) -> list[str]:
+        """The queues whose dead-letter queue ``dlq`` is."""
+        return await self._run(ops_tasks.dead_letter_sources(dlq))
 
     # messages ----------------------------------------------------------------
 

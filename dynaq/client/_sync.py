@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from dynaq.client import ops
+from dynaq.client import ops, ops_tasks
 from dynaq.client.ops import Call, Op, Retry
 from dynaq.client.policy import Endpoints, RetryPolicy, moves_on
 from dynaq.client.types import (
@@ -32,6 +32,7 @@ from dynaq.client.types import (
     QueueSettings,
     ReceivedMessage,
     RingMember,
+    TaskInfo,
 )
 from dynaq.client.wire import MSGPACK, parse
 from dynaq.errors import ClientError, DynaqError, NotServing, Unreachable
@@ -271,6 +272,25 @@ class Client:
     def delete_queue(self, name: str) -> None:
         """Delete the queue and purge its messages."""
         self._run(ops.delete_queue(name))
+
+    def purge_queue(self, name: str) -> TaskInfo:
+        """Start purging ``name`` in the background; poll :meth:`task` for progress."""
+        return self._run(ops_tasks.purge(name))
+
+    def redrive(
+        self, dlq: str, to_queue: str | None = None, max_per_s: int | None = None
+    ) -> TaskInfo:
+        """Start moving ``dlq``'s messages back to where they came from (or ``to_queue``),
+        at most ``max_per_s`` a second; poll :meth:`task` for progress."""
+        return self._run(ops_tasks.redrive(dlq, to_queue, max_per_s))
+
+    def task(self, task_id: str) -> TaskInfo:
+        """A purge or redrive task's progress (any node answers)."""
+        return self._run(ops_tasks.task(task_id))
+
+    def dead_letter_sources(self, dlq: str) -> list[str]:
+        """The queues whose dead-letter queue ``dlq`` is."""
+        return self._run(ops_tasks.dead_letter_sources(dlq))
 
     # messages ----------------------------------------------------------------
 

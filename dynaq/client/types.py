@@ -158,6 +158,14 @@ class QueueInfo:
     depth: int
     in_flight: int
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    visible: int = 0
+    """Ring-wide figures (each node's at most a few seconds old): stored and not in flight,"""
+    delayed: int = 0
+    """waiting for their delay,"""
+    dead_lettered: int = 0
+    """moved to the dead-letter queue since the nodes started,"""
+    oldest_age_s: float = 0.0
+    """and the age of the oldest stored message."""
 
     @classmethod
     def from_wire(cls, got: Mapping[str, Any]) -> QueueInfo:
@@ -175,6 +183,42 @@ class QueueInfo:
             int(got.get("depth", 0)),
             int(got.get("in_flight", 0)),
             dict(got),
+            int(got.get("visible", 0)),
+            int(got.get("delayed", 0)),
+            int(got.get("dead_lettered", 0)),
+            float(got.get("oldest_age_s", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A background queue task (purge, redrive) and its progress."""
+
+    id: str
+    kind: str
+    queue: str
+    state: str
+    """``running``, ``done``, ``failed`` or ``interrupted`` (its node stopped answering)."""
+    moved: int
+    skipped: int
+    to_queue: str | None = None
+    error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state != "running"
+
+    @classmethod
+    def from_wire(cls, got: Mapping[str, Any]) -> TaskInfo:
+        return cls(
+            str(got["id"]),
+            str(got["kind"]),
+            str(got["queue"]),
+            str(got["state"]),
+            int(got.get("moved", 0)),
+            int(got.get("skipped", 0)),
+            got.get("to_queue"),
+            got.get("error"),
         )
 
 

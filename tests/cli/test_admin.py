@@ -94,9 +94,13 @@ def test_queue_commands(dynaq: Run) -> None:
     (third,) = dynaq.json("queue", "send", "jobs", "-", stdin="three\n")["ids"]
 
     listed = dynaq("queue", "list").splitlines()
-    assert listed[0].split() == ["NAME", "DEPTH", "IN_FLIGHT", "PARTITIONS", "VISIBILITY_S"]
-    assert listed[1].split() == ["jobs", "3", "0", "1", "7"]
-    assert dynaq.json("queue", "list")["queues"][0]["depth"] == 3
+    assert listed[0].split() == [
+        "NAME", "VISIBLE", "IN_FLIGHT", "DELAYED", "DEAD_LETTERED", "OLDEST_S", "PARTITIONS",
+        "VISIBILITY_S",
+    ]  # fmt: skip
+    assert listed[1].split()[:3] == ["jobs", "3", "0"] and listed[1].split()[-2:] == ["1", "7"]
+    listed_json = dynaq.json("queue", "list")["queues"][0]
+    assert (listed_json["depth"], listed_json["visible"], listed_json["delayed"]) == (3, 3, 0)
 
     peeked = dynaq("queue", "peek", "jobs").splitlines()
     assert peeked[0].split() == ["ID", "ENQUEUED_MS", "BODY"]
@@ -115,6 +119,28 @@ def test_queue_commands(dynaq: Run) -> None:
     assert dynaq("queue", "delete", "jobs") == "queue jobs deleted\n"
     dynaq("queue", "show", "jobs", code=3)
     assert "queue_not_found" in dynaq.stderr
+
+
+def test_queue_task_commands(dynaq: Run) -> None:
+    dynaq("queue", "create", "work-dlq")
+    dynaq("queue", "create", "work")
+    assert dynaq("queue", "dlq-sources", "work-dlq") == ""
+    dynaq("queue", "send", "work-dlq", "a", "b", "c")
+    # no origin and no --to: every message is skipped, and the task still ends done
+    out = dynaq("queue", "redrive", "work-dlq")
+    assert out.startswith("redrive of work-dlq done: 0 moved, 3 skipped")
+    moved = dynaq.json("queue", "redrive", "work-dlq", "--to", "work", "--rate", "100")
+    assert (moved["state"], moved["moved"], moved["to_queue"]) == ("done", 3, "work")
+    assert dynaq.json("queue", "show", "work")["depth"] == 3
+    purged = dynaq.json("queue", "purge", "work")
+    assert (purged["kind"], purged["state"], purged["moved"]) == ("purge", "done", 3)
+    started = dynaq.json("queue", "purge", "work", "--no-wait")
+    assert started["state"] in ("running", "done")
+    dynaq("queue", "purge", "nothing-here", code=3)
+    dynaq("queue", "redrive", "work-dlq", "--to", "work-dlq", code=1)  # refused: 422
+    assert "to_queue" in dynaq.stderr
+    for q in ("work", "work-dlq"):  # the module's node is shared: leave it as found
+        dynaq("queue", "delete", q)
 
 
 def test_topic_commands(dynaq: Run) -> None:
