@@ -1,5 +1,6 @@
 """SNS conformance against moto's server (run in this test): the same boto3 calls
-against a dynaq node and moto, compared field by field after the exclusions of
+against a dynaq node and moto (whose state is per process: these names are not
+:mod:`tests.aws.test_sqs_conformance`'s), compared field by field after the exclusions of
 :mod:`tests.aws.test_sqs_conformance` (plus subscription ARNs' suffix, which SNS
 draws at random and dynaq derives from the queue)."""
 
@@ -86,11 +87,11 @@ def test_the_same_sns_calls_give_the_same_answers(node: NodeProcess, moto_url: s
         assert got["dynaq"] == got["moto"], f"{step}: dynaq {got['dynaq']} != moto {got['moto']}"
         return raw
 
-    raw = same("create topic", lambda n, sns, sqs: sns.create_topic(Name="conf-topic"))
+    raw = same("create topic", lambda n, sns, sqs: sns.create_topic(Name="snsc-topic"))
     for n, r in raw.items():
         state[n]["topic"] = r["TopicArn"]
-    same("create again", lambda n, sns, sqs: sns.create_topic(Name="conf-topic"))
-    for q in ("conf-raw", "conf-env"):
+    same("create again", lambda n, sns, sqs: sns.create_topic(Name="snsc-topic"))
+    for q in ("snsc-raw", "snsc-env"):
 
         def create(n: str, sns: Any, sqs: Any, q: str = q) -> Any:
             return sqs.create_queue(QueueName=q)
@@ -104,7 +105,7 @@ def test_the_same_sns_calls_give_the_same_answers(node: NodeProcess, moto_url: s
     raw = same(
         "subscribe raw",
         lambda n, sns, sqs: sns.subscribe(
-            TopicArn=state[n]["topic"], Protocol="sqs", Endpoint=state[n]["conf-raw-arn"],
+            TopicArn=state[n]["topic"], Protocol="sqs", Endpoint=state[n]["snsc-raw-arn"],
             Attributes={"RawMessageDelivery": "true"}, ReturnSubscriptionArn=True,
         ),
     )  # fmt: skip
@@ -112,7 +113,7 @@ def test_the_same_sns_calls_give_the_same_answers(node: NodeProcess, moto_url: s
     raw = same(
         "subscribe with a filter policy",
         lambda n, sns, sqs: sns.subscribe(
-            TopicArn=state[n]["topic"], Protocol="sqs", Endpoint=state[n]["conf-env-arn"],
+            TopicArn=state[n]["topic"], Protocol="sqs", Endpoint=state[n]["snsc-env-arn"],
             Attributes={"FilterPolicy": policy}, ReturnSubscriptionArn=True,
         ),
     )  # fmt: skip
@@ -147,10 +148,10 @@ def test_the_same_sns_calls_give_the_same_answers(node: NodeProcess, moto_url: s
         r = sqs.receive_message(QueueUrl=state[n][q], MaxNumberOfMessages=10, WaitTimeSeconds=1)
         return sorted(m["Body"] for m in r.get("Messages", []))
 
-    same("raw queue", lambda n, sns, sqs: bodies(n, sqs, "conf-raw"))
+    same("raw queue", lambda n, sns, sqs: bodies(n, sqs, "snsc-raw"))
 
     def envelope(n: str, sqs: Any) -> dict[str, Any]:
-        [m] = sqs.receive_message(QueueUrl=state[n]["conf-env"], WaitTimeSeconds=1)["Messages"]
+        [m] = sqs.receive_message(QueueUrl=state[n]["snsc-env"], WaitTimeSeconds=1)["Messages"]
         env = json.loads(m["Body"])
         return {k: env[k] for k in ("Type", "TopicArn", "Message", "MessageAttributes")}
 

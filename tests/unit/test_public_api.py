@@ -46,6 +46,7 @@ PUBLIC = {
         "ReceivedMessage",
         "RetryPolicy",
         "RingMember",
+        "TaskInfo",
     ],
     "dynaq.testing": [
         "Cluster",

@@ -8,8 +8,9 @@ started, and the oldest message's enqueue time (one short read per lane: ids
 carry their time: the count's own keys give it, or, when the count is capped,
 one short read per lane, as ids sort by time within a lane).
 
-The figures are computed in the background, every :data:`REFRESH_S` for every
-queue, never inside a request (a lane-by-lane read is too slow on a remote
+The figures are computed in the background, every :data:`REFRESH_S` for each
+queue asked about in the last minute and every :data:`IDLE_REFRESH_S` for the
+others, never inside a request (a lane-by-lane read is too slow on a remote
 store for a GET): a request reads the last figures, whose ``computed_ms`` says
 how old they are, and only a queue never computed yet is computed on demand.
 Every refresh also sends this node's figures to statsd as gauges
@@ -35,6 +36,8 @@ from dynaq.tasks import cancel_and_wait, every
 
 COUNT_CAP = 100_000
 REFRESH_S = 5.0
+IDLE_REFRESH_S = 60.0
+"""A queue nobody asked about for this long is recomputed this often (statsd only)."""
 _PAGE = 10_000
 _LANE_READS = 16  # concurrent lane reads per refresh
 
@@ -98,6 +101,7 @@ class SliceStatistics:
         self._metrics = metrics
         self._queues = queues
         self._cache: dict[int, SliceStats] = {}
+        self._asked: dict[int, float] = {}
         self._task: asyncio.Task[None] | None = None
         self.dead_lettered: dict[int, int] = {}
         """Messages dead-lettered from each queue (by number) by this node since it
@@ -118,7 +122,14 @@ class SliceStatistics:
         live = {info.number: info for info in self._queues()}
         for number in [n for n in self._cache if n not in live]:
             del self._cache[number]
+            self._asked.pop(number, None)
+        now = self._clock.monotonic()
         for info in live.values():
+            asked = self._asked.get(info.number, float("-inf"))
+            last = self._cache.get(info.number)
+            age_s = None if last is None else (self._clock.wall_ms() - last.computed_ms) / 1000
+            if now - asked > IDLE_REFRESH_S and age_s is not None and age_s < IDLE_REFRESH_S:
+                continue  # nobody is looking: keep the load off the store
             stats = await self._compute(info)
             self._cache[info.number] = stats
             name = f"{info.name}.slice"
@@ -130,9 +141,16 @@ class SliceStatistics:
                 self._metrics.gauge(f"{name}.oldest_age_s", age_s)
 
     async def of(self, info: QueueInfo) -> SliceStats:
-        """The last figures for ``info`` (computed now only if there are none yet)."""
+        """The last figures for ``info`` (computed now if there are none yet, or if nobody
+        asked for a minute and they are older than :data:`REFRESH_S`)."""
+        now = self._clock.monotonic()
+        watched = now - self._asked.get(info.number, float("-inf")) <= IDLE_REFRESH_S
+        self._asked[info.number] = now
         hit = self._cache.get(info.number)
-        if hit is None:
+        stale = hit is not None and self._clock.wall_ms() - hit.computed_ms > REFRESH_S * 1000
+        if hit is None or (stale and not watched):
+            # First look after a quiet spell: the slow refresh's figures may be a minute
+            # old, so compute them now; from here on the 5 s refresh keeps them fresh.
             hit = self._cache[info.number] = await self._compute(info)
         return hit
 
