@@ -8,13 +8,14 @@ started, and the oldest message's enqueue time (one short read per lane: ids
 carry their time: the count's own keys give it, or, when the count is capped,
 one short read per lane, as ids sort by time within a lane).
 
-The figures are computed in the background, every :data:`REFRESH_S` for each
-queue asked about in the last minute and every :data:`IDLE_REFRESH_S` for the
-others, never inside a request (a lane-by-lane read is too slow on a remote
+The figures are computed in the background, every :data:`REFRESH_S`, for each
+queue asked about in the last minute (a count reads many keys: queues nobody
+watches cost nothing), never inside a request (a lane-by-lane read is too slow on a remote
 store for a GET): a request reads the last figures, whose ``computed_ms`` says
 how old they are, and only a queue never computed yet is computed on demand.
-Every refresh also sends this node's figures to statsd as gauges
-(``<queue>.slice.visible`` ...): summed over the nodes they give the ring's.
+Every refresh also sends this node's figures for those queues to statsd as
+gauges (``<queue>.slice.visible`` ...): summed over the nodes they give the
+ring's.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from dynaq.tasks import cancel_and_wait, every
 COUNT_CAP = 100_000
 REFRESH_S = 5.0
 IDLE_REFRESH_S = 60.0
-"""A queue nobody asked about for this long is recomputed this often (statsd only)."""
+"""A queue nobody asked about for this long is no longer recomputed in the background."""
 _PAGE = 10_000
 _LANE_READS = 16  # concurrent lane reads per refresh
 
@@ -125,11 +126,8 @@ class SliceStatistics:
             self._asked.pop(number, None)
         now = self._clock.monotonic()
         for info in live.values():
-            asked = self._asked.get(info.number, float("-inf"))
-            last = self._cache.get(info.number)
-            age_s = None if last is None else (self._clock.wall_ms() - last.computed_ms) / 1000
-            if now - asked > IDLE_REFRESH_S and age_s is not None and age_s < IDLE_REFRESH_S:
-                continue  # nobody is looking: keep the load off the store
+            if now - self._asked.get(info.number, float("-inf")) > IDLE_REFRESH_S:
+                continue  # nobody is looking: no load on the store (a count reads many keys)
             stats = await self._compute(info)
             self._cache[info.number] = stats
             name = f"{info.name}.slice"
