@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -172,3 +175,22 @@ def test_the_same_sns_calls_give_the_same_answers(node: NodeProcess, moto_url: s
         ],
     )
     same("delete topic", lambda n, sns, sqs: sns.delete_topic(TopicArn=state[n]["topic"]))
+
+
+def test_a_batch_entry_without_an_id_is_a_400(node: NodeProcess) -> None:
+    """boto3 never sends one; a hand-made request gets SNS's 400, never a 500."""
+    sns, _ = _clients(node.url)
+    arn = sns.create_topic(Name="no-ids")["TopicArn"]
+    form = {
+        "Action": "PublishBatch",
+        "TopicArn": arn,
+        "PublishBatchRequestEntries.member.1.Message": "x",
+    }
+    req = urllib.request.Request(
+        f"{node.url}/", data=urllib.parse.urlencode(form).encode(),
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req)
+    assert refused.value.code == 400
+    assert b"<Code>InvalidBatchEntryId</Code>" in refused.value.read()

@@ -331,6 +331,8 @@ async def publish_batch(call: SnsCall) -> web.Response:
             "The batch request contains more entries than permissible",
         )
     ids = [e.get("Id", "") for e in batch]
+    if not all(ids):
+        raise QueryError("InvalidBatchEntryId", "Every batch entry needs an Id")
     if len(set(ids)) != len(ids):
         raise QueryError(
             "BatchEntryIdsNotDistinct", "Two or more batch entries in the request have the same Id"
