@@ -121,7 +121,7 @@ class Node:
         self.queues.dead_letters.failure_listeners.append(batch_failures(self.batches))
         if b.completion_topic:
             self.batches.on_completion(
-                completion_publisher(self.store, self.topics, b.completion_topic)
+                completion_publisher(self.store, self.topics, b.completion_topic, self.batches)
             )
         self.streams = build_streams(config, self.clock)
         self.app = build_app(

@@ -177,14 +177,15 @@ class Catalog:
             and q.settings.redrive_policy.dead_letter_queue == name
         ]
 
-    async def queue(self, name: str) -> QueueInfo:
-        """The queue's config; reads through to the store on a cache miss or an expired entry."""
+    async def queue(self, name: str, *, fresh: bool = False) -> QueueInfo:
+        """The queue's config; reads through to the store on a cache miss or an expired
+        entry, and always when ``fresh``."""
         info = self._queues.get(name)
         now = self._clock.monotonic()
-        if info is not None and now - self._loaded.get(name, now) < self._ttl_s:
+        if not fresh and info is not None and now - self._loaded.get(name, now) < self._ttl_s:
             return info
         key = keys.queue_config(name)
-        if info is None and self._missing.get(key, -1.0) > now:
+        if not fresh and info is None and self._missing.get(key, -1.0) > now:
             raise QueueNotFound("Queue did not exist.")
         item = await self._store.get(key)
         record = None if item is None else decode_queue_record(name, item.value, self._defaults)
@@ -327,9 +328,11 @@ class Catalog:
     def topic_names(self) -> list[str]:
         return sorted(self._topics)
 
-    async def topic(self, name: str) -> TopicInfo:
+    async def topic(self, name: str, *, fresh: bool = False) -> TopicInfo:
+        """The topic and its subscriptions: cached (current within one config sync),
+        or read from the store when ``fresh``."""
         info = self._topics.get(name)
-        if info is not None:
+        if info is not None and not fresh:
             return info
         item = await self._store.get(keys.topic_config(name))
         if item is None:

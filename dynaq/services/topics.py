@@ -65,14 +65,18 @@ class TopicService:
         *,
         with_ops: Sequence[Op] = (),
         message_ids: Sequence[str] | None = None,
+        fresh: bool = False,
     ) -> dict[str, list[int]]:
         """Publish ``messages`` to every queue subscribed to ``topic``; return ids per queue.
 
         ``with_ops`` are written in the same store batch as the copies: all or
         none (a caller's marker that the publish happened). ``message_ids`` name
         the messages in envelopes (SNS's MessageId; drawn here when None).
+        ``fresh`` reads the subscriptions and queues from the store instead of
+        this node's cache, which may be one config sync behind (for an event
+        that must reach a subscription made a moment ago through another node).
         """
-        info = await self._catalog.topic(topic)
+        info = await self._catalog.topic(topic, fresh=fresh)
         self._writer.check_batch(messages)
         ids = (
             list(message_ids) if message_ids is not None else [str(uuid.uuid4()) for _ in messages]
@@ -80,7 +84,7 @@ class TopicService:
         targets: list[tuple[QueueInfo, list[NewMessage]]] = []
         for name in info.queues:
             try:
-                q = await self._catalog.queue(name)
+                q = await self._catalog.queue(name, fresh=fresh)
             except QueueNotFound:
                 continue
             copies = self._copies(topic, name, info.subscription(name), messages, ids)

@@ -128,10 +128,31 @@ async def assert_verdict(
     assert v.order_violations == 0, f"{name}: group order violated: {v.examples}"
     assert v.dedup_violations == 0, f"{name}: dedup violated: {v.examples}"
     assert v.id_reuse == 0, f"{name}: ids reused: {v.examples}"
-    assert v.batch_violations == 0, f"{name}: batches completed other than once: {v.examples}"
+    assert v.batch_violations == 0, (
+        f"{name}: batches completed other than once: {v.examples}"
+        + await _log_lines(artifacts, [str(b[0]) for b in v.examples.get("batch", [])])
+    )
     unexplained = v.duplicate_causes.get("unexplained", 0)
     assert unexplained == 0, f"{name}: {unexplained} unexplained duplicates: {v.examples}"
     return v
+
+
+async def _log_lines(artifacts: Path | None, needles: list[str], most: int = 40) -> str:
+    """The node log lines under ``artifacts`` that name any of ``needles`` (a failed
+    run's own account of the batches it got wrong, for CI's output)."""
+    if artifacts is None or not needles:
+        return ""
+
+    def read() -> str:
+        found = [
+            f"{log.name}: {line[:400]}"
+            for log in sorted(artifacts.glob("*.log"))
+            for line in log.read_text(errors="replace").splitlines()
+            if any(n in line for n in needles)
+        ]
+        return "\nnode log lines naming them:\n" + "\n".join(found[-most:])
+
+    return await asyncio.to_thread(read)
 
 
 def server_errors(h: History, allowed: frozenset[int] = frozenset({503})) -> dict[str, int]:

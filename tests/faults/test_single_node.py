@@ -30,7 +30,13 @@ VT_S = 3.0
 
 
 def _workload(
-    node: NodeServer, messages: int, duration_s: float, seed: int, *, events: bool = True
+    node: NodeServer,
+    messages: int,
+    duration_s: float,
+    seed: int,
+    *,
+    events: bool = True,
+    by_receipt: bool = False,
 ) -> Workload:
     return Workload(
         endpoints=[node.url],
@@ -41,6 +47,7 @@ def _workload(
         drain_max_s=60.0,
         seed=seed,
         completion_topic=COMPLETION_TOPIC if events else None,
+        delete_by_receipt=by_receipt,
     )
 
 
@@ -89,7 +96,9 @@ async def test_kill9_loop_loses_nothing(tmp_path: Path) -> None:
                 await _restart(node, h, "kill -9", {})
 
         t0 = time.monotonic()
-        h = await run_workload(_workload(node, 4_000, 25.0, seed=1), faults)
+        # Deletes by receipt: a receipt from before a crash must still delete its
+        # delivery, and one whose message was served again must not.
+        h = await run_workload(_workload(node, 4_000, 25.0, seed=1, by_receipt=True), faults)
         wall = time.monotonic() - t0
     assert sum(f.kind == "kill -9" for f in h.faults) == kills
     await assert_verdict("single node: kill -9 loop", h, wall, artifacts=tmp_path, kills=kills)

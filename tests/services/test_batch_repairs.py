@@ -334,3 +334,38 @@ async def test_two_nodes_acking_one_batch_at_once_complete_it_once(seed: int) ->
     # it complete, the ack that completed it reported it.
     assert reported == (0 if results[0] is True else 1)
     assert await store.inner.scan(keys.BATCH_REPAIR, prefix_end(keys.BATCH_REPAIR), 10) == []
+
+
+async def test_a_completing_update_whose_outcome_is_unknown_is_delivered_by_the_relay() -> None:
+    """Found by the ring's fault runs: the update that completes a batch times out but
+    applies (a Cassandra timeout); the client's retry finds the batch complete and
+    reports nothing, so only the relay's check of the header delivers the event,
+    within its retry delay, not the reaper's grace of minutes later."""
+    clock = ManualClock()
+    store = FaultyStore(MemoryStore(), prefix=keys.BATCH_HEADER)
+    svc = _service(store, clock, relay_retry_s=1.0)
+    calls: list[int] = []
+
+    async def listener(done: Completion) -> None:
+        calls.append(done.batch_id)
+
+    svc.on_completion(listener)
+    await svc.start()
+    for _ in range(20):  # the start's delivery of left records is over
+        await asyncio.sleep(0)
+    try:
+        b = await svc.open(ESTIMATED, None)
+        store.fault = Fault("put_if_version", 1, "lost")  # the close, which completes it
+        with pytest.raises(StorageUnavailable):
+            await svc.close(b, ESTIMATED)
+        assert await svc.close(b, ESTIMATED) is True  # the retry: complete already
+        assert calls == [] and not (await svc.get(b)).announced
+        for _ in range(20):  # the relay's retry task starts and sleeps
+            await asyncio.sleep(0)
+        clock.advance(1.5)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert calls == [b] and (await svc.get(b)).announced
+        assert await store.scan(keys.BATCH_COMPLETION, prefix_end(keys.BATCH_COMPLETION), 10) == []
+    finally:
+        await svc.stop()

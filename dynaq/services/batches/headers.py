@@ -42,6 +42,10 @@ raise to refuse the update. A change that leaves the header as it was writes not
 AsyncChange = Callable[[BatchHeader], Awaitable[Completion | None]]
 """A :data:`Change` that reads other records (after the header was read) first."""
 
+CompletionWatch = Callable[[Completion, bytes], None]
+"""Takes a completion whose flip failed with an unknown outcome, and its record, to
+check later whether the flip applied."""
+
 CompletionSink = Callable[[Completion, bytes], Awaitable[None]]
 """Takes a completion and its stored record once the flip is durable; never raises
 a :class:`~dynaq.errors.DynaqError` (it owns retrying)."""
@@ -59,6 +63,7 @@ class Headers:
         self._clock = clock
         self._metrics = metrics
         self.on_complete: CompletionSink | None = None
+        self.on_uncertain: CompletionWatch | None = None
         self.locks: dict[int, asyncio.Lock] = {}
         self.lock_users: dict[int, int] = {}
 
@@ -160,7 +165,16 @@ class Headers:
                 # before the listeners had it, the relay still finds the completion.
                 record = keys.batch_completion(batch_id, secrets.token_bytes(16))
                 await self._store.put_if_absent(record, encode_completion(done, now))
-            if await self._store.put_if_version(key, header.encode(), version) is not None:
+            try:
+                applied = await self._store.put_if_version(key, header.encode(), version)
+            except DynaqError:
+                if record is not None and done is not None and self.on_uncertain is not None:
+                    # The flip may have applied (a timeout is not a refusal), and the
+                    # caller's retry would find the batch complete and report nothing:
+                    # the relay checks the header soon and delivers if it did.
+                    self.on_uncertain(done, record)
+                raise
+            if applied is not None:
                 return header, done, record
             if record is not None:
                 await self.discard_record(record)

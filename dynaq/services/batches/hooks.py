@@ -11,7 +11,13 @@ from typing import Any, Protocol
 from dynaq.core import keys
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, ItemRef, parse_item_id
 from dynaq.core.messages import NewMessage
-from dynaq.errors import DynaqError, InvalidInput, NotFound, StorageUnavailable
+from dynaq.errors import (
+    BatchNotFound,
+    DynaqError,
+    InvalidInput,
+    NotFound,
+    StorageUnavailable,
+)
 from dynaq.services.batches.records import Completion, CompletionListener
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.queues.dead_letters import FailureListener
@@ -131,22 +137,47 @@ async def _ack(batches: ItemAcks, refs: list[ItemRef]) -> None:
         await _ack(batches, [ref])
 
 
-def completion_publisher(store: Store, topics: TopicService, topic: str) -> CompletionListener:
+class CompletionClaims(Protocol):
+    """What publishing a completion once needs of the batch service."""
+
+    async def claim_completion_event(self, batch_id: int, for_s: float) -> bool: ...
+
+
+CLAIM_S = 15.0
+"""How long a node may take to publish a completion event before another may."""
+
+
+def completion_publisher(
+    store: Store, topics: TopicService, topic: str, claims: CompletionClaims
+) -> CompletionListener:
     """Publish ``{batchId, userKey, completedAt}`` (JSON) to ``topic`` once per completion.
 
-    The relay may call it again for a completion it already published: a node
-    killed after the publish and before the header was marked announced
-    delivers again when it restarts. The event's copies and a published
-    marker are one store batch, and a delivery that finds the marker publishes
-    nothing: once, whatever the clocks did meanwhile (the dedup id alone
-    holds only within the dedup window, and a restart with its clock stepped
-    an hour looked for it in the wrong time bucket).
+    Several deliveries of one completion can run at once: the flipping node's
+    relay, a restarted node delivering what it left, the reaper. Each first
+    claims the publish on the batch's header (one claimant at a time, see
+    :meth:`~dynaq.services.batches.service.BatchService.claim_completion_event`;
+    the others fail retriably and retry), and the event's copies and a
+    published marker are one store batch; a delivery that finds the marker
+    publishes nothing. So the event is published once, whatever the clocks
+    did meanwhile (the dedup id alone holds only within the dedup window), unless a
+    claimant stalls longer than :data:`CLAIM_S` between its claim and its write.
+    The subscriptions are read from the store, not this node's cache: a queue
+    subscribed a moment ago through another node gets the event.
     """
 
     async def publish(done: Completion) -> None:
         marker = keys.batch_published(done.batch_id)
         if await store.get(marker) is not None:
             return
+        try:
+            if not await claims.claim_completion_event(done.batch_id, CLAIM_S):
+                raise StorageUnavailable(
+                    "another node is publishing this batch's completion event; retrying"
+                )
+        except BatchNotFound:
+            pass  # deleted since it completed: its event is still due, and nobody races it
+        if await store.get(marker) is not None:
+            return  # published under a claim that ran out
         body = json.dumps(
             {"batchId": done.batch_id, "userKey": done.user_key, "completedAt": done.completed_ms}
         ).encode()
@@ -161,6 +192,7 @@ def completion_publisher(store: Store, topics: TopicService, topic: str) -> Comp
                 )
             ],
             with_ops=[Put(marker, b"")],
+            fresh=True,
         )
 
     return publish

@@ -104,6 +104,8 @@ class BatchHeader:
     record is not yet marked retired; they are never subtracted again."""
     adds: list[AddIntent] = field(default_factory=list)
     """Exact: adds in flight. A batch with one never completes."""
+    publish_claim: tuple[str, int] | None = None
+    """Who publishes the completion event, and until when (wall ms): one node at a time."""
 
     def encode(self) -> bytes:
         return bytes(
@@ -122,6 +124,7 @@ class BatchHeader:
                     self.announced,
                     [b.bytes for b in self.retiring],
                     [[a.add_id, a.count, a.started_ms] for a in self.adds],
+                    None if self.publish_claim is None else list(self.publish_claim),
                 ]
             )
         )
@@ -138,6 +141,8 @@ class BatchHeader:
                 h.adds = [AddIntent(bytes(a), int(c), int(t)) for a, c, t in f[12]]
             else:
                 h.announced = h.complete
+            if len(f) >= 14 and f[13] is not None:
+                h.publish_claim = (str(f[13][0]), int(f[13][1]))
         except (ValueError, TypeError) as exc:
             raise StorageError(f"corrupt batch header: {exc}") from exc
         return h

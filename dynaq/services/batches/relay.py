@@ -60,7 +60,7 @@ class CompletionRelay:
         metrics: Metrics,
         *,
         retry_s: float = 1.0,
-        max_retry_s: float = 60.0,
+        max_retry_s: float = 5.0,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -96,30 +96,45 @@ class CompletionRelay:
     async def _deliver_left(self, limit: int, pages: int = 100) -> None:
         """Deliver every completion record in the store, whatever its age (at most
         ``pages`` pages of ``limit``): left by a node that died, most often this one
-        before its restart. A record that another running node is delivering right
-        now is delivered twice, which listeners tolerate; one whose flip has not
-        applied yet is dropped, and its node delivers the flip itself. What fails
-        stays for the reaper's sweep."""
-        cursor = keys.BATCH_COMPLETION
+        before its restart. Another node delivering the same record right now is
+        no harm (the listeners are once-only or tolerate a repeat); a record whose
+        flip has not applied yet is dropped, and its node delivers the flip
+        itself. A record that fails goes to this node's retries; a scan that
+        fails is tried again with the retries' backoff while the node runs."""
         end = keys.BATCH_COMPLETION + b"\xff" * 25
-        resolved = 0
-        try:
-            for _ in range(pages):
-                rows = await self._store.scan(cursor, end, limit)
-                for key, raw in rows:
-                    resolved += await self._resolve(key, raw, older_than_ms=None)
-                if len(rows) < limit:
-                    break
-                cursor = rows[-1][0] + b"\x00"
-        except DynaqError as exc:
-            log.warning(
-                "delivering the completions left at start failed; the reaper will",
-                extra={"error": str(exc)},
-            )
-        if resolved:
-            log.info(
-                "resolved completion records left by an earlier run", extra={"records": resolved}
-            )
+        delay = self._retry_s
+        while self._running:
+            cursor = keys.BATCH_COMPLETION
+            resolved = 0
+            try:
+                for _ in range(pages):
+                    rows = await self._store.scan(cursor, end, limit)
+                    for key, raw in rows:
+                        resolved += await self._resolve(key, raw, older_than_ms=None, keep=True)
+                    if len(rows) < limit:
+                        break
+                    cursor = rows[-1][0] + b"\x00"
+            except DynaqError as exc:
+                log.warning(
+                    "delivering the completions left at start failed; retrying",
+                    extra={"error": str(exc)},
+                )
+                await self._clock.sleep(delay)
+                delay = min(delay * 2, self._max_retry_s)
+                continue
+            if resolved:
+                log.info(
+                    "resolved completion records left by an earlier run",
+                    extra={"records": resolved},
+                )
+            return
+
+    def watch(self, done: Completion, record: bytes) -> None:
+        """Check ``record`` soon: the update that would complete its batch failed with
+        an unknown outcome (it may have applied). A retry delivers the completion
+        if the header says complete, or drops the record if it does not."""
+        self.waiting[record] = done
+        self._start_retries()
 
     async def deliver(self, done: Completion, record: bytes) -> None:
         """Deliver a completion whose flip is durable now; on failure, retry in the
@@ -197,9 +212,12 @@ class CompletionRelay:
             resolved += await self._resolve(key, raw, older_than_ms)
         return resolved
 
-    async def _resolve(self, key: bytes, raw: bytes, older_than_ms: int | None) -> bool:
+    async def _resolve(
+        self, key: bytes, raw: bytes, older_than_ms: int | None, *, keep: bool = False
+    ) -> bool:
         """Deliver one stored record if it is due (recorded before ``older_than_ms``;
-        ``None``: whatever its age); return whether it was resolved."""
+        ``None``: whatever its age); return whether it was resolved. ``keep``: one
+        that fails goes to this node's retries (else it stays for the next sweep)."""
         if key in self.waiting:
             return False  # this node's retries have it
         try:
@@ -212,7 +230,11 @@ class CompletionRelay:
             return False  # its node is probably delivering it right now
         # Removed, a flip that never applied, or delivered already: _try only
         # drops the record.
-        return await self._try(done, key)
+        if await self._try(done, key):
+            return True
+        if keep:
+            self.watch(done, key)
+        return False
 
     async def deliver_unannounced(self, batch_id: int, header: BatchHeader) -> bool:
         """Deliver a complete header's completion that no record stands for."""

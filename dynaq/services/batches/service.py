@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,6 +24,10 @@ from dynaq.services.batches.records import BatchHeader, Completion, CompletionLi
 from dynaq.services.batches.relay import CompletionRelay
 from dynaq.services.batches.settle import Settler
 from dynaq.storage.base import Put, Store
+
+
+class _Claimed(Exception):
+    """Another node's claim to publish a completion event is running."""
 
 
 class BatchService:
@@ -62,8 +67,11 @@ class BatchService:
         self.max_items = max_items
         """The most items one request may add (read by the API's OpenAPI description)."""
         self._headers = Headers(store, clock, metrics)
+        self._claimant = secrets.token_hex(8)
+        """This process in publish claims (a restarted node is another claimant)."""
         self._relay = CompletionRelay(store, clock, self._headers, metrics, retry_s=relay_retry_s)
         self._headers.on_complete = self._relay.deliver
+        self._headers.on_uncertain = self._relay.watch
         settler = Settler(store, clock, self._headers)
         self._exact = ExactBatches(
             store, self._headers, settler, clock, metrics, max_items, add_deadline_s=settle_s / 2
@@ -82,6 +90,33 @@ class BatchService:
             reap_batch=reap_batch,
             skew_s=skew_s,
         )
+
+    async def claim_completion_event(self, batch_id: int, for_s: float) -> bool:
+        """Claim publishing ``batch_id``'s completion event for ``for_s`` seconds.
+
+        The claim is a versioned header update, so of several nodes delivering
+        the same completion at once (the flipping node's relay, a restarted
+        node, the reaper) one publishes and the others wait for its marker. A
+        claim is this process's again and again (its retries go on at once);
+        another's is honoured until it runs out, or when it ends further ahead
+        than ``for_s`` from this node's clock (a claimer whose clock runs far
+        ahead must not hold the event back for as long as its skew).
+        """
+        now = self._clock.wall_ms()
+        span = int(for_s * 1000)
+
+        def change(h: BatchHeader) -> Completion | None:
+            claim = h.publish_claim
+            if claim is not None and claim[0] != self._claimant and now < claim[1] <= now + span:
+                raise _Claimed
+            h.publish_claim = (self._claimant, now + span)
+            return None
+
+        try:
+            await self._headers.update(batch_id, change, touch=False)
+        except _Claimed:
+            return False
+        return True
 
     def on_completion(self, listener: CompletionListener) -> None:
         """Give ``listener`` every completion (at least once; it must tolerate a repeat)."""
