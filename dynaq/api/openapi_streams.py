@@ -86,6 +86,10 @@ def paths() -> Obj:
             "minimum": 0,
             "description": "Data fsyncs since the node started: concurrent appends share one.",
         },
+        node={
+            "type": "string",
+            "description": "In a ring: the node that serves the stream (its authority).",
+        },
     )
     declared = _obj(
         ["name", "signature", "order_key", "created", "extended"],
@@ -141,11 +145,21 @@ def paths() -> Obj:
         "/v2/streams": {
             "get": operation(
                 "listStreams",
-                "Every stream on this node, with its size",
+                "Every stream (of the whole ring), with its size and node",
                 TAG,
                 {
                     "200": response(
-                        "Streams.", json=_obj(["streams"], streams={"type": "array", "items": info})
+                        "Streams.",
+                        json=_obj(
+                            ["streams"],
+                            streams={"type": "array", "items": info},
+                            unreachable_nodes={
+                                "type": "array",
+                                "items": {"type": "string"},
+                                "description": "Ring members that did not answer: their "
+                                "streams are missing from the list.",
+                            },
+                        ),
                     )
                 },
             )

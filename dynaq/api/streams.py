@@ -16,10 +16,13 @@ from aiohttp import web
 
 from dynaq.api.codec import json_response, read_body, read_raw, sends_msgpack
 from dynaq.api.params import body_object, is_decimal
+from dynaq.api.stream_proxy import FORWARDED_HEADER, StreamForwarder
 from dynaq.errors import InvalidInput
 from dynaq.streams import CONTENT_TYPES, FORMATS, Chunk, Start, Stops, StreamService
 
 STREAMS = web.AppKey("streams", StreamService)
+FORWARDER = web.AppKey("stream_forwarder", StreamForwarder)
+"""Present in a ring: requests for a stream another node serves go there."""
 TOKEN_HEADER = "X-Publisher-Token"
 SUBSCRIPTION_HEADER = "X-Subscription-Id"
 SIZE_HEADER = "X-Stream-Size"
@@ -39,6 +42,16 @@ routes = web.RouteTableDef()
 
 def _service(request: web.Request) -> StreamService:
     return request.app[STREAMS]
+
+
+async def _elsewhere(request: web.Request, *, declaring: bool = False) -> web.StreamResponse | None:
+    """The authority's answer when another node serves the stream; ``None`` to serve here."""
+    fwd = request.app.get(FORWARDER)
+    if fwd is None:
+        return None
+    name = request.match_info["name"]
+    to = await fwd.target(request, name, declaring=declaring)
+    return None if to is None else await fwd.forward(request, to, name)
 
 
 def _int(query: Mapping[str, str], name: str, lo: int = 0) -> int | None:
@@ -103,8 +116,9 @@ def _token(request: web.Request) -> int | None:
 
 @routes.get("/v2/streams")
 async def list_streams(request: web.Request) -> web.Response:
+    """Every stream of the ring (each node lists its own; this one asks the others)."""
     svc = _service(request)
-    out = []
+    out: list[dict[str, Any]] = []
     for name in svc.names():
         info = svc.info(name)
         out.append(
@@ -117,11 +131,25 @@ async def list_streams(request: web.Request) -> web.Response:
                 "fsyncs": info.fsyncs,
             }
         )
-    return json_response({"streams": out})
+    fwd = request.app.get(FORWARDER)
+    if fwd is None or FORWARDED_HEADER in request.headers:
+        return json_response({"streams": out})
+    node = fwd.authority.me
+    for entry in out:
+        entry["node"] = node
+    theirs, unreachable = await fwd.list_elsewhere(request)
+    out.extend(theirs)
+    out.sort(key=lambda e: str(e["name"]))
+    answer: dict[str, Any] = {"streams": out}
+    if unreachable:
+        answer["unreachable_nodes"] = unreachable
+    return json_response(answer)
 
 
 @routes.put("/v2/streams/{name}")
-async def declare(request: web.Request) -> web.Response:
+async def declare(request: web.Request) -> web.StreamResponse:
+    if (there := await _elsewhere(request, declaring=True)) is not None:
+        return there
     body = body_object(await read_body(request))
     extra = sorted(set(body) - {"schema", "order_key"})
     if extra:
@@ -144,13 +172,20 @@ async def declare(request: web.Request) -> web.Response:
 
 
 @routes.delete("/v2/streams/{name}")
-async def delete(request: web.Request) -> web.Response:
+async def delete(request: web.Request) -> web.StreamResponse:
+    if (there := await _elsewhere(request)) is not None:
+        return there
     await _service(request).delete(request.match_info["name"])
+    fwd = request.app.get(FORWARDER)
+    if fwd is not None:
+        await fwd.authority.forget(request.match_info["name"])
     return web.Response(status=204)
 
 
 @routes.get("/v2/streams/{name}/schema")
-async def schema(request: web.Request) -> web.Response:
+async def schema(request: web.Request) -> web.StreamResponse:
+    if (there := await _elsewhere(request)) is not None:
+        return there
     info = _service(request).info(request.match_info["name"])
     return json_response(
         {
@@ -163,7 +198,9 @@ async def schema(request: web.Request) -> web.Response:
 
 
 @routes.post("/v2/streams/{name}/entries")
-async def append(request: web.Request) -> web.Response:
+async def append(request: web.Request) -> web.StreamResponse:
+    if (there := await _elsewhere(request)) is not None:
+        return there
     svc = _service(request)
     name = request.match_info["name"]
     svc.info(name)  # 404/503 before reading a large body
@@ -184,7 +221,9 @@ async def append(request: web.Request) -> web.Response:
 
 
 @routes.post("/v2/streams/{name}/publisher")
-async def acquire(request: web.Request) -> web.Response:
+async def acquire(request: web.Request) -> web.StreamResponse:
+    if (there := await _elsewhere(request)) is not None:
+        return there
     raw = await read_raw(request)
     ttl: float | None = None
     if raw.strip():
@@ -206,7 +245,9 @@ async def acquire(request: web.Request) -> web.Response:
 
 
 @routes.delete("/v2/streams/{name}/publisher")
-async def release(request: web.Request) -> web.Response:
+async def release(request: web.Request) -> web.StreamResponse:
+    if (there := await _elsewhere(request)) is not None:
+        return there
     token = _token(request)
     if token is None:
         raise InvalidInput(f"{TOKEN_HEADER} is required to release the publisher lease")
@@ -215,13 +256,17 @@ async def release(request: web.Request) -> web.Response:
 
 
 @routes.delete("/v2/streams/{name}/subscriptions/{id}")
-async def terminate(request: web.Request) -> web.Response:
+async def terminate(request: web.Request) -> web.StreamResponse:
+    if (there := await _elsewhere(request)) is not None:
+        return there
     _service(request).terminate(request.match_info["name"], request.match_info["id"])
     return web.Response(status=204)
 
 
 @routes.get("/v2/streams/{name}")
 async def listen(request: web.Request) -> web.StreamResponse:
+    if (there := await _elsewhere(request)) is not None:
+        return there
     svc = _service(request)
     name = request.match_info["name"]
     query = request.query

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from dynaq.api import streams as stream_routes
 from dynaq.api.app import build_app
+from dynaq.api.stream_proxy import StreamForwarder
 from dynaq.api.tls import peer_ssl_context, server_ssl_context
 from dynaq.clock import Clock, SystemClock
 from dynaq.cluster.hints import HttpPeerHints, hand_over
@@ -47,6 +49,7 @@ from dynaq.services.queues import Limits, QueueService
 from dynaq.services.topics import TopicService
 from dynaq.storage.base import Store
 from dynaq.storage.embedded import LmdbStore
+from dynaq.streams.authority import StreamAuthority
 from dynaq.tasks import cancel_and_wait, every
 
 if TYPE_CHECKING:
@@ -151,6 +154,14 @@ class Node:
             self.hints = HttpPeerHints(self.peer_auth[0], self.peer_ssl)
         if self.hints is not None:
             self.queues.set_peer_hints(self.hints)
+        # In a ring each stream is served by one node, recorded in the store; the
+        # others forward its requests there.
+        self.stream_forwarder: StreamForwarder | None = None
+        if gossip_enabled(config):
+            self.stream_forwarder = StreamForwarder(
+                StreamAuthority(self.store, self.view, self.clock), self.peer_ssl
+            )
+            self.app[stream_routes.FORWARDER] = self.stream_forwarder
         # The outbox relay is imported only when configured: it needs asyncpg.
         self.outbox: OutboxRelay | None = None
         if config.outbox.enabled:
@@ -190,6 +201,8 @@ class Node:
         await self.queues.start()
         await self.batches.start()
         await self.streams.open()
+        if self.stream_forwarder is not None:
+            await self.stream_forwarder.authority.claim_local(self.streams.names())
         await self.metrics.start()
         if self.hints is not None:
             await self.hints.start()
@@ -254,6 +267,8 @@ class Node:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.stream_forwarder is not None:
+            await self.stream_forwarder.close()
         if self.outbox is not None:
             await self.outbox.stop()
         for task in self._tasks:

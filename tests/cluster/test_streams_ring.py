@@ -1,0 +1,117 @@
+"""Streams on a ring: each stream is served by one node (its authority, recorded in the
+store), and every node, and HAProxy in front of them, serves every stream by
+forwarding to it -- declarations, appends, leases, live listens, deletes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiohttp
+
+from dynaq.testing.cluster import HaproxyProcess, LocalCluster
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"n": {"type": "integer"}, "note": {"type": "string"}},
+    "required": ["n"],
+}
+
+
+async def _json(s: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> tuple[int, Any]:
+    async with s.request(method, url, **kw) as r:
+        return r.status, await r.json(content_type=None)
+
+
+async def _append(s: aiohttp.ClientSession, url: str, ns: list[int], **kw: Any) -> tuple[int, Any]:
+    entries = [{"n": n} for n in ns]
+    return await _json(
+        s, "POST", f"{url}/v2/streams/events/entries", json={"entries": entries}, **kw
+    )
+
+
+async def _listen_until(s: aiohttp.ClientSession, url: str, count: int, appended: Any) -> list[int]:
+    """Follow the stream live through ``url`` from index 0 until ``count`` entries came
+    (``appended()`` runs once the replay is read: entries appended while following)."""
+    got: list[int] = []
+    async with s.get(f"{url}/v2/streams/events?i=0", timeout=aiohttp.ClientTimeout(total=30)) as r:
+        assert r.status == 200 and r.headers["X-Subscription-Id"]
+        fired = False
+        async for line in r.content:
+            meta, _, entry = line.decode().partition("\t")
+            got.append(json.loads(entry)["n"])
+            assert json.loads(meta)["index"] == len(got) - 1
+            if len(got) == 3 and not fired:
+                fired = True
+                await appended()
+            if len(got) >= count:
+                break
+    return got
+
+
+async def test_every_node_serves_a_stream_that_lives_on_one(
+    ring: tuple[LocalCluster, HaproxyProcess],
+) -> None:
+    cluster, lb = ring
+    urls = cluster.urls
+    async with aiohttp.ClientSession() as s:
+        body = {"schema": SCHEMA, "order_key": "n"}
+        status, out = await _json(s, "PUT", f"{lb.url}/v2/streams/events", json=body)
+        assert status == 201 and out["created"] is True, out
+        for u in urls:  # the same declaration through each node: the same stream
+            status, out = await _json(s, "PUT", f"{u}/v2/streams/events", json=body)
+            assert status == 200 and out["created"] is False, out
+
+        listed = [await _json(s, "GET", f"{u}/v2/streams") for u in urls]
+        owners = {tuple((e["name"], e["node"]) for e in out["streams"]) for _, out in listed}
+        assert len(owners) == 1, listed  # every node lists it once, on the same node
+        ((_, authority),) = owners.pop()
+        others = [n for n in cluster.nodes if n.name != authority]
+
+        for i, u in enumerate(urls):  # appends through every node land in one sequence
+            status, out = await _append(s, u, [i])
+            assert status == 200 and out == {"first_index": i, "count": 1}, out
+        status, err = await _append(s, others[0].url, [0])
+        assert status == 409 and err["code"] == "order_key_decreased", err  # the authority's rule
+
+        async def more() -> None:
+            assert (await _append(s, others[1].url, [3, 4]))[0] == 200
+
+        # A live listen through a node that does not hold the stream follows it.
+        assert await _listen_until(s, others[0].url, 5, more) == [0, 1, 2, 3, 4]
+        async with s.head(f"{others[1].url}/v2/streams/events") as r:
+            assert r.status == 200 and r.headers["X-Stream-Size"] == "5"
+
+        # The publisher lease, taken through one node, fences appends through another.
+        status, lease = await _json(s, "POST", f"{others[0].url}/v2/streams/events/publisher")
+        assert status == 201, lease
+        status, err = await _append(s, others[1].url, [5])
+        assert status == 409 and err["code"] == "publisher_fenced", err
+        token = {"X-Publisher-Token": str(lease["token"])}
+        assert (await _append(s, others[1].url, [5], headers=token))[0] == 200
+        release = f"{lb.url}/v2/streams/events/publisher"
+        async with s.delete(release, headers=token) as r:
+            assert r.status == 204
+
+        # Its node killed: a clear, retriable 503 through the others; back with it, whole.
+        node = cluster.node(authority)
+        await asyncio.to_thread(node.kill)
+        status, err = await _append(s, others[0].url, [6])
+        assert status == 503 and err["code"] == "stream_unavailable", err
+        assert authority in err["error"]
+        await asyncio.to_thread(cluster.start_node, node, 60.0)
+        deadline = time.monotonic() + 30
+        while True:
+            status, out = await _append(s, others[0].url, [6])
+            if status == 200 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        assert status == 200 and out["first_index"] == 6, out
+
+        async with s.delete(f"{others[1].url}/v2/streams/events") as r:
+            assert r.status == 204
+        for u in urls:
+            status, err = await _json(s, "GET", f"{u}/v2/streams/events/schema")
+            assert status == 404 and err["code"] == "stream_not_found", (u, err)
