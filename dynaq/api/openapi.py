@@ -33,8 +33,8 @@ from dynaq.api.openapi_common import (
     SpecLimits,
     error_responses,
     errors,
-    schemas,
 )
+from dynaq.api.openapi_schemas import schemas
 
 OPENAPI: web.AppKey[Obj] = web.AppKey("openapi")
 OPENAPI_PATH = "/openapi.json"

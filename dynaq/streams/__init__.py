@@ -9,7 +9,8 @@ See :mod:`dynaq.streams.service` for the guarantees and
 
 from dynaq.streams.listen import CONTENT_TYPES, FORMATS, Chunk, Stops
 from dynaq.streams.schema import EntryType, signature_of
-from dynaq.streams.service import Start, StreamInfo, StreamService, Subscription
+from dynaq.streams.service import StreamInfo, StreamService
+from dynaq.streams.subscriptions import Start, Subscription
 
 __all__ = [
     "CONTENT_TYPES",

@@ -50,36 +50,12 @@ from dynaq.streams.leases import PublisherLease
 from dynaq.streams.listen import Chunk, Cursor, Stops
 from dynaq.streams.schema import EntryType
 from dynaq.streams.stream import META, Staged, Stream
-from dynaq.tasks import cancel_and_wait, wait_event
+from dynaq.streams.subscriptions import Start, Subscription, follow, start_at
+from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,79}")
 """Stream names: like queue names, 1-80 of letters, digits, ``_``, ``-``, ``.``."""
-
-
-@dataclass
-class Start:
-    """Where a listener starts: at most one of these is set (none: the beginning)."""
-
-    i: int | None = None
-    tail: int | None = None
-    since: int | None = None
-    recent_ms: int | None = None
-
-
-@dataclass
-class Subscription:
-    """One listener: its id, cursor, and the event that wakes it."""
-
-    id: str
-    stream: Stream
-    cursor: Cursor
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    stopped: bool = False
-
-    def stop(self) -> None:
-        self.stopped = True
-        self.wake.set()
 
 
 @dataclass
@@ -369,27 +345,7 @@ class StreamService:
 
     def subscribe(self, name: str, start: Start, stops: Stops, fmt: str) -> Subscription:
         stream, rt = self._get(name)
-        segments, size = stream.snapshot()
-        first_kept = segments[0].first_index
-        index, min_order = first_kept, 0
-        since = start.since
-        if start.recent_ms is not None:
-            if stream.type.order_key is None:
-                raise InvalidInput("recent needs a stream with an order key (this one has none)")
-            since = max(0, self.clock.wall_ms() - start.recent_ms)
-        if start.i is not None:
-            index = start.i
-        elif start.tail is not None:
-            index = max(first_kept, size - start.tail)
-        elif since is not None:
-            if stream.type.order_key is None:
-                index = since  # the order key is the index
-            else:
-                min_order, index = since, size
-                for seg in segments:  # names (and the active file's memory) alone
-                    if seg.count and seg.last_order >= since:
-                        index = seg.first_index
-                        break
+        index, min_order = start_at(stream, start, self.clock.wall_ms())
         cursor = Cursor(stream, index, min_order, fmt, stops, self.config.listen_chunk_bytes)
         sub = Subscription(secrets.token_hex(8), stream, cursor)
         rt.subscribers[sub.id] = sub
@@ -411,24 +367,8 @@ class StreamService:
             raise SubscriptionNotFound(f"no listener {sub_id!r} on stream {name!r}")
         sub.stop()
 
-    async def chunks(
+    def chunks(
         self, sub: Subscription, nowait: bool, alive: Callable[[], bool] = lambda: True
     ) -> AsyncGenerator[Chunk, None]:
-        """Replay, then follow live until a stop condition, ``nowait`` catching up,
-        termination, deletion, or ``alive()`` turning false (the listener's connection
-        closed: checked every ``listen_idle_check_s`` while caught up, so an idle
-        stream does not keep a gone listener's files open)."""
-        loop = asyncio.get_running_loop()
-        while not sub.stopped:
-            sub.wake.clear()
-            chunk = await loop.run_in_executor(self._read, sub.cursor.read)
-            if chunk.data or chunk.done:
-                yield chunk
-            if chunk.done:
-                return
-            if chunk.caught_up:
-                if nowait:
-                    return
-                while not await wait_event(sub.wake, self.clock, self.config.listen_idle_check_s):
-                    if not alive():
-                        return
+        """``sub``'s chunks (see :func:`~dynaq.streams.subscriptions.follow`)."""
+        return follow(sub, self._read, self.clock, nowait, alive, self.config.listen_idle_check_s)

@@ -16,31 +16,17 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from dynaq.testing.cluster import HaproxyProcess, LocalCluster, start_haproxy
+from dynaq.testing.cluster import HaproxyProcess, LocalCluster
 from dynaq.testing.servers.cassandra import CassandraServer
-from tests.fixtures.cassandra import new_keyspace
-from tests.fixtures.nodes import require_haproxy
+from tests.fixtures.ring import ring_behind_haproxy
 
 
 @pytest.fixture
 def ring(
     tmp_path: Path, cassandra: CassandraServer
 ) -> Iterator[tuple[LocalCluster, HaproxyProcess]]:
-    require_haproxy()
-    cluster = LocalCluster(
-        tmp_path,
-        3,
-        backend="cassandra",
-        cassandra_hosts=[cassandra.host],
-        keyspace=new_keyspace(),
-        sync_interval_s=0.5,
-    )
-    with cluster:
-        lb = start_haproxy(tmp_path, [n.url.removeprefix("http://") for n in cluster.nodes])
-        try:
-            yield cluster, lb
-        finally:
-            lb.stop()
+    with ring_behind_haproxy(tmp_path, cassandra, sync_interval_s=0.5) as ring:
+        yield ring
 
 
 def _client(url: str) -> Any:

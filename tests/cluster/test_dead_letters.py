@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 
 from dynaq.testing.cluster import HaproxyProcess, LocalCluster, http_get
-from tests.cluster.conftest import SYNC_S
+from tests.fixtures.ring import SYNC_S
 
 
 async def _json(s: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> tuple[int, Any]:

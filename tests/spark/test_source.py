@@ -350,7 +350,7 @@ def test_stream_reader_commit_deletes_and_stop_releases(dynaq_node: NodeProcess)
     holds, partitions hand the held rows out, commit deletes, stop releases the rest."""
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
-    from dynaq.spark.source import DynaqStreamReader
+    from dynaq.spark.queue_stream import DynaqStreamReader
 
     _queue(dynaq_node, "proto", vt=600)
     ids = _fill(dynaq_node, "proto", 300)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -77,3 +78,57 @@ def test_index_filters_are_pushed_down_and_prune_ranges(
         assert [r["index"] for r in narrowed.collect()] == list(range(2100, 2110))
     finally:
         spark.conf.unset(PUSHDOWN_CONF)
+
+
+def test_order_key_filters_are_pushed_down_as_an_index_range(
+    spark: Any, stream_node: NodeProcess
+) -> None:
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    try:
+        df = _read(spark, stream_node, pushdown="true", rowsPerPartition="1000")
+        narrowed = df.filter("order >= 21000 AND order < 21100")  # ts = 10 * index
+        assert narrowed.rdd.getNumPartitions() == 1  # bounded when planned, by name only
+        assert [r["index"] for r in narrowed.collect()] == list(range(2100, 2110))
+        assert df.filter("order > 24985").count() == 1  # only index 2499 (ts 24990)
+        assert df.filter("order = 5").count() == 0  # between two keys: nothing
+    finally:
+        spark.conf.unset(PUSHDOWN_CONF)
+
+
+def test_read_stream_uses_indexes_as_offsets_exactly_once_across_restarts(
+    spark: Any, stream_node: NodeProcess, tmp_path: Path
+) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    base = f"{stream_node.url}/v2/streams/live"
+    _call(base, "PUT", {"schema": schema, "order_key": "n"})
+    _call(f"{base}/entries", "POST", {"entries": [{"n": i} for i in range(2500)]})
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+
+    def run() -> None:
+        q = (
+            spark.readStream.format("dynaq")
+            .option("endpoint", stream_node.url)
+            .option("stream", "live")
+            .option("maxRowsPerTrigger", "1000")
+            .option("rowsPerPartition", "400")
+            .load()
+            .writeStream.format("parquet")
+            .option("checkpointLocation", ckpt)
+            .trigger(availableNow=True)
+            .start(out)
+        )
+        q.awaitTermination(120)
+        assert q.exception() is None
+        # At most maxRowsPerTrigger a micro-batch.
+        assert all(p["numInputRows"] <= 1000 for p in q.recentProgress)
+
+    def indexes() -> list[int]:
+        return sorted(r["index"] for r in spark.read.parquet(out).select("index").collect())
+
+    run()
+    assert indexes() == list(range(2500))
+    _call(f"{base}/entries", "POST", {"entries": [{"n": i} for i in range(2500, 2600)]})
+    run()  # from the checkpoint: only what was appended since
+    assert indexes() == list(range(2600))
+    run()  # nothing new: nothing read
+    assert indexes() == list(range(2600))
