@@ -19,7 +19,7 @@ import aiohttp
 
 from dynaq.client import ops, ops_batches, ops_queues, ops_tasks, ops_topics
 from dynaq.client._streams_async import AsyncStreams
-from dynaq.client._sync import IDLE_REUSE_S, may_retry, messages_of
+from dynaq.client._sync import IDLE_REUSE_S, may_retry
 from dynaq.client.consumer import Consumer
 from dynaq.client.ops import Call, Op
 from dynaq.client.policy import Endpoints, RetryPolicy, moves_on
@@ -286,7 +286,7 @@ class AsyncClient(AsyncStreams):
 
     async def enqueue(self, queue: str, messages: Sequence[MessageLike]) -> list[int]:
         """Enqueue ``messages`` in requests of :data:`MAX_BATCH`; their ids, in order."""
-        return await self._run(ops_queues.enqueue(queue, messages_of(messages)))
+        return await self._run(ops_queues.enqueue(queue, messages))
 
     async def receive(
         self,
@@ -351,7 +351,7 @@ class AsyncClient(AsyncStreams):
 
     async def publish(self, topic: str, messages: Sequence[MessageLike]) -> dict[str, list[int]]:
         """Publish to every subscribed queue (all copies or none); ids per queue."""
-        return await self._run(ops_topics.publish(topic, messages_of(messages)))
+        return await self._run(ops_topics.publish(topic, messages))
 
     # batches -----------------------------------------------------------------
 

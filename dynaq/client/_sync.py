@@ -46,22 +46,6 @@ close idle connections after ``http.keepalive_timeout_s`` (60 s), and a request
 sent on one the node just closed would be lost without knowing if it arrived."""
 
 
-def messages_of(messages: Sequence[MessageLike]) -> list[NewMessage]:
-    """``NewMessage``, a bare body, or a dict with ``body`` and optional
-    ``attributes``, ``group``, ``dedup_id``."""
-    out = []
-    for m in messages:
-        if isinstance(m, NewMessage):
-            out.append(m)
-        elif isinstance(m, bytes | str):
-            out.append(NewMessage(m))
-        else:
-            out.append(
-                NewMessage(m["body"], m.get("attributes"), m.get("group"), m.get("dedup_id"))
-            )
-    return out
-
-
 def may_retry(call: Call[Any], exc: DynaqError) -> bool:
     """Whether ``call`` may be sent again after ``exc`` (see :mod:`dynaq.client.ops`)."""
     if not exc.retriable:
@@ -302,7 +286,7 @@ class Client(SyncStreams):
 
     def enqueue(self, queue: str, messages: Sequence[MessageLike]) -> list[int]:
         """Enqueue ``messages`` in requests of :data:`MAX_BATCH`; their ids, in order."""
-        return self._run(ops_queues.enqueue(queue, messages_of(messages)))
+        return self._run(ops_queues.enqueue(queue, messages))
 
     def receive(
         self,
@@ -367,7 +351,7 @@ class Client(SyncStreams):
 
     def publish(self, topic: str, messages: Sequence[MessageLike]) -> dict[str, list[int]]:
         """Publish to every subscribed queue (all copies or none); ids per queue."""
-        return self._run(ops_topics.publish(topic, messages_of(messages)))
+        return self._run(ops_topics.publish(topic, messages))
 
     # batches -----------------------------------------------------------------
 

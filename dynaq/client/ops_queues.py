@@ -23,7 +23,7 @@ from dynaq.client.ops import (
 )
 from dynaq.client.types import (
     BrowsePage,
-    NewMessage,
+    MessageLike,
     PeekedMessage,
     QueueInfo,
     QueueSettings,
@@ -96,7 +96,7 @@ def delete_queue(name: str) -> Op[None]:
 # messages --------------------------------------------------------------------
 
 
-def enqueue(queue: str, messages: Sequence[NewMessage]) -> Op[list[int]]:
+def enqueue(queue: str, messages: Sequence[MessageLike]) -> Op[list[int]]:
     return send_messages(f"/v2/queues/{quoted(queue)}/messages", messages, flatten_ids)
 
 
@@ -114,18 +114,8 @@ def receive(
         body["wait_time_s"] = min(wait_time_s, MAX_WAIT_S)
 
     def read(got: Any, addr: str) -> list[ReceivedMessage]:
-        return [
-            ReceivedMessage(
-                int(m["id"]),
-                m["body"],
-                m["enqueued_at_ms"],
-                m["receive_count"],
-                m.get("attributes"),
-                m.get("group"),
-                addr,
-            )
-            for m in got["messages"]
-        ]
+        from_wire = ReceivedMessage.from_wire
+        return [from_wire(m, addr) for m in got["messages"]]
 
     path = f"/v2/queues/{quoted(queue)}/messages/receive"
     call: Call[list[ReceivedMessage]] = Call(

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dynaq.client.ops import Call, Op, nothing, quoted, send_messages, single
-from dynaq.client.types import NewMessage
+from dynaq.client.types import MessageLike
 
 # topics ----------------------------------------------------------------------
 
@@ -37,7 +37,7 @@ def unsubscribe(topic: str, queue: str) -> Op[list[str]]:
     return single(Call("DELETE", path, lambda got: list(got["Queues"])))
 
 
-def publish(topic: str, messages: Sequence[NewMessage]) -> Op[dict[str, list[int]]]:
+def publish(topic: str, messages: Sequence[MessageLike]) -> Op[dict[str, list[int]]]:
     def merge(results: list[Any]) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
         for got in results:
