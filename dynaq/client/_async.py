@@ -19,7 +19,7 @@ import aiohttp
 
 from dynaq.client import ops, ops_batches, ops_queues, ops_tasks, ops_topics
 from dynaq.client._streams_async import AsyncStreams
-from dynaq.client._sync import IDLE_REUSE_S, may_retry
+from dynaq.client._sync import IDLE_REUSE_S, may_retry, one_message
 from dynaq.client.consumer import Consumer
 from dynaq.client.ops import Call, Op
 from dynaq.client.policy import Endpoints, RetryPolicy, moves_on
@@ -31,7 +31,6 @@ from dynaq.client.types import (
     Health,
     ItemBlock,
     MessageLike,
-    NewMessage,
     PartitionRange,
     PeekedMessage,
     QueueInfo,
@@ -40,7 +39,7 @@ from dynaq.client.types import (
     RingMember,
     TaskInfo,
 )
-from dynaq.client.wire import MSGPACK, parse
+from dynaq.client.wire import MSGPACK, parse_lazily
 from dynaq.errors import ClientError, DynaqError, Unreachable
 
 T = TypeVar("T")
@@ -77,6 +76,7 @@ class AsyncClient(AsyncStreams):
             raise ValueError("ca_file is for https:// endpoints")
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     @classmethod
     def from_env(cls, endpoints: str | None = None, **kwargs: Any) -> AsyncClient:
@@ -120,12 +120,21 @@ class AsyncClient(AsyncStreams):
             self._session = aiohttp.ClientSession(connector=connector, headers=headers)
         return self._session
 
+    def _timeout(self, extra_s: float) -> aiohttp.ClientTimeout:
+        # One object per distinct wait (few: 0 and the long polls' waits), not one a request.
+        timeout = self._timeouts.get(extra_s)
+        if timeout is None:
+            timeout = self._timeouts[extra_s] = aiohttp.ClientTimeout(
+                total=self.timeout_s + extra_s
+            )
+        return timeout
+
     async def _exchange(self, addr: str, call: Call[Any]) -> Any:
         headers = {} if call.content_type is None else {"Content-Type": call.content_type}
         if call.headers:
             headers.update(call.headers)
         url = f"{self.scheme}://{addr}{call.path}"
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s + call.extra_timeout_s)
+        timeout = self._timeout(call.extra_timeout_s)
         try:
             async with self._http().request(
                 call.method, url, data=call.body, headers=headers, timeout=timeout
@@ -139,7 +148,7 @@ class AsyncClient(AsyncStreams):
             raise Unreachable(f"{call.what} at {addr}: {exc}", sent=False) from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise Unreachable(f"{call.what} at {addr}: {exc!r}", sent=True) from exc
-        return parse(status, ctype, data, f"{call.what} at {addr}")
+        return parse_lazily(status, ctype, data, lambda: f"{call.what} at {addr}")
 
     async def _call(self, call: Call[T]) -> tuple[T, str]:
         started = time.monotonic()
@@ -279,10 +288,8 @@ class AsyncClient(AsyncStreams):
         dedup_id: str | None = None,
     ) -> int:
         """Enqueue one message; its id once it is durable."""
-        ids = await self._run(
-            ops_queues.enqueue(queue, [NewMessage(body, attributes, group, dedup_id)])
-        )
-        return ids[0]
+        message = one_message(body, attributes, group, dedup_id)
+        return (await self._run(ops_queues.enqueue(queue, [message])))[0]
 
     async def enqueue(self, queue: str, messages: Sequence[MessageLike]) -> list[int]:
         """Enqueue ``messages`` in requests of :data:`MAX_BATCH`; their ids, in order."""

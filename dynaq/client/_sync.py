@@ -35,7 +35,7 @@ from dynaq.client.types import (
     RingMember,
     TaskInfo,
 )
-from dynaq.client.wire import MSGPACK, parse
+from dynaq.client.wire import MSGPACK, parse_lazily
 from dynaq.errors import ClientError, DynaqError, NotServing, Unreachable
 
 T = TypeVar("T")
@@ -44,6 +44,19 @@ IDLE_REUSE_S = 20.0
 """A kept-alive connection idle longer than this is replaced before use: nodes
 close idle connections after ``http.keepalive_timeout_s`` (60 s), and a request
 sent on one the node just closed would be lost without knowing if it arrived."""
+
+
+def one_message(
+    body: bytes | str,
+    attributes: Mapping[str, str] | None,
+    group: str | None,
+    dedup_id: str | None,
+) -> MessageLike:
+    """What :meth:`Client.send` enqueues: the bare body when nothing else is set
+    (its cheapest wire path, see :func:`dynaq.client.ops.wire_messages`)."""
+    if attributes is None and group is None and dedup_id is None:
+        return body
+    return NewMessage(body, attributes, group, dedup_id)
 
 
 def may_retry(call: Call[Any], exc: DynaqError) -> bool:
@@ -168,8 +181,8 @@ class Client(SyncStreams):
             never_left = not sent and (not reused or isinstance(exc, ConnectionRefusedError))
             raise Unreachable(f"{call.what} at {addr}: {exc}", sent=not never_left) from exc
         self._conns[addr] = (conn, time.monotonic())
-        return parse(
-            resp.status, resp.getheader("Content-Type", ""), data, f"{call.what} at {addr}"
+        return parse_lazily(
+            resp.status, resp.getheader("Content-Type", ""), data, lambda: f"{call.what} at {addr}"
         )
 
     def _call(self, call: Call[T]) -> tuple[T, str]:
@@ -280,9 +293,8 @@ class Client(SyncStreams):
         dedup_id: str | None = None,
     ) -> int:
         """Enqueue one message; its id once it is durable."""
-        return self._run(
-            ops_queues.enqueue(queue, [NewMessage(body, attributes, group, dedup_id)])
-        )[0]
+        message = one_message(body, attributes, group, dedup_id)
+        return self._run(ops_queues.enqueue(queue, [message]))[0]
 
     def enqueue(self, queue: str, messages: Sequence[MessageLike]) -> list[int]:
         """Enqueue ``messages`` in requests of :data:`MAX_BATCH`; their ids, in order."""

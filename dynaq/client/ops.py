@@ -23,6 +23,7 @@ cluster's; :mod:`~dynaq.client.ops_queues` (queues and messages),
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
@@ -96,11 +97,18 @@ class Op(Generic[T]):
     combine: Callable[[list[Any]], T]
 
 
+def _first(results: list[Any]) -> Any:
+    return results[0]
+
+
 def single(call: Call[T]) -> Op[T]:
-    return Op([call], lambda results: results[0])
+    return Op([call], _first)
 
 
+@functools.lru_cache(maxsize=1024)
 def quoted(name: str) -> str:
+    """``name`` as one path segment. Cached: every request quotes its queue's name
+    again, and a client uses few names."""
     return urllib.parse.quote(name, safe="")
 
 
@@ -113,7 +121,9 @@ def nothing(_: Any) -> None:
 
 
 def chunked(items: Sequence[U], n: int = MAX_BATCH) -> list[Sequence[U]]:
-    return [items[i : i + n] for i in range(0, len(items), n)] or [items[:0]]
+    if len(items) <= n:
+        return [items]  # nearly every request: one chunk, no copy
+    return [items[i : i + n] for i in range(0, len(items), n)]
 
 
 def wire_messages(messages: Sequence[MessageLike]) -> tuple[list[dict[str, Any]], bool]:
