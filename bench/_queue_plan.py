@@ -4,6 +4,7 @@ split over client processes, and how a phase's result is shown."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 from bench._queue_clients import QUEUE, ClientPool, PhaseResult, Spec
@@ -23,6 +24,10 @@ class Options:
     node_env: dict[str, str] = field(default_factory=dict)
     storage: list[str] = field(default_factory=list)
     library: bool = False
+    rounds: int = 1
+    """With ``library``: each raw / library pair of phases runs this many times, with a
+    share of the budget each time and the order alternating, so that both meet the
+    same moments of a shared machine (see :func:`paired_ratios`)."""
 
 
 async def setup_queue(url: str) -> None:
@@ -62,3 +67,44 @@ def show(label: str, r: PhaseResult) -> None:
         f"  (server {r.server_cpu_s / r.wall_s:.2f} cores, client {r.client_cpu_s / r.wall_s:.2f}"
         f" cores, errors {r.errors}){lat}"
     )
+
+
+def combine(runs: list[PhaseResult]) -> PhaseResult:
+    """Rounds of one phase as one: counts, times and CPU add up; latency percentiles
+    cannot be merged from percentiles, so p50 is the rounds' count-weighted mean and
+    every other point the rounds' largest (a bound, not a percentile)."""
+    if len(runs) == 1:
+        return runs[0]
+    count = sum(r.count for r in runs)
+    wall = sum(r.wall_s for r in runs)
+    samples = sum(r.latency_ms["count"] for r in runs)
+    lat = {k: max(r.latency_ms[k] for r in runs) for k in runs[0].latency_ms}
+    lat["count"] = samples
+    if samples:
+        lat["p50"] = sum(r.latency_ms["p50"] * r.latency_ms["count"] for r in runs) / samples
+    return PhaseResult(
+        count=count,
+        errors=sum(r.errors for r in runs),
+        wall_s=wall,
+        msgs_per_s=count / wall if wall > 0 else 0.0,
+        client_cpu_s=sum(r.client_cpu_s for r in runs),
+        server_cpu_s=sum(r.server_cpu_s for r in runs),
+        latency_ms=lat,
+    )
+
+
+def paired_ratios(library: list[PhaseResult], raw: list[PhaseResult]) -> tuple[list[float], float]:
+    """Library / raw rate per round, and their median.
+
+    Each round's two phases ran back to back, so a neighbour's load on a shared
+    machine hits both about alike; the median of the paired ratios resists the
+    rounds a burst of that load distorted, where one ratio of totals does not.
+    """
+    ratios = [
+        round(lb.msgs_per_s / dq.msgs_per_s, 3)
+        for lb, dq in zip(library, raw, strict=True)
+        # A consume round can find the queue drained by the rounds before it (each
+        # may take up to a batch per connection more than its share): no figure.
+        if lb.count and dq.count
+    ]
+    return ratios, round(statistics.median(ratios), 3) if ratios else 0.0

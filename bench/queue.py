@@ -1,12 +1,15 @@
 """Queue throughput and latency: a real dynaq node against NATS JetStream, side by side.
 
 ``python -m bench queue [--quick] [--messages N] [--seconds S] [--concurrency C] [--procs P]
-[--client dynaq]``
+[--client dynaq [--rounds R]]``
 
 ``--client dynaq`` adds each dynaq phase a second time through the client
 library (``dynaq.client.AsyncClient``) right after the raw-HTTP one, and
 reports ``client_ratio_*`` = library / raw (its single enqueue is v2's
-one-message POST, the raw one v1's PUT).
+one-message POST, the raw one v1's PUT). ``--rounds R`` splits each such pair
+into R back-to-back pairs with alternating order and also reports the paired
+ratios and their median (``client_ratio_*_rounds``, ``client_ratio_*_median``):
+on a machine other loads share, that median is the figure to read.
 
 Phases (dynaq, then the JetStream equivalent, alternating, so both see the
 same machine noise); every body is 256 bytes:
@@ -52,7 +55,15 @@ from bench._queue_clients import (
     PhaseResult,
     Spec,
 )
-from bench._queue_plan import Options, setup_queue, show, specs
+from bench._queue_plan import (
+    Options,
+    combine,
+    paired_ratios,
+    setup_queue,
+    show,
+    specs,
+    split,
+)
 from bench.common import (
     Deadline,
     free_port,
@@ -80,6 +91,13 @@ def parse(argv: list[str]) -> Options:
         default="raw",
         help="dynaq: also run every dynaq phase through the client library",
     )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --client dynaq: run each raw/library pair this many times, alternating"
+        " (the median of the paired ratios resists a shared machine's bursts)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny smoke run (a few seconds)")
     p.add_argument(
         "--storage",
@@ -99,7 +117,18 @@ def parse(argv: list[str]) -> Options:
     storage = [b.strip() for b in a.storage.split(",") if b.strip()]
     if a.quick:
         return Options(
-            2_000, 300, 200, 5.0, 4, 1, not a.no_peer, True, env, storage, a.client == "dynaq"
+            2_000,
+            300,
+            200,
+            5.0,
+            4,
+            1,
+            not a.no_peer,
+            True,
+            env,
+            storage,
+            a.client == "dynaq",
+            max(1, a.rounds),
         )
     procs = max(1, min(a.procs, a.concurrency))
     return Options(
@@ -114,6 +143,7 @@ def parse(argv: list[str]) -> Options:
         env,
         storage,
         a.client == "dynaq",
+        max(1, a.rounds),
     )
 
 
@@ -201,6 +231,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     peer: NatsServer | None = None
     pool: ClientPool | None = None
     res: dict[str, PhaseResult] = {}
+    runs: dict[str, list[PhaseResult]] = {}
     disk: dict[str, dict[str, float]] = {}
     try:
         node = start_node(tmp, **o.node_env)
@@ -218,34 +249,36 @@ def main(argv: list[str]) -> dict[str, Any]:
             f"phases bounded to {o.seconds:g} s"
         )
         dq, c = node.url, o.concurrency
-        phases: list[tuple[str, str, int, int, int]] = []
+        # (result key, kind, server pid, budget, connections, round, rounds)
+        phases: list[tuple[str, str, int, int, int, int, int]] = []
         for what, budget, conns in (
             ("batch", o.messages, c),
             ("consume", 0, c),
             ("single", o.single_messages, c),
             ("rtt", o.rtt_samples, 1),
         ):
-            # (result key, kind, server pid, budget, connections)
-            pair = [
-                (f"{sys}_{what}", f"{sys}_{what}", node.proc.pid, budget, conns)
-                for sys in ("dq", "lb")
-            ]
-            if not o.library:
-                pair = pair[:1]
-            elif what in ("consume", "rtt"):
-                # Raw first in two phases, the library first in the other two: a
-                # phase that runs second meets a node the first one warmed or left
-                # tombstones in.
-                pair.reverse()
-            phases.extend(pair)
-            phases.append((f"js_{what}", f"js_{what}", 0, budget, conns))
+            n = o.rounds if o.library and what != "rtt" else 1  # rtt: one latency sample set
+            for r, share in enumerate(split(budget, n)):
+                pair = [
+                    (f"{sys}_{what}", f"{sys}_{what}", node.proc.pid, share, conns, r, n)
+                    for sys in ("dq", "lb")
+                ]
+                if not o.library:
+                    pair = pair[:1]
+                elif (r + (what in ("consume", "rtt"))) % 2:
+                    # The order alternates (and raw goes first in two phases, the
+                    # library in the other two): a phase that runs second meets a
+                    # node the first one warmed or left tombstones in.
+                    pair.reverse()
+                phases.extend(pair)
+            phases.append((f"js_{what}", f"js_{what}", 0, budget, conns, 0, 1))
         labels = {
             "batch": f"enqueue, batches of {BATCH}",
             "consume": "receive+delete / consume+ack",
             "single": f"single enqueue x{c}",
             "rtt": "single round trip x1",
         }
-        for key, kind, pid, budget, conns in phases:
+        for key, kind, pid, budget, conns, r, n in phases:
             system, what = key.split("_", 1)
             if system == "js":
                 if peer is None:
@@ -255,16 +288,17 @@ def main(argv: list[str]) -> dict[str, Any]:
                 target = dq
             if what == "consume":
                 # Consume exactly what the (same system's) batch phase stored.
-                budget = res[f"{system}_batch"].count
+                budget = split(sum(x.count for x in runs[f"{system}_batch"]), n)[r]
             plan = specs(kind, target, o, pool, budget, conns)
             if what == "rtt":
                 plan = [Spec(kind, target, 1, budget, budget, o.seconds)] + [
                     Spec(kind, target, 1, 0, 0, o.seconds) for _ in plan[1:]
                 ]
-            r = pool.run(plan, pid)
-            res[key] = r
+            got = pool.run(plan, pid)
+            runs.setdefault(key, []).append(got)
+            res[key] = combine(runs[key])
             who = {"dq": "dynaq", "lb": "dynaq.client", "js": "jetstream"}[system]
-            show(f"{who} {labels[what]}", r)
+            show(f"{who} {labels[what]}" + (f" ({r + 1}/{n})" if n > 1 else ""), got)
         disk["after"] = fsync_latency_ms(tmp, 50 if o.quick else 200)
         for when, d in disk.items():
             progress(
@@ -282,11 +316,14 @@ def main(argv: list[str]) -> dict[str, Any]:
             except Exception:  # noqa: BLE001 - cleanup must reach the rmtree
                 node.kill()
         shutil.rmtree(tmp, ignore_errors=True)
-    return _summary(o, res, disk)
+    return _summary(o, res, disk, runs)
 
 
 def _summary(
-    o: Options, res: dict[str, PhaseResult], disk: dict[str, dict[str, float]]
+    o: Options,
+    res: dict[str, PhaseResult],
+    disk: dict[str, dict[str, float]],
+    runs: dict[str, list[PhaseResult]],
 ) -> dict[str, Any]:
     def fig(key: str) -> float:
         r = res.get(key)
@@ -334,6 +371,16 @@ def _summary(
         out["client_ratio_batch"] = _ratio(fig("lb_batch"), fig("dq_batch"))
         out["client_ratio_receive_delete"] = _ratio(fig("lb_consume"), fig("dq_consume"))
         out["client_ratio_single"] = _ratio(fig("lb_single"), fig("dq_single"))
+        if o.rounds > 1:
+            for what, name in (
+                ("batch", "batch"),
+                ("consume", "receive_delete"),
+                ("single", "single"),
+            ):
+                if f"lb_{what}" in runs:
+                    ratios, median = paired_ratios(runs[f"lb_{what}"], runs[f"dq_{what}"])
+                    out[f"client_ratio_{name}_rounds"] = ratios
+                    out[f"client_ratio_{name}_median"] = median
     for key, r in res.items():
         # The client's own cost, whatever the shared machine did to the server.
         out[f"client_cpu_us_per_msg_{key}"] = (

@@ -18,6 +18,7 @@ routes = web.RouteTableDef()
 ASSETS = {
     "index.html": "text/html",
     "console.js": "text/javascript",
+    "console-streams.js": "text/javascript",
     "console.css": "text/css",
 }
 # Read once at import (never on the event loop): a few kilobytes.

@@ -2,7 +2,8 @@
 
 Both have the same methods, with the same arguments and typed results
 (:mod:`dynaq.client.types`), over the whole API: v1/v2 queues and messages,
-topics and subscriptions, batches, the ring. Both take several endpoints and
+topics and subscriptions, batches, streams (with the publisher lease, and
+:meth:`~Client.follow` to read one live), the ring. Both take several endpoints and
 fail over between them, retry with backoff and jitter only what is safe to
 send twice (:mod:`dynaq.client.ops`), send a bearer token, and raise only
 :class:`dynaq.errors.DynaqError` subclasses (a node's answer as its own
@@ -25,6 +26,7 @@ from dynaq.client._sync import Client
 from dynaq.client.ops import MAX_BATCH
 from dynaq.client.policy import RetryPolicy
 from dynaq.client.types import (
+    Appended,
     BatchCompletion,
     BatchInfo,
     BrowsePage,
@@ -33,10 +35,14 @@ from dynaq.client.types import (
     NewMessage,
     PartitionRange,
     PeekedMessage,
+    PublisherLease,
     QueueInfo,
     QueueSettings,
     ReceivedMessage,
     RingMember,
+    StreamDeclared,
+    StreamEntry,
+    StreamInfo,
     TaskInfo,
 )
 from dynaq.client.wire import MSGPACK
@@ -45,6 +51,7 @@ from dynaq.errors import DynaqError
 __all__ = [
     "MAX_BATCH",
     "MSGPACK",
+    "Appended",
     "AsyncClient",
     "BatchCompletion",
     "BatchInfo",
@@ -59,11 +66,15 @@ __all__ = [
     "PartitionRange",
     "PeekedMessage",
     "Producer",
+    "PublisherLease",
     "QueueInfo",
     "QueueSettings",
     "ReceivedMessage",
     "RetryPolicy",
     "RingMember",
+    "StreamDeclared",
+    "StreamEntry",
+    "StreamInfo",
     "TaskInfo",
 ]
 

@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from dynaq.client import ops, ops_tasks
-from dynaq.client._sync import IDLE_REUSE_S, may_retry, messages_of
+from dynaq.client import ops, ops_batches, ops_queues, ops_tasks, ops_topics
+from dynaq.client._streams_async import AsyncStreams
+from dynaq.client._sync import IDLE_REUSE_S, may_retry, one_message
 from dynaq.client.consumer import Consumer
 from dynaq.client.ops import Call, Op
 from dynaq.client.policy import Endpoints, RetryPolicy, moves_on
@@ -30,7 +31,6 @@ from dynaq.client.types import (
     Health,
     ItemBlock,
     MessageLike,
-    NewMessage,
     PartitionRange,
     PeekedMessage,
     QueueInfo,
@@ -39,13 +39,13 @@ from dynaq.client.types import (
     RingMember,
     TaskInfo,
 )
-from dynaq.client.wire import MSGPACK, parse
+from dynaq.client.wire import MSGPACK, parse_lazily
 from dynaq.errors import ClientError, DynaqError, Unreachable
 
 T = TypeVar("T")
 
 
-class AsyncClient:
+class AsyncClient(AsyncStreams):
     """A dynaq client over one or more endpoints, for asyncio.
 
     Arguments and guarantees as :class:`dynaq.client.Client`. Use it as an
@@ -76,6 +76,7 @@ class AsyncClient:
             raise ValueError("ca_file is for https:// endpoints")
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     @classmethod
     def from_env(cls, endpoints: str | None = None, **kwargs: Any) -> AsyncClient:
@@ -119,10 +120,21 @@ class AsyncClient:
             self._session = aiohttp.ClientSession(connector=connector, headers=headers)
         return self._session
 
+    def _timeout(self, extra_s: float) -> aiohttp.ClientTimeout:
+        # One object per distinct wait (few: 0 and the long polls' waits), not one a request.
+        timeout = self._timeouts.get(extra_s)
+        if timeout is None:
+            timeout = self._timeouts[extra_s] = aiohttp.ClientTimeout(
+                total=self.timeout_s + extra_s
+            )
+        return timeout
+
     async def _exchange(self, addr: str, call: Call[Any]) -> Any:
         headers = {} if call.content_type is None else {"Content-Type": call.content_type}
+        if call.headers:
+            headers.update(call.headers)
         url = f"{self.scheme}://{addr}{call.path}"
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s + call.extra_timeout_s)
+        timeout = self._timeout(call.extra_timeout_s)
         try:
             async with self._http().request(
                 call.method, url, data=call.body, headers=headers, timeout=timeout
@@ -136,7 +148,7 @@ class AsyncClient:
             raise Unreachable(f"{call.what} at {addr}: {exc}", sent=False) from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise Unreachable(f"{call.what} at {addr}: {exc!r}", sent=True) from exc
-        return parse(status, ctype, data, f"{call.what} at {addr}")
+        return parse_lazily(status, ctype, data, lambda: f"{call.what} at {addr}")
 
     async def _call(self, call: Call[T]) -> tuple[T, str]:
         started = time.monotonic()
@@ -171,6 +183,8 @@ class AsyncClient:
         return op.combine(results), addr
 
     async def _run(self, op: Op[T]) -> T:
+        if len(op.calls) == 1:  # nearly every op: one await fewer on the hot path
+            return op.combine([(await self._call(op.calls[0]))[0]])
         return (await self._run_at(op))[0]
 
     # helpers -----------------------------------------------------------------
@@ -224,37 +238,26 @@ class AsyncClient:
         """One columnar snapshot page (see :mod:`dynaq.services.snapshots`); never locks."""
         return await self._run(ops.snapshot_page(queue, from_id, to_id, limit, addr))
 
-    # streams -----------------------------------------------------------------
-
-    async def stream_size(self, stream: str) -> int:
-        """How many entries the stream holds (its next index)."""
-        return await self._run(ops.stream_size(stream))
-
-    async def read_stream(self, stream: str, start: int, count: int) -> list[dict[str, Any]]:
-        """Up to ``count`` entries from index ``start``, as ``{"index", "order", "entry"}``;
-        answers at once with what is there, never waits for more."""
-        return await self._run(ops.read_stream(stream, start, count))
-
     # queues ------------------------------------------------------------------
 
     async def list_queues(self) -> list[str]:
-        return await self._run(ops.list_queues())
+        return await self._run(ops_queues.list_queues())
 
     async def create_queue(self, name: str, settings: QueueSettings | None = None) -> None:
         """Create ``name`` (``AlreadyExists`` if it does), then apply ``settings``."""
-        await self._run(ops.create_queue(name, settings))
+        await self._run(ops_queues.create_queue(name, settings))
 
     async def describe_queue(self, name: str, addr: str | None = None) -> QueueInfo:
         """Settings and figures (depth, in flight) as the endpoint counts them."""
-        return await self._run(ops.describe_queue(name, addr))
+        return await self._run(ops_queues.describe_queue(name, addr))
 
     async def configure_queue(self, name: str, settings: QueueSettings) -> None:
         """Change the settings that are not ``None``; the others stay."""
-        await self._run(ops.configure_queue(name, settings))
+        await self._run(ops_queues.configure_queue(name, settings))
 
     async def delete_queue(self, name: str) -> None:
         """Delete the queue and purge its messages."""
-        await self._run(ops.delete_queue(name))
+        await self._run(ops_queues.delete_queue(name))
 
     async def purge_queue(self, name: str) -> TaskInfo:
         """Start purging ``name`` in the background; poll :meth:`task` for progress."""
@@ -287,12 +290,12 @@ class AsyncClient:
         dedup_id: str | None = None,
     ) -> int:
         """Enqueue one message; its id once it is durable."""
-        ids = await self._run(ops.enqueue(queue, [NewMessage(body, attributes, group, dedup_id)]))
-        return ids[0]
+        message = one_message(body, attributes, group, dedup_id)
+        return (await self._run(ops_queues.enqueue(queue, [message])))[0]
 
     async def enqueue(self, queue: str, messages: Sequence[MessageLike]) -> list[int]:
         """Enqueue ``messages`` in requests of :data:`MAX_BATCH`; their ids, in order."""
-        return await self._run(ops.enqueue(queue, messages_of(messages)))
+        return await self._run(ops_queues.enqueue(queue, messages))
 
     async def receive(
         self,
@@ -305,19 +308,19 @@ class AsyncClient:
     ) -> list[ReceivedMessage]:
         """Receive from node ``addr``'s slice (default: the endpoint's) under a visibility
         timeout; ``wait_time_s`` (≤ 20) long-polls until a message is there."""
-        op = ops.receive(queue, max_messages, visibility_timeout_s, wait_time_s, addr)
+        op = ops_queues.receive(queue, max_messages, visibility_timeout_s, wait_time_s, addr)
         return await self._run(op)
 
     async def delete(self, queue: str, ids: Sequence[int], addr: str | None = None) -> int:
         """Delete (acknowledge) messages; how many existed."""
-        return await self._run(ops.delete(queue, ids, addr))
+        return await self._run(ops_queues.delete(queue, ids, addr))
 
     async def change_visibility(
         self, queue: str, ids: Sequence[int], visibility_timeout_s: float, addr: str | None = None
     ) -> list[int]:
         """Set in-flight messages' timeout from now (0 releases them); the ids changed.
         Send it to the node that served them (``ReceivedMessage.addr``)."""
-        return await self._run(ops.change_visibility(queue, ids, visibility_timeout_s, addr))
+        return await self._run(ops_queues.change_visibility(queue, ids, visibility_timeout_s, addr))
 
     async def release(self, queue: str, ids: Sequence[int], addr: str | None = None) -> int:
         """Make in-flight messages visible again now; how many were in flight."""
@@ -325,73 +328,73 @@ class AsyncClient:
 
     async def peek(self, queue: str, ids: Sequence[int]) -> list[PeekedMessage]:
         """Read messages by id without taking them."""
-        return await self._run(ops.peek(queue, ids))
+        return await self._run(ops_queues.peek(queue, ids))
 
     async def browse(
         self, queue: str, from_id: int = 0, limit: int = 100, addr: str | None = None
     ) -> BrowsePage:
         """Stored messages from ``from_id`` on, in id order, without locking any."""
-        return await self._run(ops.browse(queue, from_id, limit, addr))
+        return await self._run(ops_queues.browse(queue, from_id, limit, addr))
 
     # topics ------------------------------------------------------------------
 
     async def list_topics(self) -> list[str]:
-        return await self._run(ops.list_topics())
+        return await self._run(ops_topics.list_topics())
 
     async def create_topic(self, name: str) -> None:
-        await self._run(ops.create_topic(name))
+        await self._run(ops_topics.create_topic(name))
 
     async def topic_queues(self, name: str) -> list[str]:
         """The queues subscribed to ``name``."""
-        return await self._run(ops.topic_queues(name))
+        return await self._run(ops_topics.topic_queues(name))
 
     async def delete_topic(self, name: str) -> None:
-        await self._run(ops.delete_topic(name))
+        await self._run(ops_topics.delete_topic(name))
 
     async def subscribe(self, topic: str, queue: str) -> list[str]:
         """Subscribe ``queue`` to ``topic`` (idempotent); the topic's queues."""
-        return await self._run(ops.subscribe(topic, queue))
+        return await self._run(ops_topics.subscribe(topic, queue))
 
     async def unsubscribe(self, topic: str, queue: str) -> list[str]:
-        return await self._run(ops.unsubscribe(topic, queue))
+        return await self._run(ops_topics.unsubscribe(topic, queue))
 
     async def publish(self, topic: str, messages: Sequence[MessageLike]) -> dict[str, list[int]]:
         """Publish to every subscribed queue (all copies or none); ids per queue."""
-        return await self._run(ops.publish(topic, messages_of(messages)))
+        return await self._run(ops_topics.publish(topic, messages))
 
     # batches -----------------------------------------------------------------
 
     async def open_batch(self, mode: str = "exact", user_key: str | None = None) -> int:
-        return await self._run(ops.open_batch(mode, user_key))
+        return await self._run(ops_batches.open_batch(mode, user_key))
 
     async def add_items(self, batch_id: int, items: int) -> list[ItemBlock]:
         """Add ``items`` items to an exact batch; the blocks naming them."""
-        return await self._run(ops.add_items(batch_id, items))
+        return await self._run(ops_batches.add_items(batch_id, items))
 
     async def ack_items(self, item_ids: Sequence[str]) -> list[BatchCompletion]:
         """Ack exact-batch items (twice is harmless); the batches this completed."""
-        return await self._run(ops.ack_items(item_ids))
+        return await self._run(ops_batches.ack_items(item_ids))
 
     async def close_batch(self, batch_id: int, mode: str = "exact") -> bool:
         """Close the batch; whether it is complete."""
-        return await self._run(ops.close_batch(batch_id, mode))
+        return await self._run(ops_batches.close_batch(batch_id, mode))
 
     async def describe_batch(self, batch_id: int, mode: str = "exact") -> BatchInfo:
-        return await self._run(ops.describe_batch(batch_id, mode))
+        return await self._run(ops_batches.describe_batch(batch_id, mode))
 
     async def delete_batch(self, batch_id: int, mode: str = "exact") -> int:
         """Delete a batch; how many items went with it."""
-        return await self._run(ops.delete_batch(batch_id, mode))
+        return await self._run(ops_batches.delete_batch(batch_id, mode))
 
     async def remove_batches(self, mode: str, state: str, since_ms: int) -> tuple[int, int]:
         """Remove ``open`` or ``closed`` batches last active before ``since_ms``;
         ``(batches, items)`` removed."""
-        return await self._run(ops.remove_batches(mode, state, since_ms))
+        return await self._run(ops_batches.remove_batches(mode, state, since_ms))
 
     async def incr_batch(self, batch_id: int, by: int = 1) -> BatchInfo:
         """Estimated mode: add ``by`` to the pending count."""
-        return await self._run(ops.incr_batch(batch_id, by))
+        return await self._run(ops_batches.incr_batch(batch_id, by))
 
     async def decr_batches(self, acks: Mapping[int, int]) -> list[BatchCompletion]:
         """Estimated mode: subtract ``{batch_id: by}``; the batches this completed."""
-        return await self._run(ops.decr_batches(acks))
+        return await self._run(ops_batches.decr_batches(acks))

@@ -15,7 +15,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from dynaq.client import ops, ops_tasks
+from dynaq.client import ops, ops_batches, ops_queues, ops_tasks, ops_topics
+from dynaq.client._streams_sync import SyncStreams
 from dynaq.client.ops import Call, Op, Retry
 from dynaq.client.policy import Endpoints, RetryPolicy, moves_on
 from dynaq.client.types import (
@@ -34,7 +35,7 @@ from dynaq.client.types import (
     RingMember,
     TaskInfo,
 )
-from dynaq.client.wire import MSGPACK, parse
+from dynaq.client.wire import MSGPACK, parse_lazily
 from dynaq.errors import ClientError, DynaqError, NotServing, Unreachable
 
 T = TypeVar("T")
@@ -45,20 +46,17 @@ close idle connections after ``http.keepalive_timeout_s`` (60 s), and a request
 sent on one the node just closed would be lost without knowing if it arrived."""
 
 
-def messages_of(messages: Sequence[MessageLike]) -> list[NewMessage]:
-    """``NewMessage``, a bare body, or a dict with ``body`` and optional
-    ``attributes``, ``group``, ``dedup_id``."""
-    out = []
-    for m in messages:
-        if isinstance(m, NewMessage):
-            out.append(m)
-        elif isinstance(m, bytes | str):
-            out.append(NewMessage(m))
-        else:
-            out.append(
-                NewMessage(m["body"], m.get("attributes"), m.get("group"), m.get("dedup_id"))
-            )
-    return out
+def one_message(
+    body: bytes | str,
+    attributes: Mapping[str, str] | None,
+    group: str | None,
+    dedup_id: str | None,
+) -> MessageLike:
+    """What :meth:`Client.send` enqueues: the bare body when nothing else is set
+    (its cheapest wire path, see :func:`dynaq.client.ops.wire_messages`)."""
+    if attributes is None and group is None and dedup_id is None:
+        return body
+    return NewMessage(body, attributes, group, dedup_id)
 
 
 def may_retry(call: Call[Any], exc: DynaqError) -> bool:
@@ -70,7 +68,7 @@ def may_retry(call: Call[Any], exc: DynaqError) -> bool:
     return isinstance(exc, Unreachable) and not exc.sent
 
 
-class Client:
+class Client(SyncStreams):
     """A dynaq client over one or more endpoints, blocking.
 
     ``endpoints``: ``"http://host:port"``, a comma-separated list, or a
@@ -164,6 +162,8 @@ class Client:
             headers["Authorization"] = f"Bearer {self._token}"
         if call.content_type is not None:
             headers["Content-Type"] = call.content_type
+        if call.headers:
+            headers.update(call.headers)
         conn, reused = self._connection(addr, self.timeout_s + call.extra_timeout_s)
         sent = False
         try:
@@ -181,8 +181,8 @@ class Client:
             never_left = not sent and (not reused or isinstance(exc, ConnectionRefusedError))
             raise Unreachable(f"{call.what} at {addr}: {exc}", sent=not never_left) from exc
         self._conns[addr] = (conn, time.monotonic())
-        return parse(
-            resp.status, resp.getheader("Content-Type", ""), data, f"{call.what} at {addr}"
+        return parse_lazily(
+            resp.status, resp.getheader("Content-Type", ""), data, lambda: f"{call.what} at {addr}"
         )
 
     def _call(self, call: Call[T]) -> tuple[T, str]:
@@ -241,37 +241,26 @@ class Client:
         """One columnar snapshot page (see :mod:`dynaq.services.snapshots`); never locks."""
         return self._run(ops.snapshot_page(queue, from_id, to_id, limit, addr))
 
-    # streams -----------------------------------------------------------------
-
-    def stream_size(self, stream: str) -> int:
-        """How many entries the stream holds (its next index)."""
-        return self._run(ops.stream_size(stream))
-
-    def read_stream(self, stream: str, start: int, count: int) -> list[dict[str, Any]]:
-        """Up to ``count`` entries from index ``start``, as ``{"index", "order", "entry"}``;
-        answers at once with what is there, never waits for more."""
-        return self._run(ops.read_stream(stream, start, count))
-
     # queues ------------------------------------------------------------------
 
     def list_queues(self) -> list[str]:
-        return self._run(ops.list_queues())
+        return self._run(ops_queues.list_queues())
 
     def create_queue(self, name: str, settings: QueueSettings | None = None) -> None:
         """Create ``name`` (``AlreadyExists`` if it does), then apply ``settings``."""
-        self._run(ops.create_queue(name, settings))
+        self._run(ops_queues.create_queue(name, settings))
 
     def describe_queue(self, name: str, addr: str | None = None) -> QueueInfo:
         """Settings and figures (depth, in flight) as the endpoint counts them."""
-        return self._run(ops.describe_queue(name, addr))
+        return self._run(ops_queues.describe_queue(name, addr))
 
     def configure_queue(self, name: str, settings: QueueSettings) -> None:
         """Change the settings that are not ``None``; the others stay."""
-        self._run(ops.configure_queue(name, settings))
+        self._run(ops_queues.configure_queue(name, settings))
 
     def delete_queue(self, name: str) -> None:
         """Delete the queue and purge its messages."""
-        self._run(ops.delete_queue(name))
+        self._run(ops_queues.delete_queue(name))
 
     def purge_queue(self, name: str) -> TaskInfo:
         """Start purging ``name`` in the background; poll :meth:`task` for progress."""
@@ -304,11 +293,12 @@ class Client:
         dedup_id: str | None = None,
     ) -> int:
         """Enqueue one message; its id once it is durable."""
-        return self._run(ops.enqueue(queue, [NewMessage(body, attributes, group, dedup_id)]))[0]
+        message = one_message(body, attributes, group, dedup_id)
+        return self._run(ops_queues.enqueue(queue, [message]))[0]
 
     def enqueue(self, queue: str, messages: Sequence[MessageLike]) -> list[int]:
         """Enqueue ``messages`` in requests of :data:`MAX_BATCH`; their ids, in order."""
-        return self._run(ops.enqueue(queue, messages_of(messages)))
+        return self._run(ops_queues.enqueue(queue, messages))
 
     def receive(
         self,
@@ -321,19 +311,19 @@ class Client:
     ) -> list[ReceivedMessage]:
         """Receive from node ``addr``'s slice (default: the endpoint's) under a visibility
         timeout; ``wait_time_s`` (≤ 20) long-polls until a message is there."""
-        op = ops.receive(queue, max_messages, visibility_timeout_s, wait_time_s, addr)
+        op = ops_queues.receive(queue, max_messages, visibility_timeout_s, wait_time_s, addr)
         return self._run(op)
 
     def delete(self, queue: str, ids: Sequence[int], addr: str | None = None) -> int:
         """Delete (acknowledge) messages; how many existed."""
-        return self._run(ops.delete(queue, ids, addr))
+        return self._run(ops_queues.delete(queue, ids, addr))
 
     def change_visibility(
         self, queue: str, ids: Sequence[int], visibility_timeout_s: float, addr: str | None = None
     ) -> list[int]:
         """Set in-flight messages' timeout from now (0 releases them); the ids changed.
         Send it to the node that served them (``ReceivedMessage.addr``)."""
-        return self._run(ops.change_visibility(queue, ids, visibility_timeout_s, addr))
+        return self._run(ops_queues.change_visibility(queue, ids, visibility_timeout_s, addr))
 
     def release(self, queue: str, ids: Sequence[int], addr: str | None = None) -> int:
         """Make in-flight messages visible again now; how many were in flight."""
@@ -341,73 +331,73 @@ class Client:
 
     def peek(self, queue: str, ids: Sequence[int]) -> list[PeekedMessage]:
         """Read messages by id without taking them."""
-        return self._run(ops.peek(queue, ids))
+        return self._run(ops_queues.peek(queue, ids))
 
     def browse(
         self, queue: str, from_id: int = 0, limit: int = 100, addr: str | None = None
     ) -> BrowsePage:
         """Stored messages from ``from_id`` on, in id order, without locking any."""
-        return self._run(ops.browse(queue, from_id, limit, addr))
+        return self._run(ops_queues.browse(queue, from_id, limit, addr))
 
     # topics ------------------------------------------------------------------
 
     def list_topics(self) -> list[str]:
-        return self._run(ops.list_topics())
+        return self._run(ops_topics.list_topics())
 
     def create_topic(self, name: str) -> None:
-        self._run(ops.create_topic(name))
+        self._run(ops_topics.create_topic(name))
 
     def topic_queues(self, name: str) -> list[str]:
         """The queues subscribed to ``name``."""
-        return self._run(ops.topic_queues(name))
+        return self._run(ops_topics.topic_queues(name))
 
     def delete_topic(self, name: str) -> None:
-        self._run(ops.delete_topic(name))
+        self._run(ops_topics.delete_topic(name))
 
     def subscribe(self, topic: str, queue: str) -> list[str]:
         """Subscribe ``queue`` to ``topic`` (idempotent); the topic's queues."""
-        return self._run(ops.subscribe(topic, queue))
+        return self._run(ops_topics.subscribe(topic, queue))
 
     def unsubscribe(self, topic: str, queue: str) -> list[str]:
-        return self._run(ops.unsubscribe(topic, queue))
+        return self._run(ops_topics.unsubscribe(topic, queue))
 
     def publish(self, topic: str, messages: Sequence[MessageLike]) -> dict[str, list[int]]:
         """Publish to every subscribed queue (all copies or none); ids per queue."""
-        return self._run(ops.publish(topic, messages_of(messages)))
+        return self._run(ops_topics.publish(topic, messages))
 
     # batches -----------------------------------------------------------------
 
     def open_batch(self, mode: str = "exact", user_key: str | None = None) -> int:
-        return self._run(ops.open_batch(mode, user_key))
+        return self._run(ops_batches.open_batch(mode, user_key))
 
     def add_items(self, batch_id: int, items: int) -> list[ItemBlock]:
         """Add ``items`` items to an exact batch; the blocks naming them."""
-        return self._run(ops.add_items(batch_id, items))
+        return self._run(ops_batches.add_items(batch_id, items))
 
     def ack_items(self, item_ids: Sequence[str]) -> list[BatchCompletion]:
         """Ack exact-batch items (twice is harmless); the batches this completed."""
-        return self._run(ops.ack_items(item_ids))
+        return self._run(ops_batches.ack_items(item_ids))
 
     def close_batch(self, batch_id: int, mode: str = "exact") -> bool:
         """Close the batch; whether it is complete."""
-        return self._run(ops.close_batch(batch_id, mode))
+        return self._run(ops_batches.close_batch(batch_id, mode))
 
     def describe_batch(self, batch_id: int, mode: str = "exact") -> BatchInfo:
-        return self._run(ops.describe_batch(batch_id, mode))
+        return self._run(ops_batches.describe_batch(batch_id, mode))
 
     def delete_batch(self, batch_id: int, mode: str = "exact") -> int:
         """Delete a batch; how many items went with it."""
-        return self._run(ops.delete_batch(batch_id, mode))
+        return self._run(ops_batches.delete_batch(batch_id, mode))
 
     def remove_batches(self, mode: str, state: str, since_ms: int) -> tuple[int, int]:
         """Remove ``open`` or ``closed`` batches last active before ``since_ms``;
         ``(batches, items)`` removed."""
-        return self._run(ops.remove_batches(mode, state, since_ms))
+        return self._run(ops_batches.remove_batches(mode, state, since_ms))
 
     def incr_batch(self, batch_id: int, by: int = 1) -> BatchInfo:
         """Estimated mode: add ``by`` to the pending count."""
-        return self._run(ops.incr_batch(batch_id, by))
+        return self._run(ops_batches.incr_batch(batch_id, by))
 
     def decr_batches(self, acks: Mapping[int, int]) -> list[BatchCompletion]:
         """Estimated mode: subtract ``{batch_id: by}``; the batches this completed."""
-        return self._run(ops.decr_batches(acks))
+        return self._run(ops_batches.decr_batches(acks))

@@ -4,15 +4,10 @@ and which queues use a dead-letter queue (see :mod:`dynaq.client.ops`)."""
 from __future__ import annotations
 
 import json
-import urllib.parse
 from typing import Any
 
-from dynaq.client.ops import JSON, Call, Op, Retry, single
+from dynaq.client.ops import JSON, Call, Op, Retry, quoted, single
 from dynaq.client.types import TaskInfo
-
-
-def _q(name: str) -> str:
-    return urllib.parse.quote(name, safe="")
 
 
 def _task(got: Any) -> TaskInfo:
@@ -21,7 +16,7 @@ def _task(got: Any) -> TaskInfo:
 
 def purge(queue: str) -> Op[TaskInfo]:
     """Start deleting every message of ``queue`` enqueued before now (a background task)."""
-    return single(Call("POST", f"/v2/queues/{_q(queue)}/purge", _task, retry=Retry.UNSENT))
+    return single(Call("POST", f"/v2/queues/{quoted(queue)}/purge", _task, retry=Retry.UNSENT))
 
 
 def redrive(dlq: str, to_queue: str | None, max_per_s: int | None) -> Op[TaskInfo]:
@@ -34,7 +29,7 @@ def redrive(dlq: str, to_queue: str | None, max_per_s: int | None) -> Op[TaskInf
     return single(
         Call(
             "POST",
-            f"/v2/queues/{_q(dlq)}/redrive",
+            f"/v2/queues/{quoted(dlq)}/redrive",
             _task,
             body=json.dumps(body).encode(),
             content_type=JSON,
@@ -44,11 +39,11 @@ def redrive(dlq: str, to_queue: str | None, max_per_s: int | None) -> Op[TaskInf
 
 
 def task(task_id: str) -> Op[TaskInfo]:
-    return single(Call("GET", f"/v2/tasks/{_q(task_id)}", _task))
+    return single(Call("GET", f"/v2/tasks/{quoted(task_id)}", _task))
 
 
 def dead_letter_sources(dlq: str) -> Op[list[str]]:
     def read(got: Any) -> list[str]:
         return [str(q) for q in got["queues"]]
 
-    return single(Call("GET", f"/v2/queues/{_q(dlq)}/dead_letter_sources", read))
+    return single(Call("GET", f"/v2/queues/{quoted(dlq)}/dead_letter_sources", read))

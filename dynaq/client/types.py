@@ -59,6 +59,27 @@ class ReceivedMessage:
     group: str | None = None
     addr: str = ""
 
+    @classmethod
+    def from_wire(cls, m: Mapping[str, Any], addr: str) -> ReceivedMessage:
+        """From one message of a receive answer, served by node ``addr``.
+
+        A receive of 100 builds 100 of these: filling ``__dict__`` at once skips
+        the frozen dataclass's ``object.__setattr__`` per field (measured: 0.5 µs
+        a message instead of 1.0). The result is the same frozen, equal object
+        (a unit test holds the fields in step).
+        """
+        msg = object.__new__(cls)
+        msg.__dict__.update(
+            id=int(m["id"]),
+            body=m["body"],
+            enqueued_at_ms=m["enqueued_at_ms"],
+            receive_count=m["receive_count"],
+            attributes=m.get("attributes"),
+            group=m.get("group"),
+            addr=addr,
+        )
+        return msg
+
 
 @dataclass(frozen=True)
 class PeekedMessage:
@@ -277,6 +298,79 @@ class BatchInfo:
             int(b["updatedAt"]),
             None if b.get("completedAt") is None else int(b["completedAt"]),
         )
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """A stream on the node that answered (streams are node-local: see the README).
+
+    ``size`` is the next index (entries are numbered densely from 0);
+    ``schema`` is filled by :meth:`~dynaq.client.Client.describe_stream` only
+    (a listing does not carry it).
+    """
+
+    name: str
+    order_key: str | None
+    signature: str
+    size: int
+    segments: int = 0
+    fsyncs: int = 0
+    schema: Mapping[str, Any] | None = field(default=None, compare=False)
+
+    @classmethod
+    def from_wire(cls, got: Mapping[str, Any]) -> StreamInfo:
+        return cls(
+            str(got["name"]),
+            got.get("order_key"),
+            str(got["signature"]),
+            int(got["size"]),
+            int(got.get("segments", 0)),
+            int(got.get("fsyncs", 0)),
+            got.get("schema"),
+        )
+
+
+@dataclass(frozen=True)
+class StreamDeclared:
+    """What a declaration did: ``created`` a stream, ``extended`` its schema, or
+    neither (the same schema again: declaring is idempotent)."""
+
+    name: str
+    signature: str
+    order_key: str | None
+    created: bool
+    extended: bool
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    """One durable entry: its dense ``index``, its ``order`` key value, the entry itself."""
+
+    index: int
+    order: int
+    entry: Any
+
+    @classmethod
+    def from_wire(cls, got: Mapping[str, Any]) -> StreamEntry:
+        return cls(int(got["index"]), int(got["order"]), got["entry"])
+
+
+@dataclass(frozen=True)
+class Appended:
+    """An append's entries, durable: indexes ``first_index .. first_index + count - 1``."""
+
+    first_index: int
+    count: int
+
+
+@dataclass(frozen=True)
+class PublisherLease:
+    """A stream's exclusive publisher lease: append with ``token`` (the fencing token,
+    larger than any issued before for the stream) and renew within ``ttl_s``."""
+
+    stream: str
+    token: int
+    ttl_s: float
 
 
 MessageLike = NewMessage | bytes | str | Mapping[str, Any]

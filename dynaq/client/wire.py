@@ -9,6 +9,7 @@ without dynaq's body (a proxy's page) is :class:`UnexpectedResponse`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -87,6 +88,17 @@ def parse(status: int, content_type: str, data: bytes, what: str) -> Any:
         return decode(content_type, data)
     except ValueError as exc:
         raise UnexpectedResponse(f"{what}: undecodable {content_type} answer", status) from exc
+
+
+def parse_lazily(status: int, content_type: str, data: bytes, what: Callable[[], str]) -> Any:
+    """:func:`parse`, naming the request (``what()``) only when it raises: a success
+    decodes without building that text (every request of a client goes through here)."""
+    if status < 400:
+        try:
+            return decode(content_type, data)
+        except ValueError:
+            pass  # parse raises it, with the request named
+    return parse(status, content_type, data, what())
 
 
 def pack(body: Any) -> bytes:

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from dynaq.testing.process import NodeProcess, free_port, node_process
+from tests.cli.helpers import Run
 
-ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "cli-admin-0123456789"
 READER = "cli-reader-0123456789"
 TOKENS = f"ops:{ADMIN}:admin=*,reader:{READER}:read=*"
@@ -30,39 +26,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
         p.kill()
 
 
-class Run:
-    """``dynaq ARGS`` as a process, with the node's endpoint and a token in the environment."""
-
-    def __init__(self, node: NodeProcess) -> None:
-        self.node = node
-
-    def __call__(
-        self, *args: str, token: str | None = ADMIN, stdin: str | None = None, code: int = 0
-    ) -> str:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DYNAQ_")}
-        env["DYNAQ_ENDPOINT"] = self.node.url
-        if token is not None:
-            env["DYNAQ_TOKEN"] = token
-        env["PYTHONPATH"] = str(ROOT)
-        done = subprocess.run(
-            [sys.executable, "-m", "dynaq", *args],
-            env=env,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == code, (args, done.returncode, done.stdout, done.stderr)
-        self.stderr = done.stderr
-        return done.stdout
-
-    def json(self, *args: str, stdin: str | None = None) -> Any:
-        return json.loads(self(*args, "--json", stdin=stdin))
-
-
 @pytest.fixture
 def dynaq(node: NodeProcess) -> Run:
-    return Run(node)
+    return Run(node, ADMIN)
 
 
 def test_cluster_status(dynaq: Run, node: NodeProcess) -> None:

@@ -1,13 +1,18 @@
 """The web console at ``/ui`` in a real headless Chromium (selenium), against a real node
 with authentication on: log in with a token, create a queue, send, browse, edit
-settings, see subscriptions, the live queues table and the cluster view. Each
+settings, see subscriptions, the live queues table and the cluster view; the
+streams pages with a live tail; a dead-letter queue's sources, redrive and purge
+with their progress. Each
 page is saved as a PNG (to ``$DYNAQ_CONSOLE_SCREENSHOTS`` when set: the README's
 ``docs/console/`` pictures come from this test)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -174,3 +179,132 @@ def test_the_console_works_through_haproxy(
         assert "serving" in _text(b, "#health", "serving")
     finally:
         lb.stop()
+
+
+def _signed_in(b: webdriver.Chrome, url: str, page: str) -> None:
+    """Open ``page`` of the console at ``url`` with the token already in this tab."""
+    b.get(f"{url}/ui/")
+    b.execute_script("sessionStorage.setItem('dynaq-token', arguments[0])", TOKEN)
+    b.get(f"{url}/ui/{page}")
+    b.refresh()  # only the hash changed: load the page again, now with the token
+
+
+PRICES = {
+    "type": "object",
+    "properties": {"ts": {"type": "integer"}, "price": {"type": "number"}},
+    "required": ["ts", "price"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_streams_page_and_live_tail(
+    node: NodeProcess, browser: webdriver.Chrome, shots: Path
+) -> None:
+    b = browser
+    with Client(node.url, token=TOKEN) as c:
+        c.declare_stream("prices", PRICES, "ts")
+        c.append("prices", [{"ts": t, "price": 100.0 + t} for t in range(1, 4)])
+        _signed_in(b, node.url, "#/streams")
+        row = _text(b, "#streams tbody tr", "prices")
+        assert row.split()[:4] == ["prices", "3", "ts", "1"]
+        b.save_screenshot(str(shots / "streams.png"))
+
+        b.find_element(By.LINK_TEXT, "prices").click()
+        _text(b, "#tail-state", "live")
+        _text(b, "#tail tbody", '{"ts":3')
+        assert len(b.find_elements(By.CSS_SELECTOR, "#tail tbody tr")) == 3
+        assert '"required"' in str(b.find_element(By.ID, "schema").get_attribute("textContent"))
+
+        # Appended elsewhere: it shows up without a reload.
+        c.append("prices", [{"ts": 4, "price": 104.5}])
+        _text(b, "#tail tbody", '{"ts":4,"price":104.5}')
+        # Appended from the page; a bad entry is a message, not a broken page.
+        b.find_element(By.ID, "entry").send_keys('{"ts": 5, "price": 99}')
+        b.find_element(By.CSS_SELECTOR, "#append button").click()
+        _text(b, "#tail tbody", '{"ts":5,"price":99}')
+        assert _text(b, "#stream-size", "5") == "5"
+        assert [r.text.split()[0] for r in b.find_elements(By.CSS_SELECTOR, "#tail tbody tr")] == [
+            "0", "1", "2", "3", "4",
+        ]  # fmt: skip
+        assert not b.find_element(By.ID, "login").is_displayed()
+        b.save_screenshot(str(shots / "stream.png"))
+        b.find_element(By.ID, "entry").send_keys("{nope")
+        b.find_element(By.CSS_SELECTOR, "#append button").click()
+        assert "not JSON" in _text(b, "#error", "not JSON")
+        b.find_element(By.ID, "entry").clear()
+        b.find_element(By.ID, "entry").send_keys('{"ts": 6}')
+        b.find_element(By.CSS_SELECTOR, "#append button").click()
+        assert "invalid_input" in _text(b, "#error", "invalid_input")  # the schema wants a price
+
+        # Leaving the page closes the tail: the stream deletes at once, the page stays quiet.
+        b.get(f"{node.url}/ui/#/queues")
+        _text(b, "#queues-page h2", "Queues")
+        c.delete_stream("prices")
+        assert b.find_element(By.ID, "error").text == ""
+    for name in ("streams", "stream"):
+        assert (shots / f"{name}.png").stat().st_size > 5000
+
+
+def _patch(url: str, queue: str, body: dict[str, object]) -> None:
+    req = urllib.request.Request(
+        f"{url}/v1/queues/{queue}",
+        data=json.dumps(body).encode(),
+        method="PATCH",
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_dead_letters_redrive_and_purge(
+    node: NodeProcess, browser: webdriver.Chrome, shots: Path
+) -> None:
+    b = browser
+    with Client(node.url, token=TOKEN) as c:
+        c.create_queue("payments")
+        c.create_queue("payments-dlq")
+        policy = {"dead_letter_queue": "payments-dlq", "max_receive_count": 1}
+        _patch(node.url, "payments", {"redrive_policy": policy})
+        c.enqueue("payments", ["pay 1", "pay 2", "pay 3"])
+        # Received once and given back: the next receive moves each to the DLQ.
+        deadline = time.monotonic() + 20
+        while c.describe_queue("payments-dlq").depth < 3:
+            assert time.monotonic() < deadline, c.describe_queue("payments-dlq")
+            got = c.receive("payments", 10, visibility_timeout_s=30)
+            if got:
+                c.release("payments", [m.id for m in got], got[0].addr)
+        assert c.describe_queue("payments").depth == 0
+
+        _signed_in(b, node.url, "#/queue/payments")
+        assert "payments-dlq" in _text(b, "#dlq-policy", "received 1 times go to payments-dlq")
+        b.find_element(By.LINK_TEXT, "payments-dlq").click()
+        _text(b, "#queue-name", "payments-dlq")
+        assert _text(b, "#dlq-sources", "payments").endswith("payments")
+        assert "depth 3" in _text(b, "#figures", "depth 3")
+        b.find_element(By.ID, "redrive-rate").send_keys("50")
+        b.find_element(By.ID, "redrive-button").click()
+        assert _text(b, "#task-progress", "redrive done") == "redrive done: 3 moved, 0 skipped"
+        assert b.find_element(By.ID, "task-bar").get_attribute("value") == "3"
+        assert "depth 0" in _text(b, "#figures", "depth 0")
+        assert b.find_element(By.ID, "messages").find_elements(By.CSS_SELECTOR, "tbody tr") == []
+        assert not b.find_element(By.ID, "login").is_displayed()
+        b.save_screenshot(str(shots / "dead-letters.png"))
+        assert c.describe_queue("payments").depth == 3  # back where they came from
+        assert c.describe_queue("payments-dlq").depth == 0
+
+        # Purge from the page (after a confirmation).
+        b.get(f"{node.url}/ui/#/queue/payments")
+        _text(b, "#figures", "depth 3")
+        b.find_element(By.ID, "purge").click()
+        WebDriverWait(b, 10).until(ec.alert_is_present())
+        b.switch_to.alert.accept()
+        assert _text(b, "#task-progress", "purge done") == "purge done: 3 moved, 0 skipped"
+        assert c.describe_queue("payments").depth == 0
+        # A refused redrive (into itself) is shown, not thrown.
+        b.find_element(By.ID, "redrive-to").send_keys("payments")
+        b.find_element(By.ID, "redrive-button").click()
+        assert "invalid_input" in _text(b, "#error", "invalid_input")
+    assert (shots / "dead-letters.png").stat().st_size > 5000

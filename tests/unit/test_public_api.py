@@ -27,6 +27,7 @@ PUBLIC = {
     "dynaq.client": [
         "MAX_BATCH",
         "MSGPACK",
+        "Appended",
         "AsyncClient",
         "BatchCompletion",
         "BatchInfo",
@@ -41,11 +42,15 @@ PUBLIC = {
         "PartitionRange",
         "PeekedMessage",
         "Producer",
+        "PublisherLease",
         "QueueInfo",
         "QueueSettings",
         "ReceivedMessage",
         "RetryPolicy",
         "RingMember",
+        "StreamDeclared",
+        "StreamEntry",
+        "StreamInfo",
         "TaskInfo",
     ],
     "dynaq.testing": [

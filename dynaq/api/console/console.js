@@ -6,15 +6,20 @@
 const $ = (sel) => document.querySelector(sel);
 const view = $("#view");
 let timer = null;
+let taskTimer = null;  // polls a purge or redrive task while its queue's page is open
 
 function esc(s) {
   return String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 }
 
-async function api(method, path, body) {
-  const headers = {"Accept": "application/json"};
+function authHeaders(headers) {
   const token = sessionStorage.getItem("dynaq-token");
   if (token) headers["Authorization"] = "Bearer " + token;
+  return headers;
+}
+
+async function api(method, path, body) {
+  const headers = authHeaders({"Accept": "application/json"});
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const r = await fetch(path, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
   const text = await r.text();
@@ -88,16 +93,22 @@ async function queuesView() {
   $("#queues-table").innerHTML = table(["queue", "depth", "in flight", "partitions", "visibility (s)", "drain /s"], rows, "queues");
 }
 
+async function messagesTable(q) {
+  const msgs = decodePage(await api("GET", "/v2/queues/" + q + "/snapshot?limit=50"));
+  return table(["id", "enqueued", "body", "attributes"], msgs.map((m) => [m.id, new Date(m.at).toISOString(),
+    {html: `<span class="body">${esc(m.body)}</span>`}, JSON.stringify(m.attributes)]), "messages");
+}
+
 async function queueView(name) {
   const q = encodeURIComponent(name);
-  const [info, topics] = await Promise.all([api("GET", "/v2/queues/" + q), api("GET", "/v1/topics")]);
+  const [info, topics, sources] = await Promise.all([api("GET", "/v2/queues/" + q), api("GET", "/v1/topics"),
+    api("GET", "/v2/queues/" + q + "/dead_letter_sources")]);
   const subs = [];
   for (const t of topics.topics) {
     const got = await api("GET", "/v1/topics/" + encodeURIComponent(t));
     if (got.Queues.includes(name)) subs.push(t);
   }
-  const page = await api("GET", "/v2/queues/" + q + "/snapshot?limit=50");
-  const msgs = decodePage(page);
+  const messages = await messagesTable(q);
   view.innerHTML = `<h2>Queue <span id="queue-name">${esc(name)}</span></h2>
     <p id="figures">depth <b>${info.depth}</b>, in flight <b>${info.in_flight}</b>, partitions ${info.partitions}</p>
     <form id="settings">
@@ -108,8 +119,8 @@ async function queueView(name) {
       <button id="save">Save settings</button> <span id="saved"></span></form>
     <p id="subscriptions">Subscribed to: ${subs.length ? subs.map(esc).join(", ") : "no topic"}</p>
     <form id="send"><label>Message body<input id="send-body" size="40" required></label><button>Send</button></form>
-    <h2>Messages (peek: no lock, first 50)</h2>` +
-    table(["id", "enqueued", "body", "attributes"], msgs.map((m) => [m.id, new Date(m.at).toISOString(), {html: `<span class="body">${esc(m.body)}</span>`}, JSON.stringify(m.attributes)]), "messages");
+    ${deadLetterSection(info, sources.queues)}
+    <h2>Messages (peek: no lock, first 50)</h2><div id="messages-box">${messages}</div>`;
   $("#settings").onsubmit = async (ev) => {
     ev.preventDefault();
     try {
@@ -118,6 +129,16 @@ async function queueView(name) {
       $("#saved").textContent = "saved";
       showError(null);
     } catch (e) { showError(e); }
+  };
+  $("#redrive").onsubmit = async (ev) => {
+    ev.preventDefault();
+    const body = {};
+    if ($("#redrive-to").value) body.to_queue = $("#redrive-to").value;
+    if ($("#redrive-rate").value) body.max_per_s = Number($("#redrive-rate").value);
+    await startTask(name, "redrive", body, info.depth);
+  };
+  $("#purge").onclick = async () => {
+    if (confirm(`Delete every message of ${name}?`)) await startTask(name, "purge", undefined, info.depth);
   };
   $("#send").onsubmit = async (ev) => {
     ev.preventDefault();
@@ -128,13 +149,63 @@ async function queueView(name) {
   };
 }
 
+function deadLetterSection(info, sources) {
+  const policy = info.redrive_policy;
+  const link = (n) => `<a href="#/queue/${encodeURIComponent(n)}">${esc(n)}</a>`;
+  return `<h2>Dead letters</h2>
+    <p id="dlq-policy">${policy ? `Messages received ${policy.max_receive_count} times go to ${link(policy.dead_letter_queue)}.`
+      : "No dead-letter queue."}</p>
+    <p id="dlq-sources">Dead-letter queue of: ${sources.length ? sources.map(link).join(", ") : "no queue"}</p>
+    <form id="redrive"><label>Redrive to (empty: back where each came from)<input id="redrive-to" size="24"></label>
+      <label>At most (msgs/s)<input id="redrive-rate" type="number" min="1"></label>
+      <button id="redrive-button">Redrive</button> <button type="button" id="purge">Purge</button></form>
+    <p id="task"><progress id="task-bar" hidden></progress> <span id="task-progress"></span></p>`;
+}
+
+async function startTask(name, kind, body, depth) {
+  // Starts the node's background task, then polls it until it ends.
+  try {
+    let t = await api("POST", `/v2/queues/${encodeURIComponent(name)}/${kind}`, body);
+    const bar = $("#task-bar");
+    bar.hidden = false;
+    bar.max = Math.max(depth, 1);
+    const show = () => {
+      bar.value = Math.min(t.moved + t.skipped, bar.max);
+      $("#task-progress").textContent = `${t.kind} ${t.state}: ${t.moved} moved, ${t.skipped} skipped` +
+        (t.to_queue ? ` (to ${t.to_queue})` : "") + (t.error ? ` — ${t.error}` : "");
+    };
+    show();
+    const poll = async () => {
+      try {
+        t = await api("GET", "/v2/tasks/" + t.id);
+        show();
+        if (t.state === "running") { taskTimer = setTimeout(poll, 500); return; }
+        // What the task left: the depth and the stored messages.
+        const q = encodeURIComponent(name);
+        const [i, messages] = await Promise.all([api("GET", "/v2/queues/" + q), messagesTable(q)]);
+        $("#figures b").textContent = String(i.depth);
+        $("#messages-box").innerHTML = messages;
+      } catch (e) { showError(e); }
+    };
+    if (t.state === "running") taskTimer = setTimeout(poll, 300); else await poll();
+  } catch (e) { showError(e); }
+}
+
 async function route() {
   clearInterval(timer);
+  clearTimeout(taskTimer);
+  stopTail();
   showError(null);
   const hash = location.hash || "#/queues";
   try {
     if (hash.startsWith("#/queue/")) {
       await queueView(decodeURIComponent(hash.slice(8)));
+    } else if (hash.startsWith("#/stream/")) {
+      await streamView(decodeURIComponent(hash.slice(9)));
+    } else if (hash === "#/streams") {
+      view.innerHTML = "";
+      await streamsView();
+      timer = setInterval(() => streamsView().catch(showError), 2000);  // live sizes
     } else if (hash === "#/cluster") {
       await clusterView();
     } else {

@@ -1,0 +1,162 @@
+"""The stream methods of :class:`dynaq.client.AsyncClient`: the same as
+:mod:`dynaq.client._streams_sync`, as coroutines, and :meth:`AsyncStreams.follow`
+as an async iterator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import Any, TypeVar
+
+import aiohttp
+
+from dynaq.client import ops_streams
+from dynaq.client.ops import Op
+from dynaq.client.policy import Endpoints
+from dynaq.client.types import Appended, PublisherLease, StreamDeclared, StreamEntry, StreamInfo
+from dynaq.client.wire import parse
+from dynaq.errors import ClientError, Unreachable
+
+T = TypeVar("T")
+
+
+class AsyncStreams:
+    """Mixed into :class:`~dynaq.client.AsyncClient`, which provides the plumbing below."""
+
+    _endpoints: Endpoints
+    scheme: str
+    timeout_s: float
+
+    async def _run(self, op: Op[T]) -> T:
+        raise NotImplementedError  # the client's
+
+    def _http(self) -> aiohttp.ClientSession:
+        raise NotImplementedError  # the client's
+
+    async def list_streams(self) -> list[StreamInfo]:
+        """The streams of the node that answers, with their sizes (no schemas)."""
+        return await self._run(ops_streams.list_streams())
+
+    async def declare_stream(
+        self, stream: str, schema: Mapping[str, Any], order_key: str | None = None
+    ) -> StreamDeclared:
+        """Create ``stream`` with a JSON Schema for its entries (and the entry field
+        that orders it), or extend its schema compatibly; the same schema again is
+        a no-op. An incompatible schema is refused and changes nothing."""
+        return await self._run(ops_streams.declare_stream(stream, schema, order_key))
+
+    async def describe_stream(self, stream: str) -> StreamInfo:
+        """The stream's schema, order key and figures."""
+        return await self._run(ops_streams.describe_stream(stream))
+
+    async def delete_stream(self, stream: str) -> None:
+        """Delete the stream and its files; its listeners are told to stop first."""
+        await self._run(ops_streams.delete_stream(stream))
+
+    async def stream_size(self, stream: str) -> int:
+        """How many entries the stream holds (its next index)."""
+        return await self._run(ops_streams.stream_size(stream))
+
+    async def read_stream(self, stream: str, start: int, count: int) -> list[dict[str, Any]]:
+        """Up to ``count`` entries from index ``start``, as ``{"index", "order", "entry"}``;
+        answers at once with what is there, never waits for more."""
+        return await self._run(ops_streams.read_stream(stream, start, count))
+
+    async def append(
+        self, stream: str, entries: Sequence[Any], *, token: int | None = None
+    ) -> Appended:
+        """Append ``entries`` (in one request: all are written and fsync'd, or none);
+        ``token`` is the publisher lease's, required while a lease is held.
+        Not resent once it may have arrived (it would append twice)."""
+        return await self._run(ops_streams.append(stream, entries, token))
+
+    async def acquire_publisher(self, stream: str, ttl_s: float | None = None) -> PublisherLease:
+        """Take the stream's exclusive publisher lease for ``ttl_s`` (the node's default
+        when ``None``); :class:`~dynaq.errors.PublisherFenced` while another holds it."""
+        return await self._run(ops_streams.acquire_publisher(stream, None, ttl_s))
+
+    async def renew_publisher(
+        self, stream: str, token: int, ttl_s: float | None = None
+    ) -> PublisherLease:
+        """Extend a lease held with ``token``; once it lapsed, this takes a new lease
+        (a new token: appends with the old one are fenced)."""
+        return await self._run(ops_streams.acquire_publisher(stream, token, ttl_s))
+
+    async def release_publisher(self, stream: str, token: int) -> None:
+        """Give the lease up now (unfenced appends are accepted again)."""
+        await self._run(ops_streams.release_publisher(stream, token))
+
+    async def read_range(
+        self,
+        stream: str,
+        start: int | None = None,
+        count: int = 1000,
+        *,
+        tail: int | None = None,
+        since: int | None = None,
+        until: int | None = None,
+    ) -> list[StreamEntry]:
+        """Up to ``count`` durable entries from index ``start`` (or the last ``tail``, or
+        from order key ``since``; default the beginning), none with an order key above
+        ``until``; answers at once with what is there."""
+        return await self._run(ops_streams.read_range(stream, start, count, tail, since, until))
+
+    def follow(
+        self,
+        stream: str,
+        *,
+        start: int | None = None,
+        tail: int | None = None,
+        since: int | None = None,
+        count: int | None = None,
+        until: int | None = None,
+        idle_timeout_s: float | None = None,
+    ) -> AsyncGenerator[StreamEntry, None]:
+        """Entries from ``start`` (or ``tail``, ``since``; default the beginning), then
+        each new one as it becomes durable, in index order, without gaps.
+
+        Ends after ``count`` entries, before one whose order key is above ``until``,
+        when the stream is deleted, or after ``idle_timeout_s`` with no entry (never,
+        when ``None``). A dropped connection raises :class:`~dynaq.errors.Unreachable`:
+        follow again from the last index seen + 1. Closing the iterator (``aclose``) closes
+        the connection (and the node's listener).
+        """
+        path = ops_streams.follow_path(stream, start, tail, since, count, until)
+        return self._follow(self._endpoints.current, path, idle_timeout_s)
+
+    async def _follow(
+        self, addr: str, path: str, idle_timeout_s: float | None
+    ) -> AsyncGenerator[StreamEntry, None]:
+        what = f"GET {path} at {addr}"
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.timeout_s, sock_read=idle_timeout_s
+        )
+        try:
+            resp = await self._http().get(f"{self.scheme}://{addr}{path}", timeout=timeout)
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise ClientError(f"{what}: {exc}") from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise Unreachable(f"{what}: {exc}", sent=False) from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise Unreachable(f"{what}: {exc!r}", sent=True) from exc
+        # The response is never handed back to the pool: it is a live stream, and
+        # closing it is how the node learns that this listener has gone.
+        try:
+            if resp.status >= 300 or resp.status == 204:
+                data = await resp.read()
+                parse(resp.status, resp.headers.get("Content-Type", ""), data, what)
+                return  # 204: nothing to send and nothing to wait for
+            decoder = ops_streams.EntryDecoder()
+            while True:
+                try:
+                    data = await resp.content.readany()
+                except TimeoutError:
+                    return  # idle for idle_timeout_s (aiohttp's read timeout is one)
+                except aiohttp.ClientError as exc:
+                    raise Unreachable(f"{what}: {exc!r}", sent=True) from exc
+                if not data:
+                    return  # the node ended it: a stop condition, or the stream was deleted
+                for entry in decoder.feed(data):
+                    yield entry
+        finally:
+            resp.close()

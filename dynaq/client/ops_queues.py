@@ -1,0 +1,184 @@
+"""Queue and message operations as data (see :mod:`dynaq.client.ops` for the retry rules)."""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from dynaq.client.ops import (
+    JSON,
+    MAX_WAIT_S,
+    Call,
+    Op,
+    chunked,
+    flatten_ids,
+    json_bytes,
+    nothing,
+    quoted,
+    send_messages,
+    single,
+    snapshot_page,
+)
+from dynaq.client.types import (
+    BrowsePage,
+    MessageLike,
+    PeekedMessage,
+    QueueInfo,
+    QueueSettings,
+    ReceivedMessage,
+)
+from dynaq.client.wire import MSGPACK, pack
+
+
+def _nothing_list(_: Any) -> list[Any]:
+    return []  # never called: the call reads with ``read_at``
+
+
+def browse(queue: str, from_id: int, limit: int, node: str | None) -> Op[BrowsePage]:
+    """The snapshot page decoded into messages (it never locks)."""
+
+    def read(page: Any) -> BrowsePage:
+        n = int(page["count"])
+        ids = _ints(page["ids"], n)
+        times = _ints(page["enqueued_ms"], n)
+        offsets = _ints(page["body_offsets"], n + 1, "i") if n else [0]
+        bodies: bytes = page["bodies"]
+        attrs = page.get("attributes") or [None] * n
+        msgs = [
+            PeekedMessage(ids[i], bodies[offsets[i] : offsets[i + 1]], times[i], attrs[i])
+            for i in range(n)
+        ]
+        nxt = page.get("next_from_id")
+        return BrowsePage(msgs, None if nxt is None else int(nxt))
+
+    op = snapshot_page(queue, from_id, (1 << 63) - 1, limit, node)
+    return single(Call(op.calls[0].method, op.calls[0].path, read, node=node))
+
+
+def _ints(buf: bytes, n: int, kind: str = "q") -> list[int]:
+    return list(struct.unpack(f"<{n}{kind}", buf[: n * struct.calcsize(kind)]))
+
+
+# queues ----------------------------------------------------------------------
+
+
+def list_queues() -> Op[list[str]]:
+    return single(Call("GET", "/v1/queues", lambda got: list(got["queues"])))
+
+
+def create_queue(name: str, settings: QueueSettings | None) -> Op[None]:
+    # PUT creates with the node's defaults; the settings follow as a PATCH.
+    calls: list[Call[Any]] = [Call("PUT", f"/v1/queues/{quoted(name)}", nothing)]
+    if settings is not None and settings.patch():
+        calls.append(_patch_call(name, settings))
+    return Op(calls, nothing)
+
+
+def _patch_call(name: str, settings: QueueSettings) -> Call[None]:
+    body = json_bytes(settings.patch())
+    return Call("PATCH", f"/v1/queues/{quoted(name)}", nothing, body, JSON)
+
+
+def configure_queue(name: str, settings: QueueSettings) -> Op[None]:
+    return single(_patch_call(name, settings))
+
+
+def describe_queue(name: str, node: str | None = None) -> Op[QueueInfo]:
+    return single(Call("GET", f"/v2/queues/{quoted(name)}", QueueInfo.from_wire, node=node))
+
+
+def delete_queue(name: str) -> Op[None]:
+    return single(Call("DELETE", f"/v1/queues/{quoted(name)}", nothing))
+
+
+# messages --------------------------------------------------------------------
+
+
+def enqueue(queue: str, messages: Sequence[MessageLike]) -> Op[list[int]]:
+    return send_messages(f"/v2/queues/{quoted(queue)}/messages", messages, flatten_ids)
+
+
+def receive(
+    queue: str,
+    max_messages: int,
+    visibility_timeout_s: float | None,
+    wait_time_s: float | None,
+    node: str | None,
+) -> Op[list[ReceivedMessage]]:
+    body: dict[str, Any] = {"max_messages": max_messages}
+    if visibility_timeout_s is not None:
+        body["visibility_timeout_s"] = visibility_timeout_s
+    if wait_time_s:
+        body["wait_time_s"] = min(wait_time_s, MAX_WAIT_S)
+
+    def read(got: Any, addr: str) -> list[ReceivedMessage]:
+        from_wire = ReceivedMessage.from_wire
+        return [from_wire(m, addr) for m in got["messages"]]
+
+    path = f"/v2/queues/{quoted(queue)}/messages/receive"
+    call: Call[list[ReceivedMessage]] = Call(
+        "POST",
+        path,
+        _nothing_list,
+        pack(body),
+        MSGPACK,
+        node=node,
+        extra_timeout_s=wait_time_s or 0,
+        read_at=read,
+    )
+    return single(call)
+
+
+def delete(queue: str, ids: Sequence[int], node: str | None = None) -> Op[int]:
+    path = f"/v2/queues/{quoted(queue)}/messages/delete"
+    calls = [
+        Call(
+            "POST",
+            path,
+            lambda got: int(got["deleted"]),
+            pack({"ids": list(c)}),
+            MSGPACK,
+            node=node,
+        )
+        for c in chunked(ids)
+    ]
+    return Op(calls, sum)
+
+
+def change_visibility(
+    queue: str, ids: Sequence[int], visibility_timeout_s: float, node: str | None
+) -> Op[list[int]]:
+    path = f"/v2/queues/{quoted(queue)}/messages/visibility"
+    calls = [
+        Call(
+            "POST",
+            path,
+            lambda got: [int(i) for i in got["changed"]],
+            pack({"ids": list(c), "visibility_timeout_s": visibility_timeout_s}),
+            MSGPACK,
+            node=node,
+        )
+        for c in chunked(ids)
+    ]
+    return Op(calls, lambda results: [i for r in results for i in r])
+
+
+def peek(queue: str, ids: Sequence[int]) -> Op[list[PeekedMessage]]:
+    """v1's peek by ids: bodies only (no lock)."""
+
+    def read(got: Any) -> list[PeekedMessage]:
+        out = []
+        for m in got["messages"]:
+            raw = m["body"]
+            body = base64.b64decode(raw) if m.get("encoding") == "base64" else raw.encode()
+            out.append(PeekedMessage(int(m["id"]), body))
+        return out
+
+    calls = [
+        Call("GET", f"/v1/queues/{quoted(queue)}/message/{'%20'.join(str(i) for i in c)}", read)
+        for c in chunked(ids)
+        if c
+    ]
+    return Op(calls, lambda results: [m for r in results for m in r])

@@ -1,0 +1,48 @@
+"""Topic operations as data: topics, subscriptions, publishing (see :mod:`dynaq.client.ops`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dynaq.client.ops import Call, Op, nothing, quoted, send_messages, single
+from dynaq.client.types import MessageLike
+
+# topics ----------------------------------------------------------------------
+
+
+def list_topics() -> Op[list[str]]:
+    return single(Call("GET", "/v1/topics", lambda got: list(got["topics"])))
+
+
+def create_topic(name: str) -> Op[None]:
+    return single(Call("PUT", f"/v1/topics/{quoted(name)}", nothing))
+
+
+def topic_queues(name: str) -> Op[list[str]]:
+    return single(Call("GET", f"/v1/topics/{quoted(name)}", lambda got: list(got["Queues"])))
+
+
+def delete_topic(name: str) -> Op[None]:
+    return single(Call("DELETE", f"/v1/topics/{quoted(name)}", nothing))
+
+
+def subscribe(topic: str, queue: str) -> Op[list[str]]:
+    path = f"/v1/topics/{quoted(topic)}/queues/{quoted(queue)}"
+    return single(Call("PUT", path, lambda got: list(got["Queues"])))
+
+
+def unsubscribe(topic: str, queue: str) -> Op[list[str]]:
+    path = f"/v1/topics/{quoted(topic)}/queues/{quoted(queue)}"
+    return single(Call("DELETE", path, lambda got: list(got["Queues"])))
+
+
+def publish(topic: str, messages: Sequence[MessageLike]) -> Op[dict[str, list[int]]]:
+    def merge(results: list[Any]) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for got in results:
+            for q, ids in got.items():
+                out.setdefault(q, []).extend(int(i) for i in ids)
+        return out
+
+    return send_messages(f"/v2/topics/{quoted(topic)}/messages", messages, merge)
