@@ -29,12 +29,14 @@ codes.
     │   ├── BatchClosed         409  items added to a closed batch (inherits ``retriable``)
     │   ├── OrderKeyDecreased   409  a stream entry's order key is below its predecessor's
     │   ├── SchemaConflict      409  a stream re-declared with an incompatible schema
-    │   └── PublisherFenced     409  a stream's publisher lease is held by another token
+    │   ├── PublisherFenced     409  a stream's publisher lease is held by another token
+    │   └── ReplicaOutOfStep    409  a stream's copy sent entries for an index it is not at
     ├── ClusterFull             503  every writer slot is held by a live node
     ├── SlotLost                503  another node took this node's writer slot: stop
     ├── NotServing              503  this node is starting or draining: retry (elsewhere)
     ├── StreamUnavailable       503  a stream refuses to open (signature mismatch) or
     │   │                            is being deleted
+    │   ├── ReplicationTimeout  503  durable on the authority, not yet on a quorum of copies
     │   └── StreamDeleting      503  deletion waits for its listeners to finish
     ├── StorageError            503  the store failed; ``retriable`` says whether to retry
     │   ├── StorageUnavailable  503
@@ -259,6 +261,21 @@ class StreamUnavailable(DynaqError):
     code = "stream_unavailable"
 
 
+class ReplicationTimeout(StreamUnavailable):
+    """The append is durable on the stream's authority but fewer copies than a quorum
+    confirmed it in time: it may be lost if the authority dies now. Retrying may
+    append it twice."""
+
+    code = "replication_timeout"
+
+
+class ReplicaOutOfStep(Conflict):
+    """A stream's copy was sent entries for an index it is not at (it catches up again
+    from its own size)."""
+
+    code = "replica_out_of_step"
+
+
 class StreamDeleting(StreamUnavailable):
     """The stream is being deleted: deletion waits for its listeners to finish."""
 
@@ -388,6 +405,8 @@ __all__ = [
     "PayloadTooLarge",
     "PublisherFenced",
     "QueueNotFound",
+    "ReplicaOutOfStep",
+    "ReplicationTimeout",
     "RequestTimeout",
     "SchemaConflict",
     "ServerUnavailable",

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from dynaq.api import batches as batch_routes
-from dynaq.api import bulk, console, internal, openapi, queue_tasks, v1, v2
+from dynaq.api import bulk, console, internal, openapi, queue_tasks, stream_copies, v1, v2
 from dynaq.api import streams as stream_routes
 from dynaq.api.auth import ACCESS, auth_middleware
 from dynaq.api.aws import sqs_messages, sqs_queues  # noqa: F401  (they register the actions)
@@ -16,7 +16,7 @@ from dynaq.api.aws.sqs import SQS, SqsSettings
 from dynaq.api.batches import BATCHES
 from dynaq.api.codec import BODY_TIMEOUT, json_response
 from dynaq.api.internal import PEER_VERIFIER, peer_auth_middleware
-from dynaq.api.keys import CATALOG, METRICS, NODE_STATE, QUEUES, TOPICS, VIEW
+from dynaq.api.keys import CATALOG, METRICS, NODE_STATE, QUEUES, STREAMS, TOPICS, VIEW
 from dynaq.api.middleware import errors_middleware, serve_metrics, timing_middleware
 from dynaq.api.openapi import OPENAPI, OPENAPI_PATH, SpecLimits, build_spec
 from dynaq.core.access import AccessPolicy
@@ -75,7 +75,7 @@ def build_app(
     app[NODE_STATE] = state
     app[BATCHES] = batches
     if streams is not None:
-        app[stream_routes.STREAMS] = streams
+        app[STREAMS] = streams
     app[OPENAPI] = build_spec(
         SpecLimits(
             max_batch=queues.limits.max_batch,
@@ -94,6 +94,7 @@ def build_app(
     app.router.add_routes(bulk.routes)
     if streams is not None:
         app.router.add_routes(stream_routes.routes)
+        app.router.add_routes(stream_copies.routes)
     app.router.add_routes(queue_tasks.routes)
     app.router.add_routes(console.routes)
     if sqs is not None:

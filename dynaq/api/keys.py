@@ -11,6 +11,7 @@ from dynaq.metrics import Telemetry
 from dynaq.services.catalog import Catalog
 from dynaq.services.queues import QueueService
 from dynaq.services.topics import TopicService
+from dynaq.streams import StreamService
 
 CATALOG = web.AppKey("catalog", Catalog)
 QUEUES = web.AppKey("queues", QueueService)
@@ -18,3 +19,4 @@ TOPICS = web.AppKey("topics", TopicService)
 VIEW = web.AppKey("view", MembershipView)
 NODE_STATE: web.AppKey[Callable[[], str]] = web.AppKey("node_state")
 METRICS = web.AppKey("metrics", Telemetry)
+STREAMS = web.AppKey("streams", StreamService)

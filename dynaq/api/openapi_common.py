@@ -167,7 +167,14 @@ _ERRORS: dict[int, tuple[str, str, tuple[str, ...]]] = {
         "Conflict",
         "A concurrent update won (retry), a closed batch, a queue name deleted moments ago, "
         "a stream order key that decreases, an incompatible stream schema, or a fenced publisher.",
-        ("conflict", "batch_closed", "order_key_decreased", "schema_conflict", "publisher_fenced"),
+        (
+            "conflict",
+            "batch_closed",
+            "order_key_decreased",
+            "schema_conflict",
+            "publisher_fenced",
+            "replica_out_of_step",
+        ),
     ),
     413: (
         "PayloadTooLarge",
@@ -198,6 +205,7 @@ _ERRORS: dict[int, tuple[str, str, tuple[str, ...]]] = {
             "writer_slot_lost",
             "stream_unavailable",
             "stream_deleting",
+            "replication_timeout",
         ),
     ),
 }

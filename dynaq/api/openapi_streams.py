@@ -14,6 +14,7 @@ from dynaq.api.openapi_common import (
     response,
 )
 from dynaq.api.streams import MAX_ENTRIES, MAX_INDEX, MAX_LEASE_S, MIN_LEASE_S
+from dynaq.core.stream_copies import DECLARED_PATH, FOLLOW_PATH, REPORT_PATH
 
 TAG = "streams"
 NAME = path_param("name", ref("Name"), "A stream's name.")
@@ -89,6 +90,12 @@ def paths() -> Obj:
         node={
             "type": "string",
             "description": "In a ring: the node that serves the stream (its authority).",
+        },
+        copies={
+            "type": "object",
+            "additionalProperties": {"type": "integer", "minimum": 0},
+            "description": "In a ring: each follower's copy, by node, with the size it last "
+            "reported (fsync'd).",
         },
     )
     declared = _obj(
@@ -281,4 +288,49 @@ def paths() -> Obj:
                 parameters=[NAME, path_param("id", {"type": "string"}, "A subscription id.")],
             )
         },
+        **_copy_paths(),
+    }
+
+
+def _copy_paths() -> Obj:
+    """The node-to-node routes of stream copies (:mod:`dynaq.core.stream_copies`)."""
+    answer = {"application/msgpack": {"schema": {"type": "object"}}}
+    name = {"type": "string"}
+
+    def internal(op_id: str, summary: str, ok: str, required: list[str], **props: Obj) -> Obj:
+        return {
+            "post": operation(
+                op_id,
+                summary + " (node to node only)",
+                "internal",
+                {"200": {"description": ok, "content": answer}, **errors(404, 413, 422, 503)},
+                body=body(msgpack={"type": "object", "required": required, "properties": props}),
+            )
+        }
+
+    return {
+        DECLARED_PATH: internal(
+            "internalStreamDeclared",
+            "A stream's declaration, for a follower",
+            "schema, order_key, signature.",
+            ["stream"],
+            stream=name,
+        ),
+        FOLLOW_PATH: internal(
+            "internalStreamFollow",
+            "A stream's entries from an index on, then live, for a follower",
+            "A chunked sequence of {index, order, entry} maps.",
+            ["stream", "start"],
+            stream=name,
+            start=_INDEX,
+        ),
+        REPORT_PATH: internal(
+            "internalStreamReport",
+            "A follower reports the size of its copy (fsync'd)",
+            "ok.",
+            ["stream", "node", "size"],
+            stream=name,
+            node=name,
+            size=_INDEX,
+        ),
     }

@@ -15,12 +15,13 @@ from typing import Any
 from aiohttp import web
 
 from dynaq.api.codec import json_response, read_body, read_raw, sends_msgpack
+from dynaq.api.keys import STREAMS
 from dynaq.api.params import body_object, is_decimal
+from dynaq.api.stream_copies import COPIES, copies_timeout
 from dynaq.api.stream_proxy import FORWARDED_HEADER, StreamForwarder
 from dynaq.errors import InvalidInput
 from dynaq.streams import CONTENT_TYPES, FORMATS, Chunk, Start, Stops, StreamService
 
-STREAMS = web.AppKey("streams", StreamService)
 FORWARDER = web.AppKey("stream_forwarder", StreamForwarder)
 """Present in a ring: requests for a stream another node serves go there."""
 TOKEN_HEADER = "X-Publisher-Token"
@@ -118,8 +119,12 @@ def _token(request: web.Request) -> int | None:
 async def list_streams(request: web.Request) -> web.Response:
     """Every stream of the ring (each node lists its own; this one asks the others)."""
     svc = _service(request)
+    fwd = request.app.get(FORWARDER)
+    copies = request.app.get(COPIES)
     out: list[dict[str, Any]] = []
     for name in svc.names():
+        if fwd is not None and await fwd.authority.node_of(name) not in (fwd.authority.me, None):
+            continue  # a copy of another node's stream: that node lists it
         info = svc.info(name)
         out.append(
             {
@@ -131,7 +136,8 @@ async def list_streams(request: web.Request) -> web.Response:
                 "fsyncs": info.fsyncs,
             }
         )
-    fwd = request.app.get(FORWARDER)
+        if copies is not None:
+            out[-1]["copies"] = copies.sizes(name)
     if fwd is None or FORWARDED_HEADER in request.headers:
         return json_response({"streams": out})
     node = fwd.authority.me
@@ -217,6 +223,9 @@ async def append(request: web.Request) -> web.StreamResponse:
         for i, entry in enumerate(entries):
             _check_finite(entry, f"entries[{i}]")
     staged = await svc.append(name, entries, token)
+    copies = request.app.get(COPIES)
+    if copies is not None:  # a ring: acknowledged once a quorum of the copies hold it
+        await copies.wait(name, staged.first_index + staged.count, copies_timeout(request))
     return json_response({"first_index": staged.first_index, "count": staged.count})
 
 

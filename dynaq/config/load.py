@@ -162,6 +162,8 @@ _RANGES: dict[str, tuple[float, float]] = {
     "streams.read_threads": (1, 256),
     "streams.listen_chunk_bytes": (1024, 64 * 1024 * 1024),
     "streams.listen_idle_check_s": (0.01, 3_600),
+    "streams.replicas": (1, 9),
+    "streams.quorum_timeout_s": (0.01, 600),
     "stats.flush_interval_s": (0.01, 3_600),
     "outbox.max_in_flight": (1, 1_000_000),
     "outbox.mark_batch": (1, 100_000),
@@ -193,6 +195,10 @@ def check_ranges(config: Config) -> None:
             lo, hi = _RANGES.get(where, (0, float("inf")))
             if not lo <= value <= hi:
                 raise InvalidInput(f"setting {where} must be in {lo:g}..{hi:g}, got {value}")
+    if config.streams.acks not in ("quorum", "leader"):
+        raise InvalidInput(
+            f"setting streams.acks must be quorum or leader, got {config.streams.acks!r}"
+        )
     for listener in (*config.riak.http, *config.riak.pb):
         _, sep, port = listener.rpartition(":")
         if not sep or not port.isdecimal() or int(port) > 65_535:

@@ -206,6 +206,14 @@ class StreamsConfig:
     """A listener reads (and writes to its response) at most about this much at a time."""
     listen_idle_check_s: float = 5.0
     """A caught-up listener checks this often whether its client is still connected."""
+    replicas: int = 3
+    """In a ring: copies of each stream, its authority's included (fewer when the ring is
+    smaller)."""
+    acks: str = "quorum"
+    """When an append is acknowledged in a ring: ``quorum`` (a majority of the copies have
+    it fsync'd) or ``leader`` (the authority's fsync alone)."""
+    quorum_timeout_s: float = 5.0
+    """How long an append waits for its quorum before answering 503 ``replication_timeout``."""
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,12 @@ from aiohttp import web
 
 from dynaq.api import streams as stream_routes
 from dynaq.api.app import build_app
+from dynaq.api.stream_copies import COPIES, QUORUM_TIMEOUT
 from dynaq.api.stream_proxy import StreamForwarder
 from dynaq.api.tls import peer_ssl_context, server_ssl_context
 from dynaq.clock import Clock, SystemClock
 from dynaq.cluster.hints import HttpPeerHints, hand_over
+from dynaq.cluster.stream_link import HttpAuthorityLink
 from dynaq.config import Config
 from dynaq.core.access import access_policy
 from dynaq.core.ids import IdGenerator
@@ -50,6 +52,7 @@ from dynaq.services.topics import TopicService
 from dynaq.storage.base import Store
 from dynaq.storage.embedded import LmdbStore
 from dynaq.streams.authority import StreamAuthority
+from dynaq.streams.replicas import CopySizes, Followers
 from dynaq.tasks import cancel_and_wait, every
 
 if TYPE_CHECKING:
@@ -157,11 +160,22 @@ class Node:
         # In a ring each stream is served by one node, recorded in the store; the
         # others forward its requests there.
         self.stream_forwarder: StreamForwarder | None = None
+        self.stream_link: HttpAuthorityLink | None = None
+        self.stream_followers: Followers | None = None
         if gossip_enabled(config):
-            self.stream_forwarder = StreamForwarder(
-                StreamAuthority(self.store, self.view, self.clock), self.peer_ssl
-            )
+            authority = StreamAuthority(self.store, self.view, self.clock)
+            self.stream_forwarder = StreamForwarder(authority, self.peer_ssl)
             self.app[stream_routes.FORWARDER] = self.stream_forwarder
+            sc = config.streams
+            self.app[COPIES] = CopySizes(self.view, self.clock, sc.replicas, sc.acks == "quorum")
+            self.app[QUORUM_TIMEOUT] = sc.quorum_timeout_s
+            if self.peer_auth is not None:
+                self.stream_link = HttpAuthorityLink(
+                    self.peer_auth[0], self.view.me.name, self.peer_ssl
+                )
+                self.stream_followers = Followers(
+                    self.streams, authority, self.stream_link, self.view, self.clock, sc.replicas
+                )
         # The outbox relay is imported only when configured: it needs asyncpg.
         self.outbox: OutboxRelay | None = None
         if config.outbox.enabled:
@@ -235,6 +249,10 @@ class Node:
             self.config.sync.interval_s, self.catalog.reload, clock=self.clock, what="config sync"
         )
         self._tasks.append(asyncio.create_task(sync, name="config-sync"))
+        if self.stream_followers is not None:
+            # Copies of the streams other nodes serve, kept by listening to them.
+            copies = self.stream_followers.run()
+            self._tasks.append(asyncio.create_task(copies, name="stream-copies"))
         self.state = "serving"
         log.info(
             "node serving",
@@ -274,6 +292,8 @@ class Node:
         for task in self._tasks:
             await cancel_and_wait(task)
         self._tasks.clear()
+        if self.stream_link is not None:
+            await self.stream_link.close()
         if self.hints is not None:
             await self.hints.stop()
         if self.writer_slots is not None:

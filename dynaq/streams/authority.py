@@ -26,7 +26,7 @@ from dynaq.clock import Clock
 from dynaq.core.ids import LANES
 from dynaq.core.membership import Member, MembershipView
 from dynaq.errors import StreamUnavailable
-from dynaq.storage.base import Store
+from dynaq.storage.base import Store, prefix_end
 
 RECORD_PREFIX = b"c/s/"
 """Authority records: ``c/s/<name>`` → ``{"node": name}`` (JSON)."""
@@ -97,6 +97,11 @@ class StreamAuthority:
             f"stream {name!r} is served by node {node!r}, which is not in the ring now; "
             "retry when it is back"
         )
+
+    async def all(self) -> dict[str, str]:
+        """Every recorded stream and the node that serves it."""
+        rows = await self._store.scan(RECORD_PREFIX, prefix_end(RECORD_PREFIX), 100_000)
+        return {k[len(RECORD_PREFIX) :].decode(): str(json.loads(v)["node"]) for k, v in rows}
 
     async def record(self, name: str, node: str) -> None:
         await self._store.put(record_key(name), json.dumps({"node": node}).encode())

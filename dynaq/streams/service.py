@@ -40,6 +40,7 @@ from dynaq.errors import (
     InvalidInput,
     InvalidName,
     PublisherFenced,
+    ReplicaOutOfStep,
     StorageError,
     StreamDeleting,
     StreamNotFound,
@@ -74,6 +75,8 @@ class _Append:
     entries: list[Any]
     token: int | None
     future: asyncio.Future[Staged]
+    expect: int | None = None
+    """A replica's append: the index its first entry must get (no lease applies)."""
 
 
 @dataclass(frozen=True)
@@ -252,6 +255,17 @@ class StreamService:
         self._wake.set()
         return await future
 
+    async def replicate(self, name: str, first_index: int, entries: list[Any]) -> Staged:
+        """Append entries copied from the stream's authority at exactly ``first_index``
+        (durable before it returns, like :meth:`append`); :class:`ReplicaOutOfStep` if
+        this copy's size is not ``first_index``. Entries are validated again: a copy
+        never holds what its schema refuses."""
+        stream, _ = self._get(name)
+        future: asyncio.Future[Staged] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Append(stream, entries, None, future, expect=first_index))
+        self._wake.set()
+        return await future
+
     def _check_publisher(self, rt: _Runtime, token: int | None) -> None:
         rt.lease.check(token, self.clock.monotonic())
 
@@ -270,7 +284,8 @@ class StreamService:
                 try:
                     if rt is None or job.stream.name not in self._streams:
                         raise StreamNotFound(f"stream {job.stream.name!r} was deleted")
-                    self._check_publisher(rt, job.token)
+                    if job.expect is None:
+                        self._check_publisher(rt, job.token)
                     checked.append(job)
                 except DynaqError as exc:
                     if not job.future.done():
@@ -295,6 +310,7 @@ class StreamService:
         results: list[Staged | BaseException] = []
         for job in jobs:
             try:
+                _check_step(job)
                 results.append(job.stream.io_stage(job.entries, now_ms))
             except DynaqError as exc:
                 results.append(exc)
@@ -372,3 +388,12 @@ class StreamService:
     ) -> AsyncGenerator[Chunk, None]:
         """``sub``'s chunks (see :func:`~dynaq.streams.subscriptions.follow`)."""
         return follow(sub, self._read, self.clock, nowait, alive, self.config.listen_idle_check_s)
+
+
+def _check_step(job: _Append) -> None:
+    """A replica's entries must start where its copy ends (I/O thread)."""
+    if job.expect is not None and job.expect != job.stream.next_index:
+        raise ReplicaOutOfStep(
+            f"stream {job.stream.name!r}: this copy holds {job.stream.next_index} "
+            f"entries, not {job.expect}"
+        )

@@ -211,6 +211,11 @@ class Stream:
 
     # -- appending --------------------------------------------------------------
 
+    @property
+    def next_index(self) -> int:
+        """The index the next staged entry gets (I/O thread)."""
+        return self._next
+
     def io_stage(self, entries: list[Any], now_ms: int) -> Staged:
         """Validate ``entries`` and write them (not yet fsync'd). All or none: a bad
         entry raises before anything is written."""

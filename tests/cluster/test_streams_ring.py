@@ -32,6 +32,17 @@ async def _append(s: aiohttp.ClientSession, url: str, ns: list[int], **kw: Any) 
     )
 
 
+async def _copies(s: aiohttp.ClientSession, url: str, stream: str, size: int) -> dict[str, int]:
+    """The followers' sizes of ``stream`` once each reports ``size`` (or after 15 s)."""
+    deadline = time.monotonic() + 15
+    while True:
+        _, listed = await _json(s, "GET", f"{url}/v2/streams")
+        copies = next(e["copies"] for e in listed["streams"] if e["name"] == stream)
+        if all(v == size for v in copies.values()) or time.monotonic() > deadline:
+            return dict(copies)
+        await asyncio.sleep(0.2)
+
+
 async def _listen_until(s: aiohttp.ClientSession, url: str, count: int, appended: Any) -> list[int]:
     """Follow the stream live through ``url`` from index 0 until ``count`` entries came
     (``appended()`` runs once the replay is read: entries appended while following)."""
@@ -75,6 +86,9 @@ async def test_every_node_serves_a_stream_that_lives_on_one(
             assert status == 200 and out == {"first_index": i, "count": 1}, out
         status, err = await _append(s, others[0].url, [0])
         assert status == 409 and err["code"] == "order_key_decreased", err  # the authority's rule
+        # Both other nodes hold a copy (replicas = 3), and report it whole; with
+        # acks = quorum every acknowledged append was on one of them already.
+        assert await _copies(s, lb.url, "events", 3) == {n.name: 3 for n in others}
 
         async def more() -> None:
             assert (await _append(s, others[1].url, [3, 4]))[0] == 200

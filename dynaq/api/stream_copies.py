@@ -1,0 +1,98 @@
+"""The authority's side of stream copies: the signed node-to-node routes a follower
+uses (:mod:`dynaq.core.stream_copies`), and the quorum wait of an append."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+from aiohttp import web
+
+from dynaq.api.codec import read_raw
+from dynaq.api.keys import STREAMS
+from dynaq.core.stream_copies import DECLARED_PATH, FOLLOW_PATH, REPORT_PATH
+from dynaq.errors import InvalidInput
+from dynaq.streams import Start, Stops, StreamService
+from dynaq.streams.replicas import CopySizes
+
+COPIES = web.AppKey("stream_copies", CopySizes)
+"""Present in a ring: followers' reported sizes and the quorum an append waits for."""
+QUORUM_TIMEOUT: web.AppKey[float] = web.AppKey("stream_quorum_timeout_s")
+
+
+def copies_timeout(request: web.Request) -> float:
+    """How long an append waits for its quorum (``streams.quorum_timeout_s``)."""
+    return request.app.get(QUORUM_TIMEOUT, 5.0)
+
+
+routes = web.RouteTableDef()
+_MSGPACK = "application/msgpack"
+
+
+def _body(raw: bytes, *fields: str) -> dict[str, Any]:
+    try:
+        body = msgpack.unpackb(raw)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise InvalidInput(f"malformed stream copy request: {exc}") from None
+    if not isinstance(body, dict) or any(f not in body for f in fields):
+        raise InvalidInput(f"malformed stream copy request: expected a map with {fields}")
+    return body
+
+
+def _streams(request: web.Request) -> StreamService:
+    return request.app[STREAMS]
+
+
+@routes.post(DECLARED_PATH)
+async def declared(request: web.Request) -> web.Response:
+    body = _body(await read_raw(request), "stream")
+    info = _streams(request).info(str(body["stream"]))
+    answer = {"schema": info.schema, "order_key": info.order_key, "signature": info.signature}
+    return web.Response(body=msgpack.packb(answer), content_type=_MSGPACK)
+
+
+@routes.post(REPORT_PATH)
+async def report(request: web.Request) -> web.Response:
+    body = _body(await read_raw(request), "stream", "node", "size")
+    try:
+        stream, node, size = str(body["stream"]), str(body["node"]), int(body["size"])
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"malformed stream copy report: {exc}") from None
+    copies = request.app.get(COPIES)
+    if copies is not None:
+        copies.reported(stream, node, size)
+    return web.Response(body=msgpack.packb({"ok": True}), content_type=_MSGPACK)
+
+
+@routes.post(FOLLOW_PATH)
+async def follow(request: web.Request) -> web.StreamResponse:
+    """The entries from ``start`` on, then live, until the follower goes away, the
+    stream is deleted or this node stops."""
+    body = _body(await read_raw(request), "stream", "start")
+    try:
+        stream, start = str(body["stream"]), int(body["start"])
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"malformed follow request: {exc}") from None
+    svc = _streams(request)
+    sub = svc.subscribe(stream, Start(i=start), Stops(None, None, None), "msgpack")
+
+    def alive() -> bool:
+        transport = request.transport
+        return transport is not None and not transport.is_closing()
+
+    chunks = svc.chunks(sub, False, alive)
+    try:
+        resp = web.StreamResponse()
+        resp.content_type = _MSGPACK
+        resp.enable_chunked_encoding()
+        try:
+            await resp.prepare(request)
+            async for chunk in chunks:
+                await resp.write(chunk.data)
+            await resp.write_eof()
+        except ConnectionError:
+            pass  # the follower went away; it comes back from its size
+        return resp
+    finally:
+        await chunks.aclose()
+        svc.unsubscribe(sub)
