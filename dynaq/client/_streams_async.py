@@ -149,7 +149,10 @@ class AsyncStreams:
                     failed_at, retries, plan.opened = None, 0, False
                 now = time.monotonic()
                 failed_at = now if failed_at is None else failed_at
-                if not exc.retriable or now - failed_at > self._retry.deadline_s:
+                p = self._retry
+                if not exc.retriable or plan.gives_up(
+                    retries, p.attempts, now - failed_at, p.deadline_s
+                ):
                     raise
                 if plan.complete:
                     return
@@ -181,7 +184,7 @@ class AsyncStreams:
                 data = await resp.read()
                 parse(resp.status, resp.headers.get("Content-Type", ""), data, what)
                 return  # 204: nothing to send and nothing to wait for
-            plan.opened = True
+            plan.opened = plan.ever_opened = True
             decoder = ops_streams.EntryDecoder()
             while True:
                 try:

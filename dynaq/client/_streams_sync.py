@@ -147,7 +147,10 @@ class SyncStreams:
                     failed_at, retries, plan.opened = None, 0, False
                 now = time.monotonic()
                 failed_at = now if failed_at is None else failed_at
-                if not exc.retriable or now - failed_at > self._retry.deadline_s:
+                p = self._retry
+                if not exc.retriable or plan.gives_up(
+                    retries, p.attempts, now - failed_at, p.deadline_s
+                ):
                     raise
                 if plan.complete:
                     return
@@ -182,7 +185,7 @@ class SyncStreams:
             if resp.status >= 300 or resp.status == 204:
                 parse(resp.status, resp.getheader("Content-Type", ""), resp.read(), what)
                 return  # 204: nothing to send and nothing to wait for
-            plan.opened = True
+            plan.opened = plan.ever_opened = True
             if conn.sock is not None:
                 conn.sock.settimeout(idle_timeout_s)
             decoder = ops_streams.EntryDecoder()

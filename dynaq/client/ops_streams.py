@@ -205,6 +205,12 @@ class FollowPlan:
     seen: int = 0
     opened: bool = False
     """Set when an attempt got its answer: a later drop starts a new retry window."""
+    ever_opened: bool = False
+    """Until then, a follow gives up after the retry policy's ``attempts`` (a wrong
+    endpoint fails fast); after, it waits out a restart up to ``deadline_s``."""
+
+    def gives_up(self, retries: int, attempts: int, waited_s: float, deadline_s: float) -> bool:
+        return waited_s > deadline_s or (not self.ever_opened and retries + 1 >= attempts)
 
     @property
     def complete(self) -> bool:
