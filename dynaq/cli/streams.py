@@ -20,7 +20,7 @@ from typing import Any
 
 from dynaq.cli.admin import common
 from dynaq.cli.output import OK, emit_json, pairs, table
-from dynaq.client import Client, StreamEntry
+from dynaq.client import Client, StreamEntry, StreamInfo
 
 PAGE = 1000
 """Entries per request when ``cat`` walks a range."""
@@ -97,7 +97,7 @@ def list_streams(args: argparse.Namespace, c: Client) -> int:
     return OK
 
 
-def _info(s: Any) -> dict[str, Any]:
+def _info(s: StreamInfo) -> dict[str, Any]:
     out = asdict(s)
     if out.get("schema") is None:
         out.pop("schema", None)

@@ -5,6 +5,9 @@ as an async iterator.
 
 from __future__ import annotations
 
+import asyncio
+import random
+import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -12,10 +15,10 @@ import aiohttp
 
 from dynaq.client import ops_streams
 from dynaq.client.ops import Op
-from dynaq.client.policy import Endpoints
+from dynaq.client.policy import Endpoints, RetryPolicy
 from dynaq.client.types import Appended, PublisherLease, StreamDeclared, StreamEntry, StreamInfo
 from dynaq.client.wire import parse
-from dynaq.errors import ClientError, Unreachable
+from dynaq.errors import ClientError, DynaqError, Unreachable
 
 T = TypeVar("T")
 
@@ -24,6 +27,8 @@ class AsyncStreams:
     """Mixed into :class:`~dynaq.client.AsyncClient`, which provides the plumbing below."""
 
     _endpoints: Endpoints
+    _retry: RetryPolicy
+    _rng: random.Random
     scheme: str
     timeout_s: float
 
@@ -117,16 +122,49 @@ class AsyncStreams:
 
         Ends after ``count`` entries, before one whose order key is above ``until``,
         when the stream is deleted, or after ``idle_timeout_s`` with no entry (never,
-        when ``None``). A dropped connection raises :class:`~dynaq.errors.Unreachable`:
-        follow again from the last index seen + 1. Closing the iterator (``aclose``) closes
-        the connection (and the node's listener).
+        when ``None``). A dropped connection, a node restarting or a proxy's idle
+        timeout is followed again from the entry after the last one yielded (none
+        lost, none repeated), with backoff, for up to the retry policy's
+        ``deadline_s``; then the error is raised. Closing the iterator (``aclose``) closes the
+        connection (and the node's listener).
         """
-        path = ops_streams.follow_path(stream, start, tail, since, count, until)
-        return self._follow(self._endpoints.current, path, idle_timeout_s)
+        plan = ops_streams.FollowPlan(stream, start, tail, since, count, until)
+        plan.path()  # bad arguments raise here, not at the first entry
+        return self._follow(self._endpoints.current, plan, idle_timeout_s)
 
     async def _follow(
-        self, addr: str, path: str, idle_timeout_s: float | None
+        self, addr: str, plan: ops_streams.FollowPlan, idle_timeout_s: float | None
     ) -> AsyncGenerator[StreamEntry, None]:
+        failed_at: float | None = None
+        retries = 0
+        while True:
+            listener = self._listen(addr, plan, idle_timeout_s)
+            try:
+                async for entry in listener:
+                    plan.saw(entry)
+                    yield entry
+                return
+            except DynaqError as exc:
+                if plan.opened:  # it had been answering: a new failure, a new window
+                    failed_at, retries, plan.opened = None, 0, False
+                now = time.monotonic()
+                failed_at = now if failed_at is None else failed_at
+                p = self._retry
+                if not exc.retriable or plan.gives_up(
+                    retries, p.attempts, now - failed_at, p.deadline_s
+                ):
+                    raise
+                if plan.complete:
+                    return
+                await asyncio.sleep(self._retry.delay_s(min(retries, 8), self._rng))
+                retries += 1
+            finally:
+                await listener.aclose()  # its response closed now, not when collected
+
+    async def _listen(
+        self, addr: str, plan: ops_streams.FollowPlan, idle_timeout_s: float | None
+    ) -> AsyncGenerator[StreamEntry, None]:
+        path = plan.path()
         what = f"GET {path} at {addr}"
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self.timeout_s, sock_read=idle_timeout_s
@@ -146,6 +184,7 @@ class AsyncStreams:
                 data = await resp.read()
                 parse(resp.status, resp.headers.get("Content-Type", ""), data, what)
                 return  # 204: nothing to send and nothing to wait for
+            plan.opened = plan.ever_opened = True
             decoder = ops_streams.EntryDecoder()
             while True:
                 try:

@@ -8,16 +8,18 @@ belong on the node that holds the stream, and for the retry rules.
 from __future__ import annotations
 
 import http.client
+import random
 import ssl
+import time
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from dynaq.client import ops_streams
 from dynaq.client.ops import Op
-from dynaq.client.policy import Endpoints
+from dynaq.client.policy import Endpoints, RetryPolicy
 from dynaq.client.types import Appended, PublisherLease, StreamDeclared, StreamEntry, StreamInfo
 from dynaq.client.wire import MSGPACK, parse
-from dynaq.errors import ClientError, Unreachable
+from dynaq.errors import ClientError, DynaqError, Unreachable
 
 T = TypeVar("T")
 _READ = 65536
@@ -29,6 +31,8 @@ class SyncStreams:
     _endpoints: Endpoints
     _token: str | None
     _tls: ssl.SSLContext | None
+    _retry: RetryPolicy
+    _rng: random.Random
     timeout_s: float
 
     def _run(self, op: Op[T]) -> T:
@@ -116,16 +120,49 @@ class SyncStreams:
 
         Ends after ``count`` entries, before one whose order key is above ``until``,
         when the stream is deleted, or after ``idle_timeout_s`` with no entry (never,
-        when ``None``). A dropped connection raises :class:`~dynaq.errors.Unreachable`:
-        follow again from the last index seen + 1. Closing the generator closes
-        the connection (and the node's listener).
+        when ``None``). A dropped connection, a node restarting or a proxy's idle
+        timeout is followed again from the entry after the last one yielded (none
+        lost, none repeated), with backoff, for up to the retry policy's
+        ``deadline_s``; then the error is raised. Closing the generator closes the
+        connection (and the node's listener).
         """
-        path = ops_streams.follow_path(stream, start, tail, since, count, until)
-        return self._follow(self._endpoints.current, path, idle_timeout_s)
+        plan = ops_streams.FollowPlan(stream, start, tail, since, count, until)
+        plan.path()  # bad arguments raise here, not at the first entry
+        return self._follow(self._endpoints.current, plan, idle_timeout_s)
 
     def _follow(
-        self, addr: str, path: str, idle_timeout_s: float | None
+        self, addr: str, plan: ops_streams.FollowPlan, idle_timeout_s: float | None
     ) -> Generator[StreamEntry, None, None]:
+        failed_at: float | None = None
+        retries = 0
+        while True:
+            listener = self._listen(addr, plan, idle_timeout_s)
+            try:
+                for entry in listener:
+                    plan.saw(entry)
+                    yield entry
+                return
+            except DynaqError as exc:
+                if plan.opened:  # it had been answering: a new failure, a new window
+                    failed_at, retries, plan.opened = None, 0, False
+                now = time.monotonic()
+                failed_at = now if failed_at is None else failed_at
+                p = self._retry
+                if not exc.retriable or plan.gives_up(
+                    retries, p.attempts, now - failed_at, p.deadline_s
+                ):
+                    raise
+                if plan.complete:
+                    return
+                time.sleep(self._retry.delay_s(min(retries, 8), self._rng))
+                retries += 1
+            finally:
+                listener.close()  # its connection closed now, not when collected
+
+    def _listen(
+        self, addr: str, plan: ops_streams.FollowPlan, idle_timeout_s: float | None
+    ) -> Generator[StreamEntry, None, None]:
+        path = plan.path()
         what = f"GET {path} at {addr}"
         host, _, port = addr.rpartition(":")
         # Its own connection: the response stays open for as long as the caller reads.
@@ -148,6 +185,7 @@ class SyncStreams:
             if resp.status >= 300 or resp.status == 204:
                 parse(resp.status, resp.getheader("Content-Type", ""), resp.read(), what)
                 return  # 204: nothing to send and nothing to wait for
+            plan.opened = plan.ever_opened = True
             if conn.sock is not None:
                 conn.sock.settimeout(idle_timeout_s)
             decoder = ops_streams.EntryDecoder()

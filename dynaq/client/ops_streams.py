@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -187,6 +188,46 @@ def follow_path(
         query["until"] = until
     query["format"] = FOLLOW_FORMAT
     return _path(stream, "?" + urllib.parse.urlencode(query))
+
+
+@dataclass
+class FollowPlan:
+    """Where a follow is, so that it can start again after a dropped connection
+    from the entry after the last one it yielded: none lost, none repeated."""
+
+    stream: str
+    start: int | None
+    tail: int | None
+    since: int | None
+    count: int | None
+    until: int | None
+    next_index: int | None = None
+    seen: int = 0
+    opened: bool = False
+    """Set when an attempt got its answer: a later drop starts a new retry window."""
+    ever_opened: bool = False
+    """Until then, a follow gives up after the retry policy's ``attempts`` (a wrong
+    endpoint fails fast); after, it waits out a restart up to ``deadline_s``."""
+
+    def gives_up(self, retries: int, attempts: int, waited_s: float, deadline_s: float) -> bool:
+        return waited_s > deadline_s or (not self.ever_opened and retries + 1 >= attempts)
+
+    @property
+    def complete(self) -> bool:
+        return self.count is not None and self.seen >= self.count
+
+    def path(self) -> str:
+        """The listen request for the next attempt (validates the first one)."""
+        if self.next_index is None:
+            return follow_path(
+                self.stream, self.start, self.tail, self.since, self.count, self.until
+            )
+        left = None if self.count is None else self.count - self.seen
+        return follow_path(self.stream, self.next_index, None, None, left, self.until)
+
+    def saw(self, entry: StreamEntry) -> None:
+        self.next_index = entry.index + 1
+        self.seen += 1
 
 
 class EntryDecoder:

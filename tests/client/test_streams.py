@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -164,3 +165,53 @@ def test_the_blocking_client_follows_too(node: NodeProcess) -> None:
         c.delete_stream("events")
         with pytest.raises(StreamNotFound):
             list(c.follow("events"))
+
+
+@pytest.fixture
+def restartable(tmp_path: Path) -> Iterator[NodeProcess]:
+    """A node of this test's own: the test restarts it."""
+    p = node_process(tmp_path, env={"DYNAQ_AUTH_TOKENS": TOKENS})
+    p.start()
+    try:
+        yield p
+    finally:
+        p.kill()
+
+
+async def test_follow_goes_on_across_a_node_restart(restartable: NodeProcess) -> None:
+    node = restartable
+    async with AsyncClient(node.url, token=ADMIN) as c:
+        await c.declare_stream("durable", TRADES, "ts")
+        await c.append("durable", trades(0, 2))
+        seen: list[int] = []
+        it = c.follow("durable", count=5)
+        seen += [(await anext(it)).index, (await anext(it)).index]
+        await asyncio.to_thread(node.kill)  # kill -9: the open response breaks off
+        nxt = asyncio.ensure_future(anext(it))  # retrying while the node is down
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(node.start)
+        async with AsyncClient(node.url, token=ADMIN) as fresh:
+            await fresh.append("durable", trades(2, 3))
+        seen.append((await asyncio.wait_for(nxt, 30)).index)
+        seen += [e.index async for e in it]  # it ends after 5 in all
+        assert seen == [0, 1, 2, 3, 4]  # none lost, none repeated
+
+
+def test_blocking_follow_goes_on_across_a_node_restart(restartable: NodeProcess) -> None:
+    node = restartable
+    with Client(node.url, token=ADMIN) as s:
+        s.declare_stream("durable", TRADES, "ts")
+        s.append("durable", trades(0, 5))
+        follower = s.follow("durable", start=3, count=3)
+        assert next(follower).index == 3
+        node.kill()
+        restarted = threading.Timer(0.3, node.start)
+        restarted.start()
+        try:
+            assert next(follower).index == 4  # durable before the kill: read again after it
+            restarted.join()
+            with Client(node.url, token=ADMIN) as fresh_sync:
+                fresh_sync.append("durable", trades(5, 1))
+            assert [e.index for e in follower] == [5]
+        finally:
+            restarted.join()

@@ -175,7 +175,16 @@ def test_the_console_works_through_haproxy(
         assert _text(b, "#queues", "through-lb")
         b.get(f"{lb.url}/ui/#/queue/through-lb")
         assert "via haproxy" in _text(b, "#messages", "via haproxy")
-        b.get(f"{lb.url}/ui/#/cluster")
+        # A live tail through the balancer: chunked responses pass as they come.
+        with Client(node.url, token=TOKEN) as c:
+            c.declare_stream("lb-ticks", PRICES, "ts")
+            c.append("lb-ticks", [{"ts": 1, "price": 1.0}])
+            b.get(f"{lb.url}/ui/#/stream/lb-ticks")
+            _text(b, "#tail tbody", '{"ts":1,"price":1.0}')
+            c.append("lb-ticks", [{"ts": 2, "price": 2.0}])
+            _text(b, "#tail tbody", '{"ts":2,"price":2.0}')
+            b.get(f"{lb.url}/ui/#/cluster")
+            c.delete_stream("lb-ticks")
         assert "serving" in _text(b, "#health", "serving")
     finally:
         lb.stop()
@@ -229,6 +238,16 @@ def test_streams_page_and_live_tail(
         ]  # fmt: skip
         assert not b.find_element(By.ID, "login").is_displayed()
         b.save_screenshot(str(shots / "stream.png"))
+
+        # The node restarts under the open tail: it reconnects from the next index.
+        node.kill()
+        node.start()
+        with Client(node.url, token=TOKEN) as fresh:  # c's kept-alive connection died with it
+            fresh.append("prices", [{"ts": 7, "price": 7.0}])
+        _text(b, "#tail tbody", '{"ts":7,"price":7.0}')
+        assert _text(b, "#tail-state", "live") == "live"
+        rows = b.find_elements(By.CSS_SELECTOR, "#tail tbody tr")
+        assert [r.text.split()[0] for r in rows] == ["0", "1", "2", "3", "4", "5"]
         b.find_element(By.ID, "entry").send_keys("{nope")
         b.find_element(By.CSS_SELECTOR, "#append button").click()
         assert "not JSON" in _text(b, "#error", "not JSON")

@@ -11,7 +11,7 @@ import pytest
 from dynaq.client import NewMessage, ReceivedMessage, StreamEntry
 from dynaq.client.ops import Retry, wire_messages
 from dynaq.client.ops_queues import enqueue
-from dynaq.client.ops_streams import EntryDecoder, follow_path, read_range
+from dynaq.client.ops_streams import EntryDecoder, FollowPlan, follow_path, read_range
 
 
 def test_wire_messages_for_every_kind_of_message() -> None:
@@ -74,3 +74,10 @@ def test_stream_request_shapes_and_bad_arguments() -> None:
         read_range("s", None, 1, -1, None, None)
     with pytest.raises(ValueError, match="count must be"):
         read_range("s", 0, 0, None, None, None)
+
+
+def test_a_follow_gives_up_fast_until_it_has_been_answered() -> None:
+    plan = FollowPlan("s", None, None, None, None, None)
+    assert not plan.gives_up(0, 5, 0.1, 30.0) and plan.gives_up(4, 5, 0.1, 30.0)
+    plan.ever_opened = True  # then it waits out a restart, up to the deadline
+    assert not plan.gives_up(40, 5, 29.0, 30.0) and plan.gives_up(0, 5, 31.0, 30.0)

@@ -49,29 +49,52 @@ async function streamView(name) {
 }
 
 async function followTail(s) {
+  // One chunked GET replays the last entries, then stays open for new ones. When it
+  // ends without the stream having been deleted (a proxy's idle timeout, a node
+  // restart), it is opened again from the next index: no entry lost or repeated.
   stopTail();
   const ctrl = new AbortController();
   tailAbort = ctrl;
-  const state = (text) => { const el = $("#tail-state"); if (el && tailAbort === ctrl) el.textContent = text; };
-  try {
-    const r = await fetch(`/v2/streams/${s}?tail=${TAIL_ENTRIES}&format=jsonl`, {headers: authHeaders({}), signal: ctrl.signal});
-    if (!r.ok) throw new Error("tail: HTTP " + r.status);
-    state("live");
-    const reader = r.body.getReader(), dec = new TextDecoder();
-    let buf = "";
-    for (;;) {
-      const {value, done} = await reader.read();
-      if (done) break;
-      buf += dec.decode(value, {stream: true});
-      let nl;
-      while ((nl = buf.indexOf("\n")) >= 0) {
-        tailRow(buf.slice(0, nl));
-        buf = buf.slice(nl + 1);
+  const live = () => tailAbort === ctrl;
+  const state = (text) => { const el = $("#tail-state"); if (el && live()) el.textContent = text; };
+  const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  let next = null;  // the index after the last row shown
+  let failures = 0;
+  while (live()) {
+    try {
+      const from = next === null ? `tail=${TAIL_ENTRIES}` : `i=${next}`;
+      const r = await fetch(`/v2/streams/${s}?${from}&format=jsonl`, {headers: authHeaders({}), signal: ctrl.signal});
+      if (r.status === 404 || r.status === 401 || r.status === 403) {
+        state("ended");
+        throw new Error("tail: HTTP " + r.status);
       }
+      if (r.ok) {
+        state("live");
+        failures = 0;
+        const reader = r.body.getReader(), dec = new TextDecoder();
+        let buf = "";
+        for (;;) {
+          const {value, done} = await reader.read();
+          if (done) break;
+          buf += dec.decode(value, {stream: true});
+          let nl;
+          while ((nl = buf.indexOf("\n")) >= 0) {
+            next = tailRow(buf.slice(0, nl)) + 1;
+            buf = buf.slice(nl + 1);
+          }
+        }
+      }
+    } catch (e) {
+      if (e.name === "AbortError") return;
+      if (String(e.message).startsWith("tail: HTTP 4")) { showError(e); return; }
+      // A network error (the node restarting): try again below.
     }
-    state("ended (the stream was deleted or the node stopped)");
-  } catch (e) {
-    if (e.name !== "AbortError") { state("stopped"); showError(e); }
+    if (!live()) return;
+    const gone = await api("GET", "/v2/streams/" + s + "/schema").then(() => false, (e) => String(e.message).startsWith("stream_not_found"));
+    if (gone) { state("ended: the stream was deleted"); return; }
+    failures += 1;
+    state("reconnecting…");
+    await pause(Math.min(500 * failures, 5000));
   }
 }
 
@@ -80,10 +103,11 @@ function tailRow(line) {
   const tab = line.indexOf("\t");
   const head = JSON.parse(line.slice(0, tab));
   const body = $("#tail tbody");
-  if (!body) return;
+  if (!body) return head.index;
   const tr = document.createElement("tr");
   tr.innerHTML = `<td class="num">${head.index}</td><td class="num">${head.order}</td><td class="body">${esc(line.slice(tab + 1))}</td>`;
   body.appendChild(tr);
   while (body.rows.length > TAIL_KEEP) body.deleteRow(0);
   $("#stream-size").textContent = String(head.index + 1);
+  return head.index;
 }
