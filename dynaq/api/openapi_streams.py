@@ -14,7 +14,7 @@ from dynaq.api.openapi_common import (
     response,
 )
 from dynaq.api.streams import MAX_ENTRIES, MAX_INDEX, MAX_LEASE_S, MIN_LEASE_S
-from dynaq.core.stream_copies import DECLARED_PATH, FOLLOW_PATH, REPORT_PATH
+from dynaq.core.stream_copies import DECLARED_PATH, FOLLOW_PATH, REPORT_PATH, SIZE_PATH
 
 TAG = "streams"
 NAME = path_param("name", ref("Name"), "A stream's name.")
@@ -323,6 +323,13 @@ def _copy_paths() -> Obj:
             ["stream", "start"],
             stream=name,
             start=_INDEX,
+        ),
+        SIZE_PATH: internal(
+            "internalStreamSize",
+            "How much of a stream this node holds, for a failover",
+            "size: an integer, or null when this node holds no copy.",
+            ["stream"],
+            stream=name,
         ),
         REPORT_PATH: internal(
             "internalStreamReport",

@@ -10,8 +10,8 @@ from aiohttp import web
 
 from dynaq.api.codec import read_raw
 from dynaq.api.keys import STREAMS
-from dynaq.core.stream_copies import DECLARED_PATH, FOLLOW_PATH, REPORT_PATH
-from dynaq.errors import InvalidInput
+from dynaq.core.stream_copies import DECLARED_PATH, FOLLOW_PATH, REPORT_PATH, SIZE_PATH
+from dynaq.errors import DynaqError, InvalidInput
 from dynaq.streams import Start, Stops, StreamService
 from dynaq.streams.replicas import CopySizes
 
@@ -49,6 +49,17 @@ async def declared(request: web.Request) -> web.Response:
     info = _streams(request).info(str(body["stream"]))
     answer = {"schema": info.schema, "order_key": info.order_key, "signature": info.signature}
     return web.Response(body=msgpack.packb(answer), content_type=_MSGPACK)
+
+
+@routes.post(SIZE_PATH)
+async def size(request: web.Request) -> web.Response:
+    """How much of the stream this node holds (``null``: no copy it can serve)."""
+    body = _body(await read_raw(request), "stream")
+    try:
+        held: int | None = _streams(request).info(str(body["stream"])).size
+    except DynaqError:
+        held = None
+    return web.Response(body=msgpack.packb({"size": held}), content_type=_MSGPACK)
 
 
 @routes.post(REPORT_PATH)

@@ -7,6 +7,7 @@ and follows live), and the follower's report of the size it holds.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,8 +17,14 @@ import msgpack
 
 from dynaq.core.membership import Member
 from dynaq.core.peer_auth import PEER_AUTH_HEADER, PeerSigner
-from dynaq.core.stream_copies import DECLARED_PATH, FOLLOW_PATH, REPORT_PATH, Declared
-from dynaq.errors import InvalidInput, StreamNotFound, StreamUnavailable
+from dynaq.core.stream_copies import (
+    DECLARED_PATH,
+    FOLLOW_PATH,
+    REPORT_PATH,
+    SIZE_PATH,
+    Declared,
+)
+from dynaq.errors import DynaqError, InvalidInput, StreamNotFound, StreamUnavailable
 
 _MSGPACK = "application/msgpack"
 
@@ -72,6 +79,20 @@ class HttpAuthorityLink:
             return Declared(dict(got["schema"]), got["order_key"], str(got["signature"]))
         except (LookupError, TypeError, ValueError) as exc:
             raise InvalidInput(f"malformed declaration from {authority.name}: {exc}") from None
+
+    async def sizes(self, members: list[Member], stream: str) -> dict[str, int]:
+        """How much of ``stream`` each of ``members`` holds (those that answered and hold
+        a copy): what a failover chooses from."""
+
+        async def one(m: Member) -> int | None:
+            try:
+                got = await self._call(m, SIZE_PATH, {"stream": stream})
+                return None if got.get("size") is None else int(got["size"])
+            except (DynaqError, AttributeError, TypeError, ValueError):
+                return None
+
+        found = await asyncio.gather(*(one(m) for m in members))
+        return {m.name: n for m, n in zip(members, found, strict=True) if n is not None}
 
     async def report(self, authority: Member, stream: str, size: int) -> None:
         await self._call(authority, REPORT_PATH, {"stream": stream, "node": self._me, "size": size})

@@ -12,6 +12,8 @@ DECLARED_PATH = "/internal/v1/streams/declared"
 FOLLOW_PATH = "/internal/v1/streams/follow"
 """``{"stream", "start"}`` → a chunked sequence of msgpack ``{index, order, entry}`` maps
 (the listen route's msgpack format), replayed from ``start`` and then live."""
+SIZE_PATH = "/internal/v1/streams/size"
+"""``{"stream"}`` → ``{"size": n | null}``: how much of the stream this node holds."""
 REPORT_PATH = "/internal/v1/streams/report"
 """``{"stream", "node", "size"}``: ``node`` holds ``size`` entries of the stream, fsync'd."""
 

@@ -173,6 +173,7 @@ class Node:
                 self.stream_link = HttpAuthorityLink(
                     self.peer_auth[0], self.view.me.name, self.peer_ssl
                 )
+                authority.probe = self.stream_link
                 self.stream_followers = Followers(
                     self.streams, authority, self.stream_link, self.view, self.clock, sc.replicas
                 )

@@ -149,11 +149,35 @@ class Followers:
             self._tasks.clear()
 
     async def refresh(self) -> None:
+        """Start and stop copy tasks to match the records and the ring; fail over a
+        stream whose authority left the ring; take over as the recorded authority of a
+        new epoch; drop copies of deleted streams."""
         me = self._view.me.name
         live = {m.name: m for m in self._view.members}
+        local = set(self._streams.names())
         wanted: dict[str, str] = {}
-        for stream, node in (await self._authority.all()).items():
-            if node != me and node in live and me in followers_of(list(live), node, self._replicas):
+        for stream, rec in (await self._authority.all()).items():
+            if rec.deleted:
+                if stream in local and stream not in self._tasks:
+                    await self._drop_copy(stream)
+                continue
+            node = rec.node
+            if node not in live:
+                try:
+                    node = await self._authority.fail_over(stream)
+                except DynaqError as exc:
+                    log.warning(
+                        "stream failover not done", extra={"stream": stream, "error": str(exc)}
+                    )
+                    continue
+            if node == me:
+                if stream in local and self._streams.epoch(stream) < rec.epoch:
+                    await self._streams.set_epoch(stream, rec.epoch, authority=True)
+                    log.info(
+                        "serving stream as its authority",
+                        extra={"stream": stream, "epoch": rec.epoch},
+                    )
+            elif me in followers_of(list(live), node, self._replicas):
                 wanted[stream] = node
         for stream, (node, task) in list(self._tasks.items()):
             if wanted.get(stream) != node or task.done():
@@ -163,6 +187,15 @@ class Followers:
             if stream not in self._tasks:
                 task = asyncio.create_task(self._follow(stream, node), name=f"copy-{stream}")
                 self._tasks[stream] = (node, task)
+
+    async def _drop_copy(self, stream: str) -> None:
+        try:
+            await self._streams.delete(stream)
+            log.info("copy of a deleted stream dropped", extra={"stream": stream})
+        except DynaqError as exc:
+            log.warning(
+                "copy of a deleted stream kept", extra={"stream": stream, "error": str(exc)}
+            )
 
     def following(self) -> dict[str, str]:
         """The streams this node copies now, and their authorities."""
@@ -187,8 +220,20 @@ class Followers:
             await self._clock.sleep(self._retry_s)
 
     async def _copy(self, stream: str, authority: Member) -> None:
+        got = await self._authority.record_of(stream)
+        if got is None or got[0].deleted or got[0].node != authority.name:
+            return  # moved on meanwhile: the next refresh decides
+        rec = got[0]
         declared = await self._link.declared(authority, stream)
         await self._streams.declare(stream, declared.schema, declared.order_key)
+        # Epoch 0: a copy never stamped (it was the authority of epoch 1, or is new).
+        mine = max(1, self._streams.epoch(stream))
+        if mine < rec.epoch:
+            cut = rec.cut_for(mine)
+            if cut is not None and self._streams.info(stream).size > cut:
+                await self._streams.truncate(stream, cut)
+        if self._streams.epoch(stream) != rec.epoch:
+            await self._streams.set_epoch(stream, rec.epoch, authority=False)
         size = self._streams.info(stream).size
         await self._link.report(authority, stream, size)
         async for first, entries in self._link.entries(authority, stream, size):

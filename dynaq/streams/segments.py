@@ -202,3 +202,60 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _offset_of(path: Path, data_start: int, first: int, target: int) -> int:
+    """The byte offset of record ``target`` in a segment whose first record is ``first``
+    (records are contiguous from ``data_start``)."""
+    off = data_start
+    with open(path, "rb") as f:
+        for _ in range(target - first):
+            f.seek(off)
+            head = f.read(RECORD.size)
+            if len(head) < RECORD.size:
+                break
+            off += RECORD.size + RECORD.unpack(head)[0]
+    return off
+
+
+def cut_tail(directory: Path, size: int) -> int:
+    """Drop every record from index ``size`` on: later files are removed, the file that
+    holds index ``size`` is cut before it (a finalized one becomes the active file
+    again); return how many entries were dropped. The caller reopens the stream."""
+    finals, active_path = list_segments(directory)
+    segments = list(finals)
+    if active_path is not None:
+        header = read_header(active_path)
+        if header is not None:
+            seg, _ = recover_active(active_path, 1 << 30)
+            segments.append(seg)
+        else:
+            active_path.unlink()
+    dropped = 0
+    # Latest first: the active file is gone before a finalized one becomes active again.
+    for seg in reversed(segments):
+        end = seg.first_index + seg.count
+        if end <= size:
+            continue
+        if seg.first_index >= size:
+            seg.path.unlink()
+            dropped += seg.count
+            continue
+        header = read_header(seg.path)
+        assert header is not None  # a finalized file, or the active one read above
+        off = _offset_of(seg.path, header[1], seg.first_index, size)
+        dropped += end - size
+        if seg.finalized:  # the kept part becomes the active file: it grows again
+            data = seg.path.read_bytes()[:off]
+            target = directory / active_name(seg.first_index)
+            with open(target, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            seg.path.unlink()
+        else:
+            with open(seg.path, "r+b") as f:
+                f.truncate(off)
+                os.fsync(f.fileno())
+    fsync_dir(directory)
+    return dropped

@@ -40,13 +40,12 @@ from dynaq.errors import (
     InvalidInput,
     InvalidName,
     PublisherFenced,
-    ReplicaOutOfStep,
-    StorageError,
     StreamDeleting,
     StreamNotFound,
     StreamUnavailable,
     SubscriptionNotFound,
 )
+from dynaq.streams.commits import AppendJob, io_commit
 from dynaq.streams.leases import PublisherLease
 from dynaq.streams.listen import Chunk, Cursor, Stops
 from dynaq.streams.schema import EntryType
@@ -67,16 +66,6 @@ class _Runtime:
     subscribers: dict[str, Subscription] = field(default_factory=dict)
     deleting: bool = False
     idle: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass
-class _Append:
-    stream: Stream
-    entries: list[Any]
-    token: int | None
-    future: asyncio.Future[Staged]
-    expect: int | None = None
-    """A replica's append: the index its first entry must get (no lease applies)."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +92,7 @@ class StreamService:
         self._broken: dict[str, str] = {}
         self._io = ThreadPoolExecutor(1, thread_name_prefix="dynaq-streams-io")
         self._read = ThreadPoolExecutor(config.read_threads, thread_name_prefix="dynaq-streams-rd")
-        self._pending: list[_Append] = []
+        self._pending: list[AppendJob] = []
         self._wake = asyncio.Event()
         self._committer: asyncio.Task[None] | None = None
         self._declare_lock = asyncio.Lock()
@@ -117,11 +106,11 @@ class StreamService:
         """Open every stream; one that refuses (signature mismatch, corrupt file) is
         logged as an error and answers 503 until fixed; the others serve."""
         await self._in_io(lambda: self.root.mkdir(parents=True, exist_ok=True))
-        names = await self._in_io(lambda: sorted(p.name for p in self.root.iterdir()))
+        names = await self._in_io(
+            lambda: sorted(p.name for p in self.root.iterdir() if (p / META).is_file())
+        )
         for name in names:
             meta_path = self.root / name / META
-            if not meta_path.is_file():
-                continue
             try:
                 meta = json.loads(await self._in_io(meta_path.read_bytes))
                 stream = Stream(self.root / name, name, meta, self.config)
@@ -251,7 +240,7 @@ class StreamService:
             raise InvalidInput("entries must hold at least one entry")
         self._check_publisher(rt, token)
         future: asyncio.Future[Staged] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Append(stream, entries, token, future))
+        self._pending.append(AppendJob(stream, entries, token, future))
         self._wake.set()
         return await future
 
@@ -262,9 +251,42 @@ class StreamService:
         never holds what its schema refuses."""
         stream, _ = self._get(name)
         future: asyncio.Future[Staged] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Append(stream, entries, None, future, expect=first_index))
+        self._pending.append(AppendJob(stream, entries, None, future, expect=first_index))
         self._wake.set()
         return await future
+
+    def epoch(self, name: str) -> int:
+        """The authority epoch this node's copy of ``name`` was last written under."""
+        stream, _ = self._get(name)
+        return stream.epoch
+
+    async def set_epoch(self, name: str, epoch: int, *, authority: bool) -> None:
+        """This copy is written under ``epoch`` from now on. As the ``authority`` of a
+        new epoch, publisher tokens start above every earlier epoch's (``epoch << 32``),
+        so a publisher fenced before a failover stays fenced after it."""
+        stream, _ = self._get(name)
+
+        def write() -> None:
+            stream.epoch = epoch
+            if authority:
+                stream.publisher_token = max(stream.publisher_token, epoch << 32)
+            stream.io_write_meta()
+
+        await self._in_io(write)
+
+    async def truncate(self, name: str, size: int) -> int:
+        """Cut this copy back to ``size`` entries (its listeners end first); return how
+        many entries were dropped."""
+        stream, rt = self._get(name)
+        for sub in list(rt.subscribers.values()):
+            sub.stop()
+        dropped = int(await self._in_io(stream.io_truncate, size, self.clock.wall_ms()))
+        if dropped:
+            log.warning(
+                "stream copy cut back to its authority's",
+                extra={"stream": name, "size": size, "dropped": dropped},
+            )
+        return dropped
 
     def _check_publisher(self, rt: _Runtime, token: int | None) -> None:
         rt.lease.check(token, self.clock.monotonic())
@@ -278,7 +300,7 @@ class StreamService:
             if not jobs:
                 continue
             # Leases are checked again at commit time: one may have changed meanwhile.
-            checked: list[_Append] = []
+            checked: list[AppendJob] = []
             for job in jobs:
                 rt = self._runtime.get(job.stream.name)
                 try:
@@ -290,9 +312,7 @@ class StreamService:
                 except DynaqError as exc:
                     if not job.future.done():
                         job.future.set_exception(exc)
-            results = await loop.run_in_executor(
-                self._io, self._io_commit, checked, self.clock.wall_ms()
-            )
+            results = await loop.run_in_executor(self._io, io_commit, checked, self.clock.wall_ms())
             for job, result in zip(checked, results, strict=True):
                 if job.future.done():
                     continue
@@ -304,31 +324,6 @@ class StreamService:
                 rt = self._runtime.get(stream.name)
                 for sub in list(rt.subscribers.values()) if rt else []:
                     sub.wake.set()
-
-    def _io_commit(self, jobs: list[_Append], now_ms: int) -> list[Staged | BaseException]:
-        """Stage every job, then fsync each stream once (I/O thread)."""
-        results: list[Staged | BaseException] = []
-        for job in jobs:
-            try:
-                _check_step(job)
-                results.append(job.stream.io_stage(job.entries, now_ms))
-            except DynaqError as exc:
-                results.append(exc)
-            except OSError as exc:
-                results.append(StorageError(f"stream {job.stream.name!r}: write failed: {exc}"))
-            except Exception:  # one bad job must not stop every later commit
-                log.exception("stream append failed", extra={"stream": job.stream.name})
-                results.append(StorageError(f"stream {job.stream.name!r}: append failed"))
-        for stream in {id(j.stream): j.stream for j in jobs}.values():
-            try:
-                stream.io_sync()
-            except OSError as exc:
-                log.exception("stream fsync failed", extra={"stream": stream.name})
-                failed = StorageError(f"stream {stream.name!r}: fsync failed: {exc}")
-                results = [
-                    failed if j.stream is stream else r for j, r in zip(jobs, results, strict=True)
-                ]
-        return results
 
     # -- publisher lease ---------------------------------------------------------
 
@@ -388,12 +383,3 @@ class StreamService:
     ) -> AsyncGenerator[Chunk, None]:
         """``sub``'s chunks (see :func:`~dynaq.streams.subscriptions.follow`)."""
         return follow(sub, self._read, self.clock, nowait, alive, self.config.listen_idle_check_s)
-
-
-def _check_step(job: _Append) -> None:
-    """A replica's entries must start where its copy ends (I/O thread)."""
-    if job.expect is not None and job.expect != job.stream.next_index:
-        raise ReplicaOutOfStep(
-            f"stream {job.stream.name!r}: this copy holds {job.stream.next_index} "
-            f"entries, not {job.expect}"
-        )

@@ -28,6 +28,7 @@ from dynaq.streams.segments import (
     RECORD,
     Segment,
     active_name,
+    cut_tail,
     encode_header,
     encode_record,
     encode_trailer,
@@ -78,6 +79,8 @@ class Stream:
         self.signatures: list[str] = list(meta["signatures"])
         self.publisher_token: int = int(meta.get("publisher_token", 0))
         self.created_ms: int = int(meta["created_ms"])
+        self.epoch: int = int(meta.get("epoch", 0))
+        """In a ring: the authority's epoch this copy was last written under (0: unknown)."""
         self.validator: EntryValidator = self.type.validator()
         self.lock = threading.Lock()
         self.segments: list[Segment] = []
@@ -108,6 +111,7 @@ class Stream:
             "signatures": self.signatures,
             "publisher_token": self.publisher_token,
             "created_ms": self.created_ms,
+            "epoch": self.epoch,
         }
 
     def io_write_meta(self) -> None:
@@ -338,6 +342,16 @@ class Stream:
                 "stream segment dropped by retention",
                 extra={"stream": self.name, "segment": oldest.path.name},
             )
+
+    def io_truncate(self, size: int, now_ms: int) -> int:
+        """Drop the entries from index ``size`` on (a copy's tail its new authority never
+        had); return how many. Listeners must have been stopped."""
+        if size >= self.size:
+            return 0
+        self.io_close()
+        dropped = cut_tail(self.directory, size)
+        self.io_open(now_ms)
+        return dropped
 
     def snapshot(self) -> tuple[list[Segment], int]:
         """The segments and the size, without the lock (the event loop calls this): the
