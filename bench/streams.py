@@ -7,11 +7,13 @@ the group commit's fsync; then one listener replays the whole stream with
 counts lines. JetStream: a real ``nats-server -js`` with a file-storage
 stream; the same batches published with ``publish_async`` and their acks
 awaited, then an ordered consumer (push, flow-controlled) replays it all.
+Then, unless ``--no-ring`` (or ``--quick``), a 3-node ring on a Cassandra
+started for the run gives the replication lag and the failover time
+(:mod:`bench.streams_ring`).
 
 What limits each is reported as CPU seconds per side: the server's from
 ``/proc``, the client's from this process. The run checks that the replay
-returned every appended entry, densely numbered (``lost``). Cluster figures
-(replication lag, failover) are ``null``: streams are single-node so far.
+returned every appended entry, densely numbered (``lost``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class Options:
     batch: int
     concurrency: int
     peer: bool
+    ring: bool = False
+    ring_seconds: float = 10.0
 
 
 def parse(argv: list[str]) -> Options:
@@ -50,11 +54,20 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--batch", type=int, default=1000, help="entries per append request")
     p.add_argument("--concurrency", type=int, default=4, help="appending connections")
     p.add_argument("--no-peer", action="store_true", help="skip NATS JetStream")
+    p.add_argument("--no-ring", action="store_true", help="skip the 3-node ring (Cassandra)")
+    p.add_argument("--ring-seconds", type=float, default=10.0, help="appends timed for lag")
     p.add_argument("--quick", action="store_true", help="tiny smoke run (a few seconds)")
     a = p.parse_args(argv)
     if a.quick:
         return Options(5_000, 500, 2, not a.no_peer)
-    return Options(max(1, a.entries), max(1, a.batch), max(1, a.concurrency), not a.no_peer)
+    return Options(
+        max(1, a.entries),
+        max(1, a.batch),
+        max(1, a.concurrency),
+        not a.no_peer,
+        ring=not a.no_ring,
+        ring_seconds=max(1.0, min(120.0, a.ring_seconds)),
+    )
 
 
 def _entry() -> dict[str, Any]:
@@ -258,6 +271,7 @@ def main(argv: list[str]) -> dict[str, Any]:
             except Exception:  # noqa: BLE001 - cleanup must reach the rmtree
                 node.kill()
         shutil.rmtree(tmp, ignore_errors=True)
+    ring = _ring(o) if o.ring else {}
     dq_a, dq_r = res["dq_append"], res["dq_replay"]
     js_a, js_r = res.get("js_append"), res.get("js_replay")
     return {
@@ -276,7 +290,25 @@ def main(argv: list[str]) -> dict[str, Any]:
         "phases": {k: v.row() for k, v in res.items()},
         "peer_fsyncs_before_ack": False,
         "disk_fsync_ms": {k: round(v, 2) for k, v in disk.items()},
-        "replication_lag_p99_ms": None,
-        "failover_s": None,
+        "replication_lag_p99_ms": ring.get("replication_lag_p99_ms"),
+        "failover_s": ring.get("failover_s"),
+        "ring": ring or None,
         "lost": lost,
     }
+
+
+def _ring(o: Options) -> dict[str, Any]:
+    from bench import streams_ring
+    from dynaq.testing.servers import cassandra as cassandra_server
+
+    why = cassandra_server.available()
+    if why is not None:
+        raise SystemExit(f"bench streams' ring phase needs Cassandra ({why}); or --no-ring")
+    tmp = Path(tempfile.mkdtemp(prefix="dynaq-bench-streams-ring-"))
+    progress("starting Cassandra for the ring phase")
+    server = cassandra_server.start_cassandra(tmp / "cassandra")
+    try:
+        return streams_ring.run(tmp, server.host, o.ring_seconds)
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
