@@ -19,6 +19,7 @@ ASSETS = {
     "index.html": "text/html",
     "console.js": "text/javascript",
     "console-streams.js": "text/javascript",
+    "console-batches.js": "text/javascript",
     "console.css": "text/css",
 }
 # Read once at import (never on the event loop): a few kilobytes.

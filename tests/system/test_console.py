@@ -2,7 +2,7 @@
 with authentication on: log in with a token, create a queue, send, browse, edit
 settings, see subscriptions, the live queues table and the cluster view; the
 streams pages with a live tail; a dead-letter queue's sources, redrive and purge
-with their progress. Each
+with their progress; the batches page following a batch to completion. Each
 page is saved as a PNG (to ``$DYNAQ_CONSOLE_SCREENSHOTS`` when set: the README's
 ``docs/console/`` pictures come from this test)."""
 
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from dynaq.client import Client
+from dynaq.client import Client, NewMessage
+from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE
 from dynaq.testing.cluster import start_haproxy
 from dynaq.testing.process import NodeProcess, node_process
 from tests.fixtures.nodes import require_haproxy
@@ -31,7 +32,7 @@ from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 
 def _chromium() -> tuple[str, str]:
@@ -183,6 +184,13 @@ def test_the_console_works_through_haproxy(
             _text(b, "#tail tbody", '{"ts":1,"price":1.0}')
             c.append("lb-ticks", [{"ts": 2, "price": 2.0}])
             _text(b, "#tail tbody", '{"ts":2,"price":2.0}')
+            # A batch followed through the balancer (no item: complete when closed).
+            batch = c.open_batch(user_key="via-lb")
+            b.get(f"{lb.url}/ui/#/batches/exact/{batch}")
+            _text(b, "#batch-state", "open, not complete")
+            assert c.close_batch(batch) is True
+            _text(b, "#batch-state", "closed, complete")
+            assert "via-lb" in b.find_element(By.ID, "batch-user-key").text
             b.get(f"{lb.url}/ui/#/cluster")
             c.delete_stream("lb-ticks")
         assert "serving" in _text(b, "#health", "serving")
@@ -327,3 +335,135 @@ def test_dead_letters_redrive_and_purge(
         b.find_element(By.ID, "redrive-button").click()
         assert "invalid_input" in _text(b, "#error", "invalid_input")
     assert (shots / "dead-letters.png").stat().st_size > 5000
+
+
+def _look_up(b: webdriver.Chrome, batch_id: str, mode: str = "exact") -> None:
+    field = b.find_element(By.ID, "batch-id-input")
+    field.clear()
+    field.send_keys(batch_id)
+    Select(b.find_element(By.ID, "batch-mode-input")).select_by_value(mode)
+    b.find_element(By.CSS_SELECTOR, "#lookup button").click()
+
+
+def _polling(b: webdriver.Chrome) -> bool:
+    return bool(b.execute_script("return batchPolling !== null"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_batches_page_follows_a_batch_to_completion(
+    node: NodeProcess, browser: webdriver.Chrome, shots: Path
+) -> None:
+    b = browser
+    with Client(node.url, token=TOKEN) as c:
+        c.create_queue("exports")
+        c.create_queue("exports-dlq")
+        _patch(
+            node.url,
+            "exports",
+            {"redrive_policy": {"dead_letter_queue": "exports-dlq", "max_receive_count": 1}},
+        )
+        batch = c.open_batch(user_key="nightly-export")
+        items = [i for block in c.add_items(batch, 3) for i in block.item_ids()]
+        assert len(items) == 3
+        c.enqueue(
+            "exports",
+            [NewMessage(f"row {n}", {BATCH_ITEM_ATTRIBUTE: i}) for n, i in enumerate(items)],
+        )
+
+        _signed_in(b, node.url, "#/batches")
+        _text(b, "#recent", "No batch looked up yet")
+        # A malformed id is refused by the page; an unknown one is the node's 404, named.
+        _look_up(b, "12ab")
+        assert "malformed batch id" in _text(b, "#error", "malformed batch id")
+        unknown = str(2**62)  # ids are drawn below 2^53: none has this one
+        _look_up(b, unknown)
+        error = _text(b, "#error", "batch_not_found")
+        assert f"no exact batch {unknown}" in error
+        assert b.find_element(By.ID, "batch").text == ""
+        _text(b, "#recent", "No batch looked up yet")  # a mistyped id is not remembered
+
+        # Looked up: open, 3 items in one block, nothing failed yet, polled.
+        _look_up(b, str(batch))
+        assert _text(b, "#batch-state", "open, not complete") == "open, not complete"
+        assert b.current_url.endswith(f"#/batches/exact/{batch}")
+        assert _text(b, "#batch-id", str(batch)) == str(batch)
+        assert _text(b, "#batch-progress", "3 items") == "3 items, some still pending"
+        assert _text(b, "#batch-pending", "1 block(s) pending").startswith("1 block(s) pending")
+        assert _text(b, "#batch-user-key", "nightly-export") == "User key: nightly-export"
+        assert _text(b, "#failed-items", "No failed item") == "No failed item."
+        assert b.find_element(By.ID, "batch-bar").get_attribute("value") in (None, "0")
+        assert b.find_element(By.ID, "error").text == ""
+        row = _text(b, "#recent tbody tr", str(batch))
+        assert row.split()[:5] == [str(batch), "exact", "open,", "not", "complete"]
+        assert _polling(b)
+
+        # Two items acked: their messages are received and deleted.
+        got = c.receive("exports", 10, visibility_timeout_s=30)
+        assert len(got) == 3
+        by_item = {(m.attributes or {})[BATCH_ITEM_ATTRIBUTE]: m for m in got}
+        assert c.delete("exports", [by_item[i].id for i in items[:2]], got[0].addr) == 2
+        # Exact mode counts unfinished blocks: one of 3 items left is still a block.
+        assert c.describe_batch(batch).pending == 1
+        time.sleep(1.5)  # a poll or two: still open, not complete
+        assert b.find_element(By.ID, "batch-state").text == "open, not complete"
+
+        # The third is given back and dead-lettered by the next receive: it fails.
+        c.release("exports", [by_item[items[2]].id], got[0].addr)
+        deadline = time.monotonic() + 20
+        while c.describe_queue("exports-dlq").depth < 1:
+            assert time.monotonic() < deadline, c.describe_queue("exports-dlq")
+            c.receive("exports", 10, visibility_timeout_s=30)
+        failed = _text(b, "#failed-items tbody", "dead_lettered")
+        assert failed.split() == [items[2], "exports", str(by_item[items[2]].id), "dead_lettered"]
+        assert _text(b, "#batch-progress", "3 of 3") == "3 of 3 items done"
+        assert _text(b, "#batch-pending", "0 block(s)").startswith("0 block(s) pending")
+        assert b.find_element(By.ID, "batch-state").text == "open, not complete"  # not closed yet
+
+        # Closed: complete at once (every item acked or failed); polling stops.
+        assert c.close_batch(batch) is True
+        assert _text(b, "#batch-state", "closed, complete") == "closed, complete"
+        assert _text(b, "#batch-poll", "no longer polled") == "complete: no longer polled"
+        assert b.find_element(By.ID, "batch-bar").get_attribute("value") == "3"
+        assert "completed 20" in b.find_element(By.ID, "batch-times").text
+        row = _text(b, "#recent tbody tr", "closed, complete")
+        assert row.split()[:4] == [str(batch), "exact", "closed,", "complete"]
+        assert not _polling(b)
+        assert not b.find_element(By.ID, "login").is_displayed()
+        assert b.find_element(By.ID, "error").text == ""
+        b.save_screenshot(str(shots / "batches.png"))
+
+        # The recent list outlives the page (localStorage): back to it from elsewhere.
+        b.get(f"{node.url}/ui/#/cluster")
+        _text(b, "#health", "serving")
+        b.get(f"{node.url}/ui/#/batches")
+        row = _text(b, "#recent tbody tr", str(batch))
+        assert row.split()[:4] == [str(batch), "exact", "closed,", "complete"]
+        b.find_element(By.LINK_TEXT, str(batch)).click()
+        assert _text(b, "#batch-state", "closed, complete") == "closed, complete"
+
+        # Estimated mode: one counter, so items done are known; the wrong mode is named.
+        est = c.open_batch("estimated", user_key="est")
+        c.incr_batch(est, 4)
+        c.decr_batches({est: 1})
+        _look_up(b, str(est))
+        assert "wrong_batch_mode" in _text(b, "#error", "wrong_batch_mode")
+        assert not _polling(b)
+        _look_up(b, str(est), "estimated")
+        assert _text(b, "#batch-progress", "1 of 4") == "1 of 4 items done"
+        assert _text(b, "#batch-pending", "3 item(s)") == "3 item(s) pending"
+        assert _text(b, "#failed-items", "do not record") != ""
+        c.decr_batches({est: 1})
+        assert _text(b, "#batch-progress", "2 of 4") == "2 of 4 items done"  # live
+        assert b.find_element(By.ID, "batch-bar").get_attribute("value") == "2"
+        assert _polling(b)
+        # Leaving the page stops the polling of an incomplete batch.
+        b.get(f"{node.url}/ui/#/queues")
+        _text(b, "#queues-page h2", "Queues")
+        assert not _polling(b)
+        rows = b.execute_script("return JSON.parse(localStorage.getItem('dynaq-recent-batches'))")
+        assert [(r["id"], r["mode"], r["state"]) for r in rows] == [
+            (str(est), "estimated", "open, not complete"),
+            (str(batch), "exact", "closed, complete"),
+        ]
+    assert (shots / "batches.png").stat().st_size > 5000

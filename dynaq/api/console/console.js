@@ -26,9 +26,15 @@ async function api(method, path, body) {
   const data = text ? JSON.parse(text) : null;
   if (r.status === 401) {
     $("#login").hidden = false;
-    throw new Error("a token is needed");
+    const e = new Error("a token is needed");
+    e.status = 401;
+    throw e;
   }
-  if (!r.ok) throw new Error((data && data.code ? data.code + ": " + data.error : "HTTP " + r.status));
+  if (!r.ok) {
+    const e = new Error((data && data.code ? data.code + ": " + data.error : "HTTP " + r.status));
+    e.status = r.status;
+    throw e;
+  }
   return data;
 }
 
@@ -195,6 +201,7 @@ async function route() {
   clearInterval(timer);
   clearTimeout(taskTimer);
   stopTail();
+  stopBatchPoll();
   showError(null);
   const hash = location.hash || "#/queues";
   try {
@@ -206,6 +213,9 @@ async function route() {
       view.innerHTML = "";
       await streamsView();
       timer = setInterval(() => streamsView().catch(showError), 2000);  // live sizes
+    } else if (hash === "#/batches" || hash.startsWith("#/batches/")) {
+      const [mode, id] = hash.slice(10).split("/").map(decodeURIComponent);
+      batchesView(mode, id);  // polls the batch looked up, if any, until it completes
     } else if (hash === "#/cluster") {
       await clusterView();
     } else {
