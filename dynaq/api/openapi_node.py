@@ -116,7 +116,9 @@ def paths() -> Obj:
                 "node",
                 {
                     "200": {
-                        "description": "``index.html``, ``console.js`` or ``console.css``.",
+                        "description": "One of the console's files: ``index.html``, "
+                        "``console.css``, ``console.js``, ``console-streams.js``, "
+                        "``console-batches.js``.",
                         "content": {
                             "text/html": {"schema": {"type": "string"}},
                             "text/javascript": {"schema": {"type": "string"}},
