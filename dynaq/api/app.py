@@ -7,7 +7,17 @@ from collections.abc import Callable
 from aiohttp import web
 
 from dynaq.api import batches as batch_routes
-from dynaq.api import bulk, console, internal, openapi, queue_tasks, stream_copies, v1, v2
+from dynaq.api import (
+    bulk,
+    console,
+    internal,
+    openapi,
+    queue_tasks,
+    stream_copies,
+    topics_v2,
+    v1,
+    v2,
+)
 from dynaq.api import streams as stream_routes
 from dynaq.api.auth import ACCESS, auth_middleware
 from dynaq.api.aws import sqs_messages, sqs_queues  # noqa: F401  (they register the actions)
@@ -95,6 +105,7 @@ def build_app(
     if streams is not None:
         app.router.add_routes(stream_routes.routes)
         app.router.add_routes(stream_copies.routes)
+        app.router.add_routes(topics_v2.routes)
     app.router.add_routes(queue_tasks.routes)
     app.router.add_routes(console.routes)
     if sqs is not None:

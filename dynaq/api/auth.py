@@ -95,6 +95,11 @@ ROUTES: dict[tuple[str, str], tuple[Need, ...] | None] = {
     ("DELETE", "/v1/topics/{topic}/queues/{queue}"): _t(ADMIN) + _q(ADMIN),
     ("PUT", "/v1/topics/{topic}/message"): _t(WRITE),
     ("POST", "/v2/topics/{topic}/messages"): _t(WRITE),
+    # topic history: switching it on creates the topic's stream; a replay writes into
+    # the queue its body names (checked by the handler: write on that queue)
+    ("GET", "/v2/topics/{topic}"): _t(READ),
+    ("PATCH", "/v2/topics/{topic}"): _t(ADMIN),
+    ("POST", "/v2/topics/{topic}/replay"): _t(ADMIN),
     # queues: settings
     ("PUT", "/v1/queues/{queue}"): _q(ADMIN),
     ("GET", "/v1/queues/{queue}"): _q(READ),

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from dynaq.api.stream_proxy import StreamForwarder
 from dynaq.core.membership import MembershipView
 from dynaq.metrics import Telemetry
 from dynaq.services.catalog import Catalog
@@ -20,3 +21,5 @@ VIEW = web.AppKey("view", MembershipView)
 NODE_STATE: web.AppKey[Callable[[], str]] = web.AppKey("node_state")
 METRICS = web.AppKey("metrics", Telemetry)
 STREAMS = web.AppKey("streams", StreamService)
+FORWARDER = web.AppKey("stream_forwarder", StreamForwarder)
+"""Present in a ring: requests for a stream another node serves go there."""

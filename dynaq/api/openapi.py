@@ -20,6 +20,7 @@ from dynaq.api import (
     openapi_node,
     openapi_queues,
     openapi_streams,
+    openapi_topics,
     openapi_v1,
     openapi_v2,
 )
@@ -91,6 +92,7 @@ def build_spec(limits: SpecLimits | None = None) -> Obj:
             **openapi_queues.paths(),
             **openapi_batches.paths(limits),
             **openapi_streams.paths(),
+            **openapi_topics.paths(),
             **openapi_node.paths(),
             **openapi_aws.paths(list(SQS_ACTIONS)),
         },

@@ -14,7 +14,13 @@ from dynaq.api.openapi_common import (
     response,
 )
 from dynaq.api.streams import MAX_ENTRIES, MAX_INDEX, MAX_LEASE_S, MIN_LEASE_S
-from dynaq.core.stream_copies import DECLARED_PATH, FOLLOW_PATH, REPORT_PATH, SIZE_PATH
+from dynaq.core.stream_copies import (
+    DECLARED_PATH,
+    FOLLOW_PATH,
+    HISTORY_PATH,
+    REPORT_PATH,
+    SIZE_PATH,
+)
 
 TAG = "streams"
 NAME = path_param("name", ref("Name"), "A stream's name.")
@@ -323,6 +329,14 @@ def _copy_paths() -> Obj:
             ["stream", "start"],
             stream=name,
             start=_INDEX,
+        ),
+        HISTORY_PATH: internal(
+            "internalStreamHistory",
+            "A topic's history entries, for the stream's authority to stamp and append",
+            "ok, once they count as acknowledged.",
+            ["stream", "entries"],
+            stream=name,
+            entries={"type": "array", "items": {"type": "object"}},
         ),
         SIZE_PATH: internal(
             "internalStreamSize",

@@ -9,8 +9,15 @@ import msgpack
 from aiohttp import web
 
 from dynaq.api.codec import read_raw
-from dynaq.api.keys import STREAMS
-from dynaq.core.stream_copies import DECLARED_PATH, FOLLOW_PATH, REPORT_PATH, SIZE_PATH
+from dynaq.api.keys import FORWARDER, STREAMS
+from dynaq.api.topic_history import HISTORY
+from dynaq.core.stream_copies import (
+    DECLARED_PATH,
+    FOLLOW_PATH,
+    HISTORY_PATH,
+    REPORT_PATH,
+    SIZE_PATH,
+)
 from dynaq.errors import DynaqError, InvalidInput
 from dynaq.streams import Start, Stops, StreamService
 from dynaq.streams.replicas import CopySizes
@@ -60,6 +67,23 @@ async def size(request: web.Request) -> web.Response:
     except DynaqError:
         held = None
     return web.Response(body=msgpack.packb({"size": held}), content_type=_MSGPACK)
+
+
+@routes.post(HISTORY_PATH)
+async def history(request: web.Request) -> web.Response:
+    """A topic's history entries, sent to this node as the stream's authority."""
+    body = _body(await read_raw(request), "stream", "entries")
+    stream, entries = str(body["stream"]), body["entries"]
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise InvalidInput("malformed history: entries must be a list of maps")
+    fwd = request.app.get(FORWARDER)
+    if fwd is not None:
+        await fwd.authority.check_local(stream)
+    keeper = request.app.get(HISTORY)
+    if keeper is None:
+        raise InvalidInput("this node keeps no topic history")
+    await keeper.append_here(stream, entries)
+    return web.Response(body=msgpack.packb({"ok": True}), content_type=_MSGPACK)
 
 
 @routes.post(REPORT_PATH)

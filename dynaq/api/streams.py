@@ -15,15 +15,13 @@ from typing import Any
 from aiohttp import web
 
 from dynaq.api.codec import json_response, read_body, read_raw, sends_msgpack
-from dynaq.api.keys import STREAMS
+from dynaq.api.keys import FORWARDER, STREAMS
 from dynaq.api.params import body_object, is_decimal
 from dynaq.api.stream_copies import COPIES, copies_timeout
-from dynaq.api.stream_proxy import FORWARDED_HEADER, StreamForwarder
+from dynaq.api.stream_proxy import FORWARDED_HEADER
 from dynaq.errors import InvalidInput
 from dynaq.streams import CONTENT_TYPES, FORMATS, Chunk, Start, Stops, StreamService
 
-FORWARDER = web.AppKey("stream_forwarder", StreamForwarder)
-"""Present in a ring: requests for a stream another node serves go there."""
 TOKEN_HEADER = "X-Publisher-Token"
 SUBSCRIPTION_HEADER = "X-Subscription-Id"
 SIZE_HEADER = "X-Stream-Size"

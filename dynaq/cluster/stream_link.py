@@ -20,6 +20,7 @@ from dynaq.core.peer_auth import PEER_AUTH_HEADER, PeerSigner
 from dynaq.core.stream_copies import (
     DECLARED_PATH,
     FOLLOW_PATH,
+    HISTORY_PATH,
     REPORT_PATH,
     SIZE_PATH,
     Declared,
@@ -57,7 +58,9 @@ class HttpAuthorityLink:
             PEER_AUTH_HEADER: self._signer.header("POST", peer.http_addr, path, body),
         }
 
-    async def _call(self, peer: Member, path: str, message: dict[str, Any]) -> Any:
+    async def _call(
+        self, peer: Member, path: str, message: dict[str, Any], timeout_s: float = 5.0
+    ) -> Any:
         body = bytes(msgpack.packb(message))
         try:
             async with self._client().post(
@@ -65,7 +68,7 @@ class HttpAuthorityLink:
                 data=body,
                 headers=self._headers(peer, path, body),
                 ssl=self._ssl,
-                timeout=aiohttp.ClientTimeout(total=5.0),
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as r:
                 raw = await r.read()
                 _check(r.status, peer, message.get("stream"))
@@ -93,6 +96,10 @@ class HttpAuthorityLink:
 
         found = await asyncio.gather(*(one(m) for m in members))
         return {m.name: n for m, n in zip(members, found, strict=True) if n is not None}
+
+    async def history(self, authority: Member, stream: str, entries: list[dict[str, Any]]) -> None:
+        """Have ``authority`` append a topic's history entries (it waits for its quorum)."""
+        await self._call(authority, HISTORY_PATH, {"stream": stream, "entries": entries}, 15.0)
 
     async def report(self, authority: Member, stream: str, size: int) -> None:
         await self._call(authority, REPORT_PATH, {"stream": stream, "node": self._me, "size": size})

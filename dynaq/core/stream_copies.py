@@ -14,6 +14,9 @@ FOLLOW_PATH = "/internal/v1/streams/follow"
 (the listen route's msgpack format), replayed from ``start`` and then live."""
 SIZE_PATH = "/internal/v1/streams/size"
 """``{"stream"}`` → ``{"size": n | null}``: how much of the stream this node holds."""
+HISTORY_PATH = "/internal/v1/streams/history"
+"""``{"stream", "entries"}``: a topic's history entries for the stream's authority to
+stamp and append (answered once they count as acknowledged)."""
 REPORT_PATH = "/internal/v1/streams/report"
 """``{"stream", "node", "size"}``: ``node`` holds ``size`` entries of the stream, fsync'd."""
 

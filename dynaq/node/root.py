@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from dynaq.api import streams as stream_routes
 from dynaq.api.app import build_app
+from dynaq.api.keys import FORWARDER
 from dynaq.api.stream_copies import COPIES, QUORUM_TIMEOUT
 from dynaq.api.stream_proxy import StreamForwarder
 from dynaq.api.tls import peer_ssl_context, server_ssl_context
+from dynaq.api.topic_history import HISTORY, HistoryKeeper
 from dynaq.clock import Clock, SystemClock
 from dynaq.cluster.hints import HttpPeerHints, hand_over
 from dynaq.cluster.stream_link import HttpAuthorityLink
@@ -165,7 +166,7 @@ class Node:
         if gossip_enabled(config):
             authority = StreamAuthority(self.store, self.view, self.clock)
             self.stream_forwarder = StreamForwarder(authority, self.peer_ssl)
-            self.app[stream_routes.FORWARDER] = self.stream_forwarder
+            self.app[FORWARDER] = self.stream_forwarder
             sc = config.streams
             self.app[COPIES] = CopySizes(self.view, self.clock, sc.replicas, sc.acks == "quorum")
             self.app[QUORUM_TIMEOUT] = sc.quorum_timeout_s
@@ -177,6 +178,17 @@ class Node:
                 self.stream_followers = Followers(
                     self.streams, authority, self.stream_link, self.view, self.clock, sc.replicas
                 )
+        # Topics with history keep what is published in a stream, on its authority.
+        keeper = HistoryKeeper(
+            self.streams,
+            self.clock,
+            self.stream_forwarder,
+            self.stream_link,
+            self.app.get(COPIES),
+            config.streams.quorum_timeout_s,
+        )
+        self.app[HISTORY] = keeper
+        self.topics.history = keeper.keep
         # The outbox relay is imported only when configured: it needs asyncpg.
         self.outbox: OutboxRelay | None = None
         if config.outbox.enabled:

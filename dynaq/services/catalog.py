@@ -370,6 +370,12 @@ class Catalog:
                 return updated
         raise Conflict("topic changed concurrently; retry")
 
+    async def set_topic_history(self, name: str, on: bool) -> TopicInfo:
+        """Keep (or stop keeping) what is published to ``name`` as a stream."""
+        return await self._update_topic(
+            name, lambda t: replace(t, history=on), "Topic does not exist. Please create it first."
+        )
+
     async def subscribe(
         self, topic: str, queue: str, options: Subscription | None = None
     ) -> TopicInfo:

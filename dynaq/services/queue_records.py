@@ -118,6 +118,8 @@ class TopicInfo:
     queues: tuple[str, ...]
     subscriptions: Mapping[str, Subscription] = field(default_factory=dict)
     """Options of the subscriptions that have any (the others take everything, raw)."""
+    history: bool = False
+    """What is published is also kept in the stream :func:`history_stream` names."""
 
     def subscription(self, queue: str) -> Subscription:
         return self.subscriptions.get(queue, _PLAIN)
@@ -227,6 +229,8 @@ def encode_topic(info: TopicInfo) -> bytes:
     }
     if subs:
         data["subs"] = subs
+    if info.history:
+        data["history"] = True
     return bytes(msgpack.packb(data))
 
 
@@ -236,4 +240,9 @@ def decode_topic(name: str, raw: bytes) -> TopicInfo:
         q: Subscription(s.get("filter"), bool(s.get("raw", True)))
         for q, s in data.get("subs", {}).items()
     }
-    return TopicInfo(name, tuple(data.get("queues", [])), subs)
+    return TopicInfo(name, tuple(data.get("queues", [])), subs, bool(data.get("history", False)))
+
+
+def history_stream(topic: str) -> str:
+    """The stream that keeps a topic's history (stream names allow the dot)."""
+    return f"topic.{topic}"

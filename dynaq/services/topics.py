@@ -5,6 +5,13 @@ every subscribed queue has the message or none has (the store's batch
 guarantee). Group and dedup id travel with each copy; dedup is per queue.
 Subscriptions to queues deleted since are skipped.
 
+A topic with ``history`` also keeps what is published in a stream (see
+:func:`history_entries`): after the copies are durable, the publish appends
+one entry per message through :data:`HistorySink`; a failure there fails
+the publish (a retry may deliver the copies twice; dedup ids prevent that).
+:meth:`TopicService.replay` puts history entries into one queue as its
+subscription would have received them.
+
 A subscription may carry a filter policy (SNS's grammar on attributes,
 :mod:`dynaq.core.filters`): its queue gets only the messages that match, and a
 queue that matches none of a publish gets nothing (and no entry in the
@@ -21,9 +28,10 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from dynaq.core.filters import Predicate, compile_policy
 from dynaq.core.messages import (
@@ -34,9 +42,47 @@ from dynaq.core.messages import (
 )
 from dynaq.errors import QueueNotFound
 from dynaq.services.catalog import Catalog, QueueInfo
-from dynaq.services.queue_records import Subscription
+from dynaq.services.queue_records import Subscription, TopicInfo
 from dynaq.services.queues.writes import PreparedWrite, Writer
 from dynaq.storage.base import Op, Store
+
+HistorySink = Callable[[str, list[dict[str, Any]]], Awaitable[None]]
+"""``(topic, entries)``: keep history entries (the node appends them to the topic's stream)."""
+
+
+def history_entries(
+    messages: Sequence[NewMessage], ids: Sequence[str], published_ms: int
+) -> list[dict[str, Any]]:
+    """What the history keeps of each message: ``message_id``, ``body`` (base64),
+    ``attributes``, ``group`` and ``dedup_id`` when set, and ``published_ms`` (the
+    stream's authority stamps it again so that it never decreases)."""
+    out: list[dict[str, Any]] = []
+    for m, i in zip(messages, ids, strict=True):
+        entry: dict[str, Any] = {
+            "message_id": i,
+            "body": base64.b64encode(m.body).decode(),
+            "attributes": dict(m.attributes or {}),
+            "published_ms": published_ms,
+        }
+        if m.group is not None:
+            entry["group"] = m.group
+        if m.dedup_id is not None:
+            entry["dedup_id"] = m.dedup_id
+        out.append(entry)
+    return out
+
+
+def message_of(entry: dict[str, Any]) -> tuple[NewMessage, str]:
+    """A history entry back as the message that was published, and its message id."""
+    return (
+        NewMessage(
+            base64.b64decode(entry["body"]),
+            {str(k): str(v) for k, v in entry.get("attributes", {}).items()} or None,
+            entry.get("group"),
+            entry.get("dedup_id"),
+        ),
+        str(entry["message_id"]),
+    )
 
 
 class TopicService:
@@ -57,6 +103,8 @@ class TopicService:
         self._clock_ms = clock_ms
         # compiled filter policies per (topic, queue), recompiled when the subscription changes
         self._policies: dict[tuple[str, str], tuple[Subscription, Predicate]] = {}
+        self.history: HistorySink | None = None
+        """Where topics with ``history`` keep what is published (set by the node)."""
 
     async def publish(
         self,
@@ -105,7 +153,24 @@ class TopicService:
             return writes
 
         writes = await self._writer.run_to_completion(write(), messages)
+        if info.history and self.history is not None:
+            await self.history(topic, history_entries(messages, ids, self._clock_ms()))
         return {w.info.name: w.ids for w in writes}
+
+    async def replay(self, topic: str, queue: str, entries: Sequence[dict[str, Any]]) -> int:
+        """Enqueue history ``entries`` into ``queue`` as its subscription to ``topic``
+        takes them (its filter, raw or enveloped; everything, raw, when it is not
+        subscribed); return how many were enqueued."""
+        info: TopicInfo = await self._catalog.topic(topic, fresh=True)
+        q = await self._catalog.queue(queue, fresh=True)
+        pairs = [message_of(dict(e)) for e in entries]
+        messages = [m for m, _ in pairs]
+        copies = self._copies(
+            topic, queue, info.subscription(queue), messages, [i for _, i in pairs]
+        )
+        if copies:
+            await self._writer.write(q, copies)
+        return len(copies)
 
     def _copies(
         self,

@@ -78,6 +78,8 @@ class StreamInfo:
     segments: int
     schema: dict[str, Any]
     fsyncs: int
+    last_order: int = -1
+    """The order key of the last durable entry (-1: none)."""
 
 
 class StreamService:
@@ -203,7 +205,15 @@ class StreamService:
         t = stream.type
         first = segments[0].first_index
         return StreamInfo(
-            name, t.order_key, t.signature, size, first, len(segments), t.schema, stream.fsyncs
+            name,
+            t.order_key,
+            t.signature,
+            size,
+            first,
+            len(segments),
+            t.schema,
+            stream.fsyncs,
+            stream.last_order,
         )
 
     def names(self) -> list[str]:

@@ -226,3 +226,40 @@ async def test_kill_9_of_the_authority_fails_over_to_a_copy_and_loses_no_acknowl
     }
     print(f"\nSTREAM-FAULT {json.dumps(figures)}")
     assert not lost, f"acknowledged entries lost or moved: {sorted(lost.items())[:10]}"
+
+
+async def test_a_topics_history_is_one_stream_whichever_node_publishes(
+    ring: tuple[LocalCluster, HaproxyProcess],
+) -> None:
+    """Publishes through all three nodes land in one history, stamped in order by its
+    authority; a queue subscribed later gets it replayed through any node."""
+    cluster, lb = ring
+    urls = cluster.urls
+    async with aiohttp.ClientSession() as s:
+        assert (await _json(s, "PUT", f"{lb.url}/v1/topics/news"))[0] == 201
+        status, topic = await _json(s, "PATCH", f"{urls[0]}/v2/topics/news", json={"history": True})
+        assert status == 200 and topic["history_stream"] == "topic.news", topic
+        for _ in range(40):  # the topic's setting reaches every node within a config sync
+            answers = [await _json(s, "GET", f"{u}/v2/topics/news") for u in urls]
+            if all(t["history"] for _, t in answers):
+                break
+            await asyncio.sleep(0.25)
+        for round_ in range(3):
+            for i, u in enumerate(urls):
+                msg = {"body": f"{round_}-{i}", "attributes": {"node": str(i)}}
+                status, out = await _json(
+                    s, "POST", f"{u}/v2/topics/news/messages", json={"messages": [msg]}
+                )
+                assert status == 200, out
+        async with s.get(f"{urls[1]}/v2/streams/topic.news?nowait=true&format=array") as r:
+            kept = await r.json(content_type=None)
+        assert len(kept) == 9
+        orders = [e["order"] for e in kept]
+        assert orders == sorted(orders)  # one authority stamps them: never decreasing
+        assert (await _json(s, "PUT", f"{lb.url}/v1/queues/late"))[0] == 201
+        await asyncio.sleep(1.5)  # the queue's config reaches every node
+        for u in urls:  # replays through any node read the one history
+            status, out = await _json(
+                s, "POST", f"{u}/v2/topics/news/replay", json={"queue": "late", "max": 3}
+            )
+            assert status == 200 and out["read"] == 3 and out["next_index"] == 3, out
