@@ -46,6 +46,10 @@ _PAGE_KINDS = ("branch_pages", "leaf_pages", "overflow_pages")
 _ENTRY_OVERHEAD = 24
 # Pages LMDB needs besides the data tree (two meta pages, the main DB, the free list).
 _BASE_PAGES = 8
+# How many commits may reuse one statvfs answer, and how close to the disk
+# reserve every commit asks again (see GroupCommitter._disk_free).
+_DISK_RECHECK_COMMITS = 256
+_DISK_NEAR_BYTES = 256 * 1024**2
 
 
 @dataclass(slots=True)
@@ -94,12 +98,18 @@ class GroupCommitter:
         self._fill_bytes = fill_bytes
         self._min_free_disk = min_free_disk
         self._max_commit_ops = max_commit_ops
+        # Items are lists of requests (one per event-loop iteration) or _STOP.
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._pending: dict[asyncio.AbstractEventLoop, list[WriteRequest]] = {}
         self._thread: threading.Thread | None = None
         self._stopped = False
         self._last_version = 0
         self.commits = 0
         self.committed_ops = 0
+        self._psize = int(env.stat()["psize"])
+        self._disk_cached: int | None = None
+        self._disk_checked_at = 0
+        self._disk_file_bytes = self._file_bytes()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._write_loop, name="lmdb-writer", daemon=True)
@@ -108,18 +118,43 @@ class GroupCommitter:
     async def stop(self) -> None:
         """Commit what is queued, then end the thread."""
         self._stopped = True
+        self._flush(asyncio.get_running_loop(), closing=False)
         self._requests.put(_STOP)
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
 
     async def submit(self, kind: int, payload: Any, size: int = 1) -> Any:
-        """Queue one write and wait until its commit returned; its result or error."""
+        """Queue one write and wait until its commit returned; its result or error.
+
+        The writes submitted during one event-loop iteration reach the writer
+        thread together, at the start of the next one: the concurrent single
+        requests that one wake-up of the loop handled share one commit, and
+        the writer thread is woken (and takes the GIL) once for all of them
+        rather than once each, while the loop is still busy with the rest.
+        """
         if self._stopped:
             raise StorageUnavailable("store is closed")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._requests.put(WriteRequest(kind, payload, fut, loop, size=size))
+        pending = self._pending.get(loop)
+        if pending is None:
+            pending = self._pending[loop] = []
+            loop.call_soon(self._flush, loop)
+        pending.append(WriteRequest(kind, payload, fut, loop, size=size))
         return await fut
+
+    def _flush(self, loop: asyncio.AbstractEventLoop, closing: bool = True) -> None:
+        """Hand this loop's pending writes to the writer thread (on the loop's thread)."""
+        reqs = self._pending.pop(loop, None)
+        if not reqs:
+            return
+        if self._stopped and closing:
+            # Flushed after stop() queued the end: the thread would never see them.
+            for req in reqs:
+                req.error = StorageUnavailable("store is closed")
+            _resolve_all(reqs)
+            return
+        self._requests.put(reqs)
 
     def _next_version(self) -> int:
         # Only the writer thread calls this, so no lock is needed.
@@ -128,28 +163,36 @@ class GroupCommitter:
         return v
 
     def _write_loop(self) -> None:
+        carry: list[WriteRequest] = []
         stop = False
-        while not stop:
-            first = self._requests.get()
-            if first is _STOP:
-                break
-            batch: list[WriteRequest] = [first]
-            ops = first.size
-            while ops < self._max_commit_ops:
+        while carry or not stop:
+            if carry:
+                waiting, carry = carry, []
+            else:
+                item = self._requests.get()
+                if item is _STOP:
+                    break
+                waiting = list(item)
+            # Take everything else already queued, then commit at most
+            # max_commit_ops of it (always one request) and carry the rest.
+            while not stop and len(waiting) < self._max_commit_ops:
                 try:
-                    nxt = self._requests.get_nowait()
+                    item = self._requests.get_nowait()
                 except queue.Empty:
                     break
-                if nxt is _STOP:
+                if item is _STOP:
                     stop = True
                     break
-                batch.append(nxt)
-                ops += nxt.size
+                waiting.extend(item)
+            batch, carry = _take(waiting, self._max_commit_ops)
             started = time.perf_counter()
             self._commit(batch)
-            if self._on_commit is not None:
-                self._on_commit(time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            # Answer before any bookkeeping: the callers wait on this thread, the
+            # metrics do not (and the commit's latency is what users feel).
             self._answer(batch)
+            if self._on_commit is not None:
+                self._on_commit(elapsed)
 
     def _commit(self, batch: list[WriteRequest]) -> None:
         try:
@@ -208,18 +251,46 @@ class GroupCommitter:
         return max(0, room), why
 
     def _disk_free(self) -> int | None:
-        """Bytes the file system under the store has left for us (``None``: unknown)."""
+        """Bytes the file system under the store has left for us (``None``: unknown).
+
+        ``statvfs`` is a system call, and every call from this thread gives the
+        GIL away and waits to get it back from a busy event loop, so far from the
+        limit its answer is reused for up to :data:`_DISK_RECHECK_COMMITS`
+        commits, less what the store's file grew since (other writers on the
+        disk are caught at the next check). Within :data:`_DISK_NEAR_BYTES` of
+        ``min_free_disk`` it is asked on every commit, as the reserve needs.
+        """
+        growth = self._file_bytes() - self._disk_file_bytes
+        cached = self._disk_cached
+        if (
+            cached is not None
+            and self.commits - self._disk_checked_at < _DISK_RECHECK_COMMITS
+            and cached - growth > self._min_free_disk + _DISK_NEAR_BYTES
+        ):
+            return cached - growth
+        self._disk_checked_at = self.commits
+        self._disk_file_bytes += growth
+        self._disk_cached = self._statvfs_free()
+        return self._disk_cached
+
+    def _statvfs_free(self) -> int | None:
+        """What the file system says it has left for us now (``None``: unknown)."""
         try:
             st = os.statvfs(self._path)
         except OSError:
             return None
         return st.f_bavail * st.f_frsize
 
+    def _file_bytes(self) -> int:
+        """How far the store's file reaches (LMDB grows it page by page as it needs)."""
+        info = self._env.info()
+        return int(info["last_pgno"] + 1) * self._psize
+
     def _translate(self, exc: lmdb.Error) -> BaseException:
         """An LMDB write error as the caller sees it: a full map or disk is a 507."""
         if isinstance(exc, lmdb.MapFullError):
             return InsufficientStorage(f"the store's LMDB map is full: {exc}")
-        disk = self._disk_free()
+        disk = self._statvfs_free()
         if disk is not None and disk < max(self._min_free_disk, 1024**2):
             return InsufficientStorage(f"the disk under the store is full: {exc}")
         return exc
@@ -292,6 +363,19 @@ def growth_bytes(txn: Any, req: WriteRequest, growth_prefixes: tuple[bytes, ...]
         if key[:1] == MESSAGE_PREFIX or (key.startswith(growth_prefixes) and txn.get(key) is None):
             total += len(key) + len(value) + _ENTRY_OVERHEAD
     return total
+
+
+def _take(
+    waiting: list[WriteRequest], max_ops: int
+) -> tuple[list[WriteRequest], list[WriteRequest]]:
+    """The first requests of ``waiting`` that hold at most ``max_ops`` operations
+    (at least one request), and the rest."""
+    ops = 0
+    for i, req in enumerate(waiting):
+        ops += req.size
+        if ops >= max_ops:
+            return waiting[: i + 1], waiting[i + 1 :]
+    return waiting, []
 
 
 def _resolve_all(reqs: list[WriteRequest]) -> None:
