@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import queue
 import struct
 import threading
@@ -29,6 +28,7 @@ import lmdb
 
 from dynaq.errors import DynaqError, InsufficientStorage, StorageError, StorageUnavailable
 from dynaq.storage.base import MESSAGE_PREFIX, Put
+from dynaq.storage.embedded_reserve import Reserve
 
 VERSION = struct.Struct(">Q")
 VERSION_LEN = VERSION.size
@@ -40,16 +40,8 @@ PUT_IF_ABSENT = 2
 PUT_IF_VERSION = 3
 DELETE = 4
 
-# B-tree page counts in an LMDB stat: what a database occupies.
-_PAGE_KINDS = ("branch_pages", "leaf_pages", "overflow_pages")
 # Per-entry cost beyond key and value (node header, version) when estimating a write.
 _ENTRY_OVERHEAD = 24
-# Pages LMDB needs besides the data tree (two meta pages, the main DB, the free list).
-_BASE_PAGES = 8
-# How many commits may reuse one statvfs answer, and how close to the disk
-# reserve every commit asks again (see GroupCommitter._disk_free).
-_DISK_RECHECK_COMMITS = 256
-_DISK_NEAR_BYTES = 256 * 1024**2
 
 
 @dataclass(slots=True)
@@ -93,10 +85,9 @@ class GroupCommitter:
         self._on_commit = on_commit
         self._growth_prefixes = growth_prefixes
         self._db = db
-        self._path = path
-        self._map_size = map_size
-        self._fill_bytes = fill_bytes
-        self._min_free_disk = min_free_disk
+        self._reserve = Reserve(
+            env, db, path, map_size=map_size, fill_bytes=fill_bytes, min_free_disk=min_free_disk
+        )
         self._max_commit_ops = max_commit_ops
         # Items are lists of requests (one per event-loop iteration) or _STOP.
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -106,10 +97,6 @@ class GroupCommitter:
         self._last_version = 0
         self.commits = 0
         self.committed_ops = 0
-        self._psize = int(env.stat()["psize"])
-        self._disk_cached: int | None = None
-        self._disk_checked_at = 0
-        self._disk_file_bytes = self._file_bytes()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._write_loop, name="lmdb-writer", daemon=True)
@@ -198,7 +185,12 @@ class GroupCommitter:
         try:
             with self._env.begin(write=True, db=self._db) as txn:
                 sizes = [growth_bytes(txn, r, self._growth_prefixes) for r in batch]
-                room = self._room(txn) if any(sizes) else None
+                room = self._reserve.room(txn) if any(sizes) else None
+                # Puts of consecutive put-only requests go to LMDB in one call on
+                # one cursor (in request order): py-lmdb gives the GIL away around
+                # every cursor open, close and put, and each time the busy event
+                # loop may take it, so per-request cursors multiply the handoffs.
+                run: list[tuple[bytes, bytes]] = []
                 for req, grows in zip(batch, sizes, strict=True):
                     if grows and room is not None:
                         left, why = room
@@ -206,13 +198,20 @@ class GroupCommitter:
                             req.error = InsufficientStorage(why)
                             continue
                         room = (left - grows, why)
+                    if self._add_puts(req, run):
+                        continue
+                    if run:
+                        txn.cursor().putmulti(run)
+                        run = []
                     req.result = self._apply(txn, req)
+                if run:
+                    txn.cursor().putmulti(run)
             self.commits += 1
             self.committed_ops += sum(r.size for r in batch if r.error is None)
             return
         except lmdb.Error as exc:
             if len(batch) == 1:
-                batch[0].error = self._translate(exc)
+                batch[0].error = self._reserve.translate(exc)
                 return
         # One request spoiled the shared transaction (e.g. the map is full):
         # retry each on its own so the others still commit.
@@ -220,89 +219,28 @@ class GroupCommitter:
             req.error = None
             self._commit([req])
 
-    def _room(self, txn: Any) -> tuple[int, str]:
-        """Bytes message writes may still add before the reserve, and what limits them.
-
-        The map: pages in use (the B-tree's own stats, so pages freed by deletes
-        are free again) against ``fill_limit``. The disk: what the file system
-        has left plus the free pages inside the file (it never shrinks, LMDB
-        reuses them), less ``min_free_disk``.
-        """
-        stat = txn.stat(self._db)
-        psize = stat["psize"]
-        used = (sum(stat[k] for k in _PAGE_KINDS) + _BASE_PAGES) * psize
-        room = self._fill_bytes - used
-        why = (
-            f"the store is full ({self._fill_bytes * 100 // self._map_size}% of its "
-            f"{self._map_size // 1024**2} MiB map): message writes are refused until "
-            "consumers drain the queue"
-        )
-        disk = self._disk_free()
-        if disk is not None:
-            in_file = max(0, (self._env.info()["last_pgno"] + 1) * psize - used)
-            disk_room = disk + in_file - self._min_free_disk
-            if disk_room < room:
-                room = disk_room
-                why = (
-                    f"the disk under the store is nearly full (a reserve of "
-                    f"{self._min_free_disk // 1024**2} MiB is kept for deletes): message "
-                    "writes are refused until consumers drain the queue"
-                )
-        return max(0, room), why
-
-    def _disk_free(self) -> int | None:
-        """Bytes the file system under the store has left for us (``None``: unknown).
-
-        ``statvfs`` is a system call, and every call from this thread gives the
-        GIL away and waits to get it back from a busy event loop, so far from the
-        limit its answer is reused for up to :data:`_DISK_RECHECK_COMMITS`
-        commits, less what the store's file grew since (other writers on the
-        disk are caught at the next check). Within :data:`_DISK_NEAR_BYTES` of
-        ``min_free_disk`` it is asked on every commit, as the reserve needs.
-        """
-        growth = self._file_bytes() - self._disk_file_bytes
-        cached = self._disk_cached
-        if (
-            cached is not None
-            and self.commits - self._disk_checked_at < _DISK_RECHECK_COMMITS
-            and cached - growth > self._min_free_disk + _DISK_NEAR_BYTES
-        ):
-            return cached - growth
-        self._disk_checked_at = self.commits
-        self._disk_file_bytes += growth
-        self._disk_cached = self._statvfs_free()
-        return self._disk_cached
-
-    def _statvfs_free(self) -> int | None:
-        """What the file system says it has left for us now (``None``: unknown)."""
-        try:
-            st = os.statvfs(self._path)
-        except OSError:
-            return None
-        return st.f_bavail * st.f_frsize
-
-    def _file_bytes(self) -> int:
-        """How far the store's file reaches (LMDB grows it page by page as it needs)."""
-        info = self._env.info()
-        return int(info["last_pgno"] + 1) * self._psize
-
-    def _translate(self, exc: lmdb.Error) -> BaseException:
-        """An LMDB write error as the caller sees it: a full map or disk is a 507."""
-        if isinstance(exc, lmdb.MapFullError):
-            return InsufficientStorage(f"the store's LMDB map is full: {exc}")
-        disk = self._statvfs_free()
-        if disk is not None and disk < max(self._min_free_disk, 1024**2):
-            return InsufficientStorage(f"the disk under the store is full: {exc}")
-        return exc
+    def _add_puts(self, req: WriteRequest, run: list[tuple[bytes, bytes]]) -> bool:
+        """Append ``req``'s writes to ``run`` and set its result, if it only puts
+        (enqueue, publish, a plain put): the common case. False: apply it alone."""
+        kind, p = req.kind, req.payload
+        if kind == BATCH and all(type(op) is Put for op in p):
+            version = VERSION.pack(self._next_version())
+            run.extend([(k, version + v) for k, v in p])
+            req.result = [True] * len(p)
+            return True
+        if kind == PUT:
+            key, value = p
+            v = self._next_version()
+            run.append((key, VERSION.pack(v) + value))
+            req.result = v
+            return True
+        return False
 
     def _apply(self, txn: Any, req: WriteRequest) -> Any:
+        """Apply a request :meth:`_add_puts` did not take."""
         kind, p = req.kind, req.payload
         if kind == BATCH:
             version = VERSION.pack(self._next_version())
-            if all(type(op) is Put for op in p):
-                # The common case (enqueue, publish): one C call for the whole run.
-                txn.cursor().putmulti([(k, version + v) for k, v in p])
-                return [True] * len(p)
             out: list[bool] = []
             for op in p:
                 if type(op) is Put:
@@ -311,11 +249,6 @@ class GroupCommitter:
                 else:
                     out.append(txn.delete(op.key))
             return out
-        if kind == PUT:
-            key, value = p
-            v = self._next_version()
-            txn.put(key, VERSION.pack(v) + value)
-            return v
         if kind == PUT_IF_ABSENT:
             key, value = p
             v = self._next_version()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from dynaq.errors import InsufficientStorage, StorageUnavailable
-from dynaq.storage import embedded_commits
+from dynaq.storage import embedded_reserve
 from dynaq.storage.base import Put
 from dynaq.storage.embedded import LmdbStore
 
@@ -39,6 +39,32 @@ async def test_single_writes_of_one_loop_iteration_share_one_commit(tmp_path: Pa
         assert s.commits - before == 1
         assert len(set(versions)) == 16  # each put still gets its own version
         assert len(await s.list_keys(b"k", 100)) == 16
+    finally:
+        await s.close()
+
+
+async def test_one_commit_applies_its_writes_in_the_order_they_were_made(tmp_path: Path) -> None:
+    s = LmdbStore(tmp_path / "db", map_size=MAP, min_free_disk=0)
+    await s.open()
+    try:
+        await s.put(b"warm", b"up")
+        before = s.commits
+        # Runs of puts go to LMDB together; a delete between them must still
+        # see the put before it, and the put after it must win.
+        results = await asyncio.gather(
+            s.write_batch([Put(b"a", b"1"), Put(b"b", b"1")]),
+            s.put(b"c", b"1"),
+            s.delete(b"a"),
+            s.write_batch([Put(b"a", b"2")]),
+            s.delete(b"c"),
+            s.put(b"b", b"2"),
+        )
+        assert s.commits - before == 1
+        assert results[2] is True and results[4] is True
+        a, b, c = await s.get_many([b"a", b"b", b"c"])
+        assert a is not None and a.value == b"2"
+        assert b is not None and b.value == b"2"
+        assert c is None
     finally:
         await s.close()
 
@@ -106,7 +132,7 @@ async def test_near_the_reserve_every_commit_asks_and_is_refused_in_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reserve = 64 * 1024**2
-    fake = _Statvfs(free=reserve + embedded_commits._DISK_NEAR_BYTES // 2)
+    fake = _Statvfs(free=reserve + embedded_reserve._DISK_NEAR_BYTES // 2)
     monkeypatch.setattr(os, "statvfs", fake)
     s = LmdbStore(tmp_path / "db", map_size=MAP, min_free_disk=reserve)
     await s.open()
