@@ -40,6 +40,9 @@ PUT_IF_ABSENT = 2
 PUT_IF_VERSION = 3
 DELETE = 4
 
+# How long the writer waits for more callers when the last commit answered
+# more than are queued (see GroupCommitter._write_loop).
+_GATHER_S = 0.00015
 # Per-entry cost beyond key and value (node header, version) when estimating a write.
 _ENTRY_OVERHEAD = 24
 
@@ -92,6 +95,7 @@ class GroupCommitter:
         # Items are lists of requests (one per event-loop iteration) or _STOP.
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._pending: dict[asyncio.AbstractEventLoop, list[WriteRequest]] = {}
+        self._last_group = 1
         self._thread: threading.Thread | None = None
         self._stopped = False
         self._last_version = 0
@@ -162,16 +166,17 @@ class GroupCommitter:
                 waiting = list(item)
             # Take everything else already queued, then commit at most
             # max_commit_ops of it (always one request) and carry the rest.
-            while not stop and len(waiting) < self._max_commit_ops:
-                try:
-                    item = self._requests.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-                waiting.extend(item)
+            if not stop:
+                stop = self._drain(waiting, block=False)
+            if not stop and len(waiting) < self._last_group:
+                # The last commit answered more callers than are here: most are
+                # on their way back (their next request is being read). Wait a
+                # little for them, so they share this commit instead of each
+                # waiting out the next one. A lone caller (last group of one)
+                # never waits.
+                stop = self._drain(waiting, block=True)
             batch, carry = _take(waiting, self._max_commit_ops)
+            self._last_group = len(batch)
             started = time.perf_counter()
             self._commit(batch)
             elapsed = time.perf_counter() - started
@@ -180,6 +185,22 @@ class GroupCommitter:
             self._answer(batch)
             if self._on_commit is not None:
                 self._on_commit(elapsed)
+
+    def _drain(self, waiting: list[WriteRequest], *, block: bool) -> bool:
+        """Move queued requests into ``waiting`` (waiting up to :data:`_GATHER_S`
+        for the first when ``block``); True when the end was queued."""
+        while len(waiting) < self._max_commit_ops:
+            try:
+                item = (
+                    self._requests.get(timeout=_GATHER_S) if block else self._requests.get_nowait()
+                )
+            except queue.Empty:
+                return False
+            if item is _STOP:
+                return True
+            waiting.extend(item)
+            block = False
+        return False
 
     def _commit(self, batch: list[WriteRequest]) -> None:
         try:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from dynaq.errors import InsufficientStorage, StorageUnavailable
-from dynaq.storage import embedded_reserve
+from dynaq.storage import embedded_commits, embedded_reserve
 from dynaq.storage.base import Put
 from dynaq.storage.embedded import LmdbStore
 
@@ -39,6 +39,41 @@ async def test_single_writes_of_one_loop_iteration_share_one_commit(tmp_path: Pa
         assert s.commits - before == 1
         assert len(set(versions)) == 16  # each put still gets its own version
         assert len(await s.list_keys(b"k", 100)) == 16
+    finally:
+        await s.close()
+
+
+async def test_after_a_group_the_writer_waits_briefly_for_its_callers_to_return(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A long window, so the test does not race the machine's scheduler.
+    monkeypatch.setattr(embedded_commits, "_GATHER_S", 2.0)
+    s = LmdbStore(tmp_path / "db", map_size=MAP, min_free_disk=0)
+    await s.open()
+    try:
+        await asyncio.gather(*(s.put(b"g%d" % i, b"v") for i in range(4)))  # a group of 4
+        before = s.commits
+        first = asyncio.ensure_future(s.put(b"a", b"v"))
+        await asyncio.sleep(0.05)  # a caller coming back later, within the window
+        await asyncio.gather(first, s.put(b"b", b"v"))
+        assert s.commits - before == 1
+    finally:
+        await s.close()
+
+
+async def test_a_lone_caller_never_waits_for_company(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embedded_commits, "_GATHER_S", 2.0)
+    s = LmdbStore(tmp_path / "db", map_size=MAP, min_free_disk=0)
+    await s.open()
+    try:
+        await s.put(b"warm", b"up")  # the last group was one caller
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for i in range(5):
+            await s.put(b"k%d" % i, b"v")
+        assert loop.time() - started < 1.0  # no put waited out the 2 s window
     finally:
         await s.close()
 
