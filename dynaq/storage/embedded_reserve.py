@@ -70,9 +70,11 @@ class Reserve:
             f"{self._map_size // 1024**2} MiB map): message writes are refused until "
             "consumers drain the queue"
         )
-        disk = self._disk_free()
+        # One env.info() per commit: py-lmdb gives the GIL away around each.
+        file_bytes = self._file_bytes()
+        disk = self._disk_free(file_bytes)
         if disk is not None:
-            in_file = max(0, (self._env.info()["last_pgno"] + 1) * psize - used)
+            in_file = max(0, file_bytes - used)
             disk_room = disk + in_file - self._min_free_disk
             if disk_room < room:
                 room = disk_room
@@ -83,7 +85,7 @@ class Reserve:
                 )
         return max(0, room), why
 
-    def _disk_free(self) -> int | None:
+    def _disk_free(self, file_bytes: int) -> int | None:
         """Bytes the file system under the store has left for us (``None``: unknown).
 
         ``statvfs`` is a system call, and every call from this thread gives the
@@ -93,7 +95,7 @@ class Reserve:
         disk are caught at the next check). Within :data:`_DISK_NEAR_BYTES` of
         ``min_free_disk`` it is asked on every commit, as the reserve needs.
         """
-        growth = self._file_bytes() - self._disk_file_bytes
+        growth = file_bytes - self._disk_file_bytes
         cached = self._disk_cached
         self._disk_reuses += 1
         if (
