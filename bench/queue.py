@@ -26,8 +26,9 @@ Phases 3 and 4 run a third time against a bare aiohttp server
 and the run measures one durable LMDB commit directly
 (``bench/_queue_floor.py``): the JSON line reports these floors
 (``floor_*``), dynaq's ratio to JetStream for every phase (``ratio_*``), and
-whether the round trip's p50 is within fdatasync p50 + the bare HTTP round
-trip p50 + 0.3 ms (``rtt_floor_ms``, ``rtt_within_floor``). Every phase
+whether the round trip's p50 is within fdatasync p50 (the median of three
+probes: at the start, just before the round trips, at the end) + the bare
+HTTP round trip p50 + 0.3 ms (``rtt_floor_ms``, ``rtt_within_floor``). Every phase
 starts after a ``sync(2)``, so none pays for the write-back of another's
 unsynced pages.
 
@@ -401,12 +402,15 @@ def _floors(res: dict[str, PhaseResult], disk: dict[str, dict[str, float]]) -> d
         r = res.get(key)
         return r.msgs_per_s if r else 0.0
 
-    fsync = disk["rtt"]["p50"] if "rtt" in disk else disk["after"]["p50"]
+    # The median of the three probes (start, just before the round trips, end):
+    # one probe caught in a neighbour's write burst must not move the floor.
+    probes = sorted(disk[k]["p50"] for k in ("before", "rtt", "after") if k in disk)
+    fsync = probes[len(probes) // 2]
     http = p50("fl_rtt")
     floor = fsync + http + RTT_SLACK_MS
     return {
-        # Measured just before dynaq's round-trip phase, after a sync(2).
         "floor_fdatasync_p50_ms": round(fsync, 3),
+        "fsync_rtt_p50_ms": round(disk["rtt"]["p50"], 3) if "rtt" in disk else 0.0,
         "floor_lmdb_commit_p50_ms": round(disk["lmdb_commit"]["p50"], 3),
         "floor_http_rtt_p50_ms": round(http, 3),
         "floor_http_single_msgs_per_s": round(rate_of("fl_single"), 1),
