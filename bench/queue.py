@@ -24,6 +24,17 @@ same machine noise); every body is 256 bytes:
    ``js.publish`` (waits for the ack).
 4. **round trip** at concurrency 1: latency of one single enqueue, p50/p99.
 
+Phases 3 and 4 run a third time against a bare aiohttp server
+(``bench/_floor_server.py``: same route, no store) with the same client code,
+and the run measures one durable LMDB commit directly
+(``bench/_queue_floor.py``): the JSON line reports these floors
+(``floor_*``), dynaq's ratio to JetStream for every phase (``ratio_*``), and
+whether the round trip's p50 is within fdatasync p50 (the median of three
+probes: at the start, just before the round trips, at the end) + the bare
+HTTP round trip p50 + 0.3 ms (``rtt_floor_ms``, ``rtt_within_floor``). Every phase
+starts after a ``sync(2)``, so none pays for the write-back of another's
+unsynced pages.
+
 The load runs in P separate client processes (``bench/_queue_clients.py``,
 multiprocessing spawn), so the client shares an event loop with nothing. The
 client's and the servers' CPU are reported per phase (on a 2-core box, client
@@ -55,6 +66,7 @@ from bench._queue_clients import (
     PhaseResult,
     Spec,
 )
+from bench._queue_floor import FloorServer, lmdb_commit_ms, settle_disk
 from bench._queue_plan import (
     Options,
     combine,
@@ -229,6 +241,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="dynaq-bench-"))
     node = None
     peer: NatsServer | None = None
+    floor: FloorServer | None = None
     pool: ClientPool | None = None
     res: dict[str, PhaseResult] = {}
     runs: dict[str, list[PhaseResult]] = {}
@@ -242,7 +255,10 @@ def main(argv: list[str]) -> dict[str, Any]:
             peer = NatsServer(tmp)
             asyncio.run(_setup_nats(peer.url))
             progress(f"nats-server -js pid {peer.pid} at {peer.url} (file storage)")
+        floor = FloorServer(tmp)
+        progress(f"bare aiohttp floor server pid {floor.pid} at {floor.url}")
         disk["before"] = fsync_latency_ms(tmp, 50 if o.quick else 200)
+        disk["lmdb_commit"] = lmdb_commit_ms(tmp, 50 if o.quick else 200)
         pool = ClientPool(o.procs)
         progress(
             f"{o.procs} client process(es), {o.concurrency} connections, {BODY_BYTES}-byte bodies, "
@@ -272,6 +288,9 @@ def main(argv: list[str]) -> dict[str, Any]:
                     pair.reverse()
                 phases.extend(pair)
             phases.append((f"js_{what}", f"js_{what}", 0, budget, conns, 0, 1))
+            if what in ("single", "rtt"):
+                # The same client against bare aiohttp: the HTTP floor, this run.
+                phases.append((f"fl_{what}", f"dq_{what}", floor.pid, budget, conns, 0, 1))
         labels = {
             "batch": f"enqueue, batches of {BATCH}",
             "consume": "receive+delete / consume+ack",
@@ -284,6 +303,8 @@ def main(argv: list[str]) -> dict[str, Any]:
                 if peer is None:
                     continue
                 pid, target = peer.pid, peer.url
+            elif system == "fl":
+                target = floor.url
             else:
                 target = dq
             if what == "consume":
@@ -294,13 +315,24 @@ def main(argv: list[str]) -> dict[str, Any]:
                 plan = [Spec(kind, target, 1, budget, budget, o.seconds)] + [
                     Spec(kind, target, 1, 0, 0, o.seconds) for _ in plan[1:]
                 ]
+            settle_disk()
+            if key == "dq_rtt" and r == 0:
+                # The disk's speed right now is the round trip's floor.
+                disk["rtt"] = fsync_latency_ms(tmp, 50 if o.quick else 200)
             got = pool.run(plan, pid)
             runs.setdefault(key, []).append(got)
             res[key] = combine(runs[key])
-            who = {"dq": "dynaq", "lb": "dynaq.client", "js": "jetstream"}[system]
+            who = {"dq": "dynaq", "lb": "dynaq.client", "js": "jetstream", "fl": "bare aiohttp"}[
+                system
+            ]
             show(f"{who} {labels[what]}" + (f" ({r + 1}/{n})" if n > 1 else ""), got)
         disk["after"] = fsync_latency_ms(tmp, 50 if o.quick else 200)
-        for when, d in disk.items():
+        progress(
+            f"one durable LMDB commit of one put (two flushes: data, then meta): p50 "
+            f"{disk['lmdb_commit']['p50']:.2f} ms, p99 {disk['lmdb_commit']['p99']:.2f} ms"
+        )
+        for when in ("before", "after"):
+            d = disk[when]
             progress(
                 f"disk {when}: write+fdatasync p50 {d['p50']:.2f} ms, p99 {d['p99']:.2f} ms"
                 " (dynaq acks after an fsync'd commit; JetStream 2.9 does not fsync per message)"
@@ -310,6 +342,8 @@ def main(argv: list[str]) -> dict[str, Any]:
             pool.close()
         if peer is not None:
             peer.stop()
+        if floor is not None:
+            floor.stop()
         if node is not None:
             try:
                 node.terminate()
@@ -360,6 +394,9 @@ def _summary(
         "ratio_vs_peer": _ratio(fig("dq_batch"), fig("js_batch")),
         "ratio_receive_delete_vs_peer": _ratio(fig("dq_consume"), fig("js_consume")),
         "ratio_single_vs_peer": _ratio(fig("dq_single"), fig("js_single")),
+        # Latency: > 1 means dynaq's round trip is that many times JetStream's.
+        "ratio_rtt_p50_vs_peer": _ratio(lat("dq_rtt", "p50"), lat("js_rtt", "p50")),
+        "ratio_rtt_p99_vs_peer": _ratio(lat("dq_rtt", "p99"), lat("js_rtt", "p99")),
         "errors": sum(r.errors for r in res.values()),
     }
     if o.library:
@@ -389,8 +426,44 @@ def _summary(
     for key in res:
         out[f"server_cores_{key}"] = cores(key, "server")
         out[f"client_cores_{key}"] = cores(key, "client")
-    for when, d in disk.items():
-        out[f"fsync_{when}_p50_ms"] = round(d["p50"], 3)
-        out[f"fsync_{when}_p99_ms"] = round(d["p99"], 3)
+    for when in ("before", "after"):
+        out[f"fsync_{when}_p50_ms"] = round(disk[when]["p50"], 3)
+        out[f"fsync_{when}_p99_ms"] = round(disk[when]["p99"], 3)
+    out.update(_floors(res, disk))
     out["counts"] = {k: r.count for k, r in res.items()}
     return out
+
+
+RTT_SLACK_MS = 0.3
+"""What issue 18 allows a single enqueue's round trip over its floor."""
+
+
+def _floors(res: dict[str, PhaseResult], disk: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The same-run floors and dynaq's distance to them (see the module docstring)."""
+
+    def p50(key: str) -> float:
+        r = res.get(key)
+        return r.latency_ms["p50"] if r else 0.0
+
+    def rate_of(key: str) -> float:
+        r = res.get(key)
+        return r.msgs_per_s if r else 0.0
+
+    # The median of the three probes (start, just before the round trips, end):
+    # one probe caught in a neighbour's write burst must not move the floor.
+    probes = sorted(disk[k]["p50"] for k in ("before", "rtt", "after") if k in disk)
+    fsync = probes[len(probes) // 2]
+    http = p50("fl_rtt")
+    floor = fsync + http + RTT_SLACK_MS
+    return {
+        "floor_fdatasync_p50_ms": round(fsync, 3),
+        "fsync_rtt_p50_ms": round(disk["rtt"]["p50"], 3) if "rtt" in disk else 0.0,
+        "floor_lmdb_commit_p50_ms": round(disk["lmdb_commit"]["p50"], 3),
+        "floor_http_rtt_p50_ms": round(http, 3),
+        "floor_http_single_msgs_per_s": round(rate_of("fl_single"), 1),
+        "rtt_floor_ms": round(floor, 3),
+        "rtt_p50_over_floor_ms": round(p50("dq_rtt") - floor, 3),
+        "rtt_within_floor": 0 < p50("dq_rtt") <= floor,
+        "ratio_single_vs_http_floor": _ratio(rate_of("dq_single"), rate_of("fl_single")),
+        "ratio_http_floor_single_vs_peer": _ratio(rate_of("fl_single"), rate_of("js_single")),
+    }

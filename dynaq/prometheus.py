@@ -53,6 +53,8 @@ HISTOGRAMS = {
 QUEUE_COUNTERS = {"sent", "received", "deleted"}
 QUEUE_GAUGES = {"depth": "depth", "fill": "fill_percent", "approximate_depth": "approximate_depth"}
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
+_CACHE_MAX = 10_000
+"""Most names (or label sets) remembered: queue names come and go."""
 
 Key = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -113,9 +115,16 @@ class PrometheusMetrics:
             for name, (text, labels) in HISTOGRAMS.items()
         }
         self.registry.register(_Figures(self))
+        self._counter_keys: dict[str, Key] = {}
+        self._children: dict[tuple[str, tuple[tuple[str, str], ...]], Histogram] = {}
 
     def incr(self, name: str, count: int = 1) -> None:
-        key = family(name, counter=True)
+        # Every enqueue counts: map its name once, not on each call.
+        key = self._counter_keys.get(name)
+        if key is None:
+            if len(self._counter_keys) >= _CACHE_MAX:
+                self._counter_keys.clear()
+            key = self._counter_keys[name] = family(name, counter=True)
         self._counters[key] = self._counters.get(key, 0) + count
 
     def gauge(self, name: str, value: float) -> None:
@@ -128,7 +137,19 @@ class PrometheusMetrics:
         hist = self._histograms.get(name)
         if hist is None:
             raise ValueError(f"no histogram {name!r}; known: {sorted(self._histograms)}")
-        (hist.labels(**labels) if labels else hist).observe(seconds)
+        if not labels:
+            hist.observe(seconds)
+            return
+        # Every request is timed: find its labelled child once (``labels()``
+        # validates and locks on each call). Called from the store's writer
+        # thread too; a race only makes ``labels()`` return the same child twice.
+        key = (name, tuple(labels.items()))
+        child = self._children.get(key)
+        if child is None:
+            if len(self._children) >= _CACHE_MAX:
+                self._children.clear()
+            child = self._children[key] = hist.labels(**labels)
+        child.observe(seconds)
 
     def snapshot(self) -> tuple[dict[Key, float], dict[Key, float]]:
         gauges = dict(self._gauges)

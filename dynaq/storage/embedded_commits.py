@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import queue
 import struct
 import threading
@@ -29,6 +28,7 @@ import lmdb
 
 from dynaq.errors import DynaqError, InsufficientStorage, StorageError, StorageUnavailable
 from dynaq.storage.base import MESSAGE_PREFIX, Put
+from dynaq.storage.embedded_reserve import Reserve
 
 VERSION = struct.Struct(">Q")
 VERSION_LEN = VERSION.size
@@ -40,12 +40,11 @@ PUT_IF_ABSENT = 2
 PUT_IF_VERSION = 3
 DELETE = 4
 
-# B-tree page counts in an LMDB stat: what a database occupies.
-_PAGE_KINDS = ("branch_pages", "leaf_pages", "overflow_pages")
+# How long the writer waits for more callers when the last commit answered
+# more than are queued (see GroupCommitter._write_loop).
+_GATHER_S = 0.00015
 # Per-entry cost beyond key and value (node header, version) when estimating a write.
 _ENTRY_OVERHEAD = 24
-# Pages LMDB needs besides the data tree (two meta pages, the main DB, the free list).
-_BASE_PAGES = 8
 
 
 @dataclass(slots=True)
@@ -89,12 +88,14 @@ class GroupCommitter:
         self._on_commit = on_commit
         self._growth_prefixes = growth_prefixes
         self._db = db
-        self._path = path
-        self._map_size = map_size
-        self._fill_bytes = fill_bytes
-        self._min_free_disk = min_free_disk
+        self._reserve = Reserve(
+            env, db, path, map_size=map_size, fill_bytes=fill_bytes, min_free_disk=min_free_disk
+        )
         self._max_commit_ops = max_commit_ops
+        # Items are lists of requests (one per event-loop iteration) or _STOP.
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._pending: dict[asyncio.AbstractEventLoop, list[WriteRequest]] = {}
+        self._last_group = 1
         self._thread: threading.Thread | None = None
         self._stopped = False
         self._last_version = 0
@@ -108,18 +109,43 @@ class GroupCommitter:
     async def stop(self) -> None:
         """Commit what is queued, then end the thread."""
         self._stopped = True
+        self._flush(asyncio.get_running_loop(), closing=False)
         self._requests.put(_STOP)
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
 
     async def submit(self, kind: int, payload: Any, size: int = 1) -> Any:
-        """Queue one write and wait until its commit returned; its result or error."""
+        """Queue one write and wait until its commit returned; its result or error.
+
+        The writes submitted during one event-loop iteration reach the writer
+        thread together, at the start of the next one: the concurrent single
+        requests that one wake-up of the loop handled share one commit, and
+        the writer thread is woken (and takes the GIL) once for all of them
+        rather than once each, while the loop is still busy with the rest.
+        """
         if self._stopped:
             raise StorageUnavailable("store is closed")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._requests.put(WriteRequest(kind, payload, fut, loop, size=size))
+        pending = self._pending.get(loop)
+        if pending is None:
+            pending = self._pending[loop] = []
+            loop.call_soon(self._flush, loop)
+        pending.append(WriteRequest(kind, payload, fut, loop, size=size))
         return await fut
+
+    def _flush(self, loop: asyncio.AbstractEventLoop, closing: bool = True) -> None:
+        """Hand this loop's pending writes to the writer thread (on the loop's thread)."""
+        reqs = self._pending.pop(loop, None)
+        if not reqs:
+            return
+        if self._stopped and closing:
+            # Flushed after stop() queued the end: the thread would never see them.
+            for req in reqs:
+                req.error = StorageUnavailable("store is closed")
+            _resolve_all(reqs)
+            return
+        self._requests.put(reqs)
 
     def _next_version(self) -> int:
         # Only the writer thread calls this, so no lock is needed.
@@ -128,34 +154,64 @@ class GroupCommitter:
         return v
 
     def _write_loop(self) -> None:
+        carry: list[WriteRequest] = []
         stop = False
-        while not stop:
-            first = self._requests.get()
-            if first is _STOP:
-                break
-            batch: list[WriteRequest] = [first]
-            ops = first.size
-            while ops < self._max_commit_ops:
-                try:
-                    nxt = self._requests.get_nowait()
-                except queue.Empty:
+        while carry or not stop:
+            if carry:
+                waiting, carry = carry, []
+            else:
+                item = self._requests.get()
+                if item is _STOP:
                     break
-                if nxt is _STOP:
-                    stop = True
-                    break
-                batch.append(nxt)
-                ops += nxt.size
+                waiting = list(item)
+            # Take everything else already queued, then commit at most
+            # max_commit_ops of it (always one request) and carry the rest.
+            if not stop:
+                stop = self._drain(waiting, block=False)
+            if not stop and len(waiting) < self._last_group:
+                # The last commit answered more callers than are here: most are
+                # on their way back (their next request is being read). Wait a
+                # little for them, so they share this commit instead of each
+                # waiting out the next one. A lone caller (last group of one)
+                # never waits.
+                stop = self._drain(waiting, block=True)
+            batch, carry = _take(waiting, self._max_commit_ops)
+            self._last_group = len(batch)
             started = time.perf_counter()
             self._commit(batch)
-            if self._on_commit is not None:
-                self._on_commit(time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            # Answer before any bookkeeping: the callers wait on this thread, the
+            # metrics do not (and the commit's latency is what users feel).
             self._answer(batch)
+            if self._on_commit is not None:
+                self._on_commit(elapsed)
+
+    def _drain(self, waiting: list[WriteRequest], *, block: bool) -> bool:
+        """Move queued requests into ``waiting`` (waiting up to :data:`_GATHER_S`
+        for the first when ``block``); True when the end was queued."""
+        while len(waiting) < self._max_commit_ops:
+            try:
+                item = (
+                    self._requests.get(timeout=_GATHER_S) if block else self._requests.get_nowait()
+                )
+            except queue.Empty:
+                return False
+            if item is _STOP:
+                return True
+            waiting.extend(item)
+            block = False
+        return False
 
     def _commit(self, batch: list[WriteRequest]) -> None:
         try:
             with self._env.begin(write=True, db=self._db) as txn:
                 sizes = [growth_bytes(txn, r, self._growth_prefixes) for r in batch]
-                room = self._room(txn) if any(sizes) else None
+                room = self._reserve.room(txn) if any(sizes) else None
+                # Puts of consecutive put-only requests go to LMDB in one call on
+                # one cursor (in request order): py-lmdb gives the GIL away around
+                # every cursor open, close and put, and each time the busy event
+                # loop may take it, so per-request cursors multiply the handoffs.
+                run: list[tuple[bytes, bytes]] = []
                 for req, grows in zip(batch, sizes, strict=True):
                     if grows and room is not None:
                         left, why = room
@@ -163,13 +219,20 @@ class GroupCommitter:
                             req.error = InsufficientStorage(why)
                             continue
                         room = (left - grows, why)
+                    if self._add_puts(req, run):
+                        continue
+                    if run:
+                        txn.cursor().putmulti(run)
+                        run = []
                     req.result = self._apply(txn, req)
+                if run:
+                    txn.cursor().putmulti(run)
             self.commits += 1
             self.committed_ops += sum(r.size for r in batch if r.error is None)
             return
         except lmdb.Error as exc:
             if len(batch) == 1:
-                batch[0].error = self._translate(exc)
+                batch[0].error = self._reserve.translate(exc)
                 return
         # One request spoiled the shared transaction (e.g. the map is full):
         # retry each on its own so the others still commit.
@@ -177,61 +240,28 @@ class GroupCommitter:
             req.error = None
             self._commit([req])
 
-    def _room(self, txn: Any) -> tuple[int, str]:
-        """Bytes message writes may still add before the reserve, and what limits them.
-
-        The map: pages in use (the B-tree's own stats, so pages freed by deletes
-        are free again) against ``fill_limit``. The disk: what the file system
-        has left plus the free pages inside the file (it never shrinks, LMDB
-        reuses them), less ``min_free_disk``.
-        """
-        stat = txn.stat(self._db)
-        psize = stat["psize"]
-        used = (sum(stat[k] for k in _PAGE_KINDS) + _BASE_PAGES) * psize
-        room = self._fill_bytes - used
-        why = (
-            f"the store is full ({self._fill_bytes * 100 // self._map_size}% of its "
-            f"{self._map_size // 1024**2} MiB map): message writes are refused until "
-            "consumers drain the queue"
-        )
-        disk = self._disk_free()
-        if disk is not None:
-            in_file = max(0, (self._env.info()["last_pgno"] + 1) * psize - used)
-            disk_room = disk + in_file - self._min_free_disk
-            if disk_room < room:
-                room = disk_room
-                why = (
-                    f"the disk under the store is nearly full (a reserve of "
-                    f"{self._min_free_disk // 1024**2} MiB is kept for deletes): message "
-                    "writes are refused until consumers drain the queue"
-                )
-        return max(0, room), why
-
-    def _disk_free(self) -> int | None:
-        """Bytes the file system under the store has left for us (``None``: unknown)."""
-        try:
-            st = os.statvfs(self._path)
-        except OSError:
-            return None
-        return st.f_bavail * st.f_frsize
-
-    def _translate(self, exc: lmdb.Error) -> BaseException:
-        """An LMDB write error as the caller sees it: a full map or disk is a 507."""
-        if isinstance(exc, lmdb.MapFullError):
-            return InsufficientStorage(f"the store's LMDB map is full: {exc}")
-        disk = self._disk_free()
-        if disk is not None and disk < max(self._min_free_disk, 1024**2):
-            return InsufficientStorage(f"the disk under the store is full: {exc}")
-        return exc
+    def _add_puts(self, req: WriteRequest, run: list[tuple[bytes, bytes]]) -> bool:
+        """Append ``req``'s writes to ``run`` and set its result, if it only puts
+        (enqueue, publish, a plain put): the common case. False: apply it alone."""
+        kind, p = req.kind, req.payload
+        if kind == BATCH and all(type(op) is Put for op in p):
+            version = VERSION.pack(self._next_version())
+            run.extend([(k, version + v) for k, v in p])
+            req.result = [True] * len(p)
+            return True
+        if kind == PUT:
+            key, value = p
+            v = self._next_version()
+            run.append((key, VERSION.pack(v) + value))
+            req.result = v
+            return True
+        return False
 
     def _apply(self, txn: Any, req: WriteRequest) -> Any:
+        """Apply a request :meth:`_add_puts` did not take."""
         kind, p = req.kind, req.payload
         if kind == BATCH:
             version = VERSION.pack(self._next_version())
-            if all(type(op) is Put for op in p):
-                # The common case (enqueue, publish): one C call for the whole run.
-                txn.cursor().putmulti([(k, version + v) for k, v in p])
-                return [True] * len(p)
             out: list[bool] = []
             for op in p:
                 if type(op) is Put:
@@ -240,11 +270,6 @@ class GroupCommitter:
                 else:
                     out.append(txn.delete(op.key))
             return out
-        if kind == PUT:
-            key, value = p
-            v = self._next_version()
-            txn.put(key, VERSION.pack(v) + value)
-            return v
         if kind == PUT_IF_ABSENT:
             key, value = p
             v = self._next_version()
@@ -292,6 +317,19 @@ def growth_bytes(txn: Any, req: WriteRequest, growth_prefixes: tuple[bytes, ...]
         if key[:1] == MESSAGE_PREFIX or (key.startswith(growth_prefixes) and txn.get(key) is None):
             total += len(key) + len(value) + _ENTRY_OVERHEAD
     return total
+
+
+def _take(
+    waiting: list[WriteRequest], max_ops: int
+) -> tuple[list[WriteRequest], list[WriteRequest]]:
+    """The first requests of ``waiting`` that hold at most ``max_ops`` operations
+    (at least one request), and the rest."""
+    ops = 0
+    for i, req in enumerate(waiting):
+        ops += req.size
+        if ops >= max_ops:
+            return waiting[: i + 1], waiting[i + 1 :]
+    return waiting, []
 
 
 def _resolve_all(reqs: list[WriteRequest]) -> None:

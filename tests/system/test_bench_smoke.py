@@ -78,10 +78,21 @@ def test_queue_quick_reports_named_positive_figures() -> None:
         "peer_rtt_p99_ms",
         "ratio_vs_peer",
         "ratio_receive_delete_vs_peer",
+        "ratio_single_vs_peer",
+        "ratio_rtt_p50_vs_peer",
+        "floor_fdatasync_p50_ms",
+        "floor_lmdb_commit_p50_ms",
+        "floor_http_rtt_p50_ms",
+        "floor_http_single_msgs_per_s",
+        "rtt_floor_ms",
     ):
         assert isinstance(result[name], int | float), name
         assert result[name] > 0, name
     assert result["rtt_p50_ms"] <= result["rtt_p99_ms"]
+    # The floor is fdatasync + the bare HTTP round trip + issue 18's 0.3 ms.
+    floor = result["floor_fdatasync_p50_ms"] + result["floor_http_rtt_p50_ms"] + 0.3
+    assert result["rtt_floor_ms"] == pytest.approx(floor, abs=0.002)
+    assert isinstance(result["rtt_within_floor"], bool)
     # Every message enqueued in the batch phase was received and deleted.
     counts = result["counts"]
     assert counts["dq_consume"] == counts["dq_batch"] > 0

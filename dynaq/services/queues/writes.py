@@ -209,7 +209,9 @@ class Writer:
                 fresh.append((i, m))
                 if m.dedup_id is not None:
                     known[m.dedup_id] = -1 - i  # later copies in this batch point here
-        await self._observe_group_lanes(info, [m.group for _, m in fresh if m.group is not None])
+        groups = [m.group for _, m in fresh if m.group is not None]
+        if groups:
+            await self._observe_group_lanes(info, groups)
         try:
             self._allocate(fresh, ids)
         except IdClockStalled:
@@ -344,6 +346,15 @@ class Writer:
                 )
             if info.settings.fifo and m.group is None:
                 raise InvalidInput(f"queue {info.name!r} is FIFO: every message needs a group")
+
+        if not any(m.dedup_id for m in messages):
+            # The common case, inline: no dedup lock to hold, and nothing a
+            # cancelled caller must see finished (see run_to_completion).
+            w = await self.prepare(info, messages)
+            if w.ops:
+                await self._store.write_batch(w.ops)
+            self.note_written(w)
+            return w.ids
 
         async def write() -> PreparedWrite:
             async with self.dedup_guard([info], messages):
