@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -21,35 +19,12 @@ from dynaq.testing.cluster import (
     HaproxyProcess,
     LocalCluster,
     http_get,
-    start_haproxy,
 )
 from dynaq.testing.servers.cassandra import CassandraServer
 from tests.fixtures.cassandra import new_keyspace
-from tests.fixtures.nodes import require_haproxy
+from tests.fixtures.ring import SYNC_S
 
 LANE_SHIFT = 53
-SYNC_S = 1.0
-
-
-@pytest.fixture
-def ring(
-    tmp_path: Path, cassandra: CassandraServer
-) -> Iterator[tuple[LocalCluster, HaproxyProcess]]:
-    require_haproxy()
-    cluster = LocalCluster(
-        tmp_path,
-        3,
-        backend="cassandra",
-        cassandra_hosts=[cassandra.host],
-        keyspace=new_keyspace(),
-        sync_interval_s=SYNC_S,
-    )
-    with cluster:
-        lb = start_haproxy(tmp_path, [n.url.removeprefix("http://") for n in cluster.nodes])
-        try:
-            yield cluster, lb
-        finally:
-            lb.stop()
 
 
 async def _json(s: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> tuple[int, Any]:
