@@ -270,9 +270,27 @@ async def terminate(request: web.Request) -> web.StreamResponse:
     return web.Response(status=204)
 
 
+async def _copy_serves(request: web.Request) -> bool:
+    """Whether this node's copy may answer a read by itself: a ``nowait`` read of
+    what is there (a live listen and the size come from the authority), from a
+    copy written under the stream's current epoch, so a prefix of the authority's
+    (it may lag by the replication delay)."""
+    fwd = request.app.get(FORWARDER)
+    name = request.match_info["name"]
+    svc = _service(request)
+    if fwd is None or FORWARDED_HEADER in request.headers or request.method == "HEAD":
+        return False
+    if not _flag(request.query, "nowait") or _flag(request.query, "sizeonly"):
+        return False
+    if name not in svc.names():
+        return False
+    got = await fwd.authority.record_of(name)
+    return got is not None and not got[0].deleted and svc.epoch(name) == got[0].epoch
+
+
 @routes.get("/v2/streams/{name}")
 async def listen(request: web.Request) -> web.StreamResponse:
-    if (there := await _elsewhere(request)) is not None:
+    if not await _copy_serves(request) and (there := await _elsewhere(request)) is not None:
         return there
     svc = _service(request)
     name = request.match_info["name"]

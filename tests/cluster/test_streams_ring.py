@@ -115,6 +115,11 @@ async def test_every_node_serves_a_stream_that_lives_on_one(
         status, err = await _append(s, others[0].url, [6])
         assert status == 503 and err["code"] == "stream_unavailable", err
         assert authority in err["error"]
+        # Reads of what is there are served by a copy: a prefix of the stream.
+        async with s.get(f"{others[1].url}/v2/streams/events?nowait=true&format=array") as r:
+            assert r.status == 200
+            copied = [e["entry"]["n"] for e in await r.json(content_type=None)]
+        assert len(copied) >= 3 and copied == list(range(len(copied))), copied
         await asyncio.to_thread(cluster.start_node, node, 60.0)
         deadline = time.monotonic() + 30
         while True:
