@@ -6,8 +6,11 @@ import asyncio
 from typing import Any
 
 import aiohttp
+import pytest
 
 from dynaq.clock import ManualClock
+from dynaq.node import Node
+from dynaq.services.queues import tasks as queue_tasks
 
 
 async def _call(
@@ -207,3 +210,30 @@ async def test_dead_lettered_batch_item_is_failed_and_the_batch_completes(
     ]
     [dead] = await _receive(http, "dlq")
     assert dead["attributes"] == {"dynaq.batch_item": items[1]}
+
+
+async def test_a_purge_window_whose_store_calls_never_answer_is_tried_again(
+    node: Node, http: aiohttp.ClientSession, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen once in CI on Cassandra: a purge stayed "running" for a minute with no error.
+    A window of lanes whose store calls have not answered in time is run again
+    (deleting is idempotent), so one lost reply cannot hold the task for ever."""
+    monkeypatch.setattr(queue_tasks, "_WINDOW_TIMEOUT_S", 0.2)
+    real = node.store.delete_range
+    calls = 0
+
+    async def first_one_silent(start: bytes, end: bytes, chunk: int = 10_000) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await asyncio.Event().wait()  # a reply that never comes
+        return await real(start, end, chunk)
+
+    monkeypatch.setattr(node.store, "delete_range", first_one_silent)
+    assert (await _call(http, "PUT", "/v1/queues/stuck"))[0] == 201
+    await _enqueue(http, "stuck", *({"body": f"m{i}"} for i in range(10)))
+    status, task = await _call(http, "POST", "/v2/queues/stuck/purge")
+    assert status == 202
+    done = await _wait_task(http, clock, task["id"])
+    assert done["state"] == "done" and done["moved"] == 10
+    assert calls > 32  # the first window ran twice

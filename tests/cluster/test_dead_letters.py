@@ -14,6 +14,21 @@ from dynaq.testing.cluster import HaproxyProcess, LocalCluster, http_get
 from tests.fixtures.ring import SYNC_S
 
 
+async def _logs(cluster: LocalCluster) -> str:
+    """The nodes' logs without access lines (for a failure's message)."""
+
+    def read() -> str:
+        return "\n".join(
+            f"--- {n.name}\n"
+            + "\n".join(ln for ln in n.proc.log().splitlines() if "aiohttp.access" not in ln)[
+                -3000:
+            ]
+            for n in cluster.nodes
+        )
+
+    return await asyncio.to_thread(read)
+
+
 async def _json(s: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> tuple[int, Any]:
     async with s.request(method, url, **kw) as r:
         return r.status, await r.json(content_type=None)
@@ -117,7 +132,7 @@ async def test_poison_message_dead_letters_after_exactly_max_receives_and_redriv
             if rec["state"] == "done":
                 break
             await asyncio.sleep(0.2)
-        assert rec["state"] == "done" and rec["moved"] >= 1
+        assert rec["state"] == "done" and rec["moved"] >= 1, (rec, await _logs(cluster))
 
 
 async def test_delayed_messages_are_never_early_and_survive_kill_9_of_their_owner(

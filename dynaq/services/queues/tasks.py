@@ -34,7 +34,7 @@ from typing import Any
 from dynaq.clock import Clock
 from dynaq.core import keys
 from dynaq.core.ids import LANES, enqueued_ms, first_id_at, lane_start
-from dynaq.errors import DynaqError, InvalidInput, NotFound
+from dynaq.errors import DynaqError, InvalidInput, NotFound, StorageUnavailable
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queues.dead_letters import DeadLetters
 from dynaq.storage.base import Delete, Store
@@ -48,6 +48,8 @@ DEFAULT_RATE_PER_S = 500
 _STALE_MS = 60_000
 _PURGE_CHUNK = 1000
 _PURGE_LANES_AT_ONCE = 32
+_WINDOW_TIMEOUT_S = 20.0
+_WINDOW_TRIES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +201,7 @@ class QueueTasks:
         await self._store.put(keys.task(rec.id), json.dumps(asdict(rec)).encode())
 
     async def _run(self, rec: TaskRecord) -> None:
+        log.info("queue task running", extra={"task": rec.id, "kind": rec.kind, "queue": rec.queue})
         try:
             info = await self._catalog.queue(rec.queue)
             if rec.kind == "redrive":
@@ -206,6 +209,9 @@ class QueueTasks:
             else:
                 rec = await self._purge(info, rec)
             await self._save(replace(rec, state="done", updated_at_ms=self._clock.wall_ms()))
+            log.info(
+                "queue task done", extra={"task": rec.id, "kind": rec.kind, "moved": rec.moved}
+            )
         except DynaqError as exc:
             log.warning("queue task failed", extra={"task": rec.id, "error": str(exc)})
             rec = replace(
@@ -244,14 +250,23 @@ class QueueTasks:
         # Delayed messages first: one that falls due meanwhile moves into its lane
         # (keeping its id), which the lane pass after this one still reaches.
         if rec.cursor == 0:
-            rec = await self._purge_delayed(info, rec)
+            for attempt in range(1, _WINDOW_TRIES + 1):
+                try:  # idempotent: a pass that did not answer is run again
+                    async with asyncio.timeout(_WINDOW_TIMEOUT_S):
+                        rec = await self._purge_delayed(info, rec)
+                    break
+                except TimeoutError:
+                    log.warning(
+                        "purge of delayed messages timed out; trying it again",
+                        extra={"task": rec.id, "attempt": attempt},
+                    )
+            else:
+                raise StorageUnavailable(f"purge of {info.name!r}: delayed messages did not answer")
         for first in range(rec.cursor, LANES, _PURGE_LANES_AT_ONCE):
             lanes = range(first, min(first + _PURGE_LANES_AT_ONCE, LANES))
             # Lanes are independent ranges (partitions on Cassandra): a window of
             # them at once makes a purge of an empty queue take 32 round trips, not 1024.
-            removed = sum(
-                await asyncio.gather(*(self._purge_lane(info, rec, lane) for lane in lanes))
-            )
+            removed = await self._purge_window(info, rec, lanes)
             if removed:
                 self._note_purged(info, removed)
             rec = replace(
@@ -260,6 +275,28 @@ class QueueTasks:
             )  # fmt: skip
             await self._save(rec)
         return rec
+
+    async def _purge_window(self, info: QueueInfo, rec: TaskRecord, lanes: range) -> int:
+        """Purge ``lanes`` at once; a window whose store calls have not answered within
+        ``_WINDOW_TIMEOUT_S`` is tried again (deleting is idempotent), so one lost
+        reply cannot hold the task for ever."""
+        for attempt in range(1, _WINDOW_TRIES + 1):
+            try:
+                async with asyncio.timeout(_WINDOW_TIMEOUT_S):
+                    done = await asyncio.gather(
+                        *(self._purge_lane(info, rec, lane) for lane in lanes)
+                    )
+                return sum(done)
+            except TimeoutError:
+                log.warning(
+                    "purge window timed out; trying it again",
+                    extra={"task": rec.id, "lanes": f"{lanes.start}-{lanes.stop - 1}",
+                           "attempt": attempt},
+                )  # fmt: skip
+        raise StorageUnavailable(
+            f"purge of {info.name!r}: lanes {lanes.start}-{lanes.stop - 1} did not answer "
+            f"in {_WINDOW_TRIES} tries of {_WINDOW_TIMEOUT_S:g} s"
+        )
 
     async def _purge_lane(self, info: QueueInfo, rec: TaskRecord, lane: int) -> int:
         cut = first_id_at(lane, rec.started_at_ms + 1)
