@@ -93,6 +93,8 @@ async def report(request: web.Request) -> web.Response:
         stream, node, size = str(body["stream"]), str(body["node"]), int(body["size"])
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"malformed stream copy report: {exc}") from None
+    if not 0 <= size < 2**63:
+        raise InvalidInput("malformed stream copy report: size must be 0..2^63-1")
     copies = request.app.get(COPIES)
     if copies is not None:
         copies.reported(stream, node, size)
@@ -108,6 +110,8 @@ async def follow(request: web.Request) -> web.StreamResponse:
         stream, start = str(body["stream"]), int(body["start"])
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"malformed follow request: {exc}") from None
+    if not 0 <= start < 2**63:
+        raise InvalidInput("malformed follow request: start must be an index (0..2^63-1)")
     svc = _streams(request)
     sub = svc.subscribe(stream, Start(i=start), Stops(None, None, None), "msgpack")
 

@@ -282,8 +282,8 @@ async def _copy_serves(request: web.Request) -> bool:
         return False
     if not _flag(request.query, "nowait") or _flag(request.query, "sizeonly"):
         return False
-    if name not in svc.names():
-        return False
+    if name not in svc.names() or await fwd.authority.node_of(name) in (None, fwd.authority.me):
+        return False  # no copy here, or this node serves the stream itself (cached lookup)
     got = await fwd.authority.record_of(name)
     return got is not None and not got[0].deleted and svc.epoch(name) == got[0].epoch
 

@@ -9,12 +9,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import msgpack
 import pytest
 
 from dynaq.clock import ManualClock
 from dynaq.cluster.hints import post_signed
 from dynaq.core.hints import HINTS_PATH, HintsMessage, encode_hints
 from dynaq.core.peer_auth import PEER_AUTH_HEADER, PeerSigner, derive_peer_key
+from dynaq.core.stream_copies import (
+    DECLARED_PATH,
+    FOLLOW_PATH,
+    HISTORY_PATH,
+    REPORT_PATH,
+    SIZE_PATH,
+)
 from dynaq.node import Node
 from tests.fixtures.nodes import node_config
 
@@ -118,3 +126,41 @@ async def test_a_node_without_a_secret_refuses_every_peer_request(
         header = signer.header("POST", node.view.me.http_addr, HINTS_PATH, BODY)
         status, _ = await _post(node, {PEER_AUTH_HEADER: header})
         assert status == 401
+
+
+async def test_malformed_stream_copy_requests_get_a_precise_4xx(
+    node: Node, signer: PeerSigner
+) -> None:
+    """The node-to-node routes of stream copies, signed but malformed: 422 (or 404 for a
+    stream that is not here) with the JSON error body, never a 5xx."""
+    me = node.view.me.http_addr
+    cases: list[tuple[str, object, int]] = [
+        (FOLLOW_PATH, {"stream": "s", "start": -1}, 422),
+        (FOLLOW_PATH, {"stream": "s", "start": "x"}, 422),
+        (FOLLOW_PATH, {"stream": "nope", "start": 0}, 404),
+        (FOLLOW_PATH, [1, 2], 422),
+        (DECLARED_PATH, {"stream": "nope"}, 404),
+        (DECLARED_PATH, {}, 422),
+        (REPORT_PATH, {"stream": "s", "node": "n", "size": -3}, 422),
+        (REPORT_PATH, {"stream": "s", "node": "n"}, 422),
+        (HISTORY_PATH, {"stream": "topic.t", "entries": [1]}, 422),
+        (HISTORY_PATH, {"stream": "topic.t", "entries": [{"body": 1}]}, 422),
+    ]
+    async with aiohttp.ClientSession() as s:
+        for path, message, want in cases:
+            body = bytes(msgpack.packb(message))
+            headers = {
+                PEER_AUTH_HEADER: signer.header("POST", me, path, body),
+                "Content-Type": "application/msgpack",
+            }
+            async with s.post(
+                f"http://127.0.0.1:{node.port}{path}", data=body, headers=headers
+            ) as r:
+                answer = await r.json()
+                assert r.status == want and answer["code"], (path, message, r.status, answer)
+        body = b"\xc1 not msgpack"
+        headers = {PEER_AUTH_HEADER: signer.header("POST", me, SIZE_PATH, body)}
+        async with s.post(
+            f"http://127.0.0.1:{node.port}{SIZE_PATH}", data=body, headers=headers
+        ) as r:
+            assert r.status == 422 and (await r.json())["code"] == "invalid_input"

@@ -4,7 +4,6 @@ left reads back whole and appends go on from there."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -58,4 +57,3 @@ async def test_a_copy_cut_back_keeps_exactly_what_its_authority_had(
         assert reopened.info("s").size == cut + 2
     finally:
         await reopened.close()
-    await asyncio.sleep(0)
