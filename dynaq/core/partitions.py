@@ -154,11 +154,13 @@ class QueueState:
         its lane: found only when the scan wrapped around, its group's later
         messages ahead of the cursor would be served first. Not at the message
         itself: earlier messages of its group may wait behind the cursor too
-        (skipped while their group was blocked), and a group lives in one lane."""
+        (skipped while their group was blocked), and a group lives in one lane.
+        A scan in progress (its lock held) may have read the lane before this
+        write and be about to move its cursor past it: rewind then too."""
         p = self.partition_of_lane(lane_of(message_id))
         if p is None:
             return
-        if p.cursor is not None and message_id < p.cursor:
+        if p.lock.locked() or (p.cursor is not None and message_id < p.cursor):
             p.rewind_to(max(p.lanes.bottom_id, lane_of(message_id) << LANE_SHIFT))
         self.signal.set()
 

@@ -10,6 +10,7 @@ import aiohttp
 
 from dynaq.clock import ManualClock
 from dynaq.core import keys
+from dynaq.core.ids import lane_of
 from dynaq.core.messages import NewMessage
 from dynaq.node import Node
 from dynaq.storage.base import prefix_end
@@ -360,3 +361,30 @@ async def test_dedup_holds_while_the_wall_clock_steps_on_a_running_node(
     clock.advance(301)
     (b,) = await node.queues.enqueue("q", [NewMessage(b"x", dedup_id=key)])
     assert b != a
+
+
+async def test_group_message_behind_the_scan_cursor_is_served_before_later_ones(
+    node: Node,
+) -> None:
+    """A scan that read a lane before a group's first messages were committed
+    (written through another node whose hint was lost in a slice change) leaves
+    its cursor past them; the group's next message, written later above the
+    cursor, must still wait for them."""
+    info = await node.catalog.create_queue("q")
+    a, b = (
+        (await node.queues.enqueue("q", [NewMessage(b"1", group="g")]))[0],
+        (await node.queues.enqueue("q", [NewMessage(b"2", group="g")]))[0],
+    )
+    st = node.queues.states.state(info)
+    part = st.partition_of_lane(lane_of(a))
+    assert part is not None
+    part.cursor, part.rewind = b + 1, None  # a scan passed them; no hint arrived
+    (c,) = await node.queues.enqueue("q", [NewMessage(b"3", group="g")])
+    assert c > b + 1
+    order: list[bytes] = []
+    for _ in range(3):
+        got = await node.queues.receive("q", 10)
+        assert len(got) == 1, [m.body for m in got]
+        order.append(got[0].body)
+        await node.queues.delete("q", [got[0].id])
+    assert order == [b"1", b"2", b"3"]

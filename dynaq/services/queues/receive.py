@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from dynaq.clock import Clock
 from dynaq.core import keys
+from dynaq.core.ids import lane_of, lane_start
 from dynaq.core.membership import MembershipView
 from dynaq.core.messages import Message, decode
 from dynaq.core.partitions import Partition, QueueState
@@ -39,6 +41,9 @@ _MAX_EXAMINED = 8192
 the scan stops there and the next receive goes on from the cursor, so a long
 blocked backlog costs each receive a bounded slice of the event loop."""
 _MAINTAIN_EVERY_S = 1.0
+_PROBE_ROWS = 1024
+"""Rows a probe of a lane's start reads; past that every group found there waits
+for a scan that reads the lane from its start."""
 
 MAX_WAIT_S = 20.0
 """Longest long poll (SQS's limit)."""
@@ -285,51 +290,68 @@ class Receiver:
         while True:
             # First page: exactly what is wanted (most scans skip nothing);
             # pages after skips grow, so long in-flight runs cost few reads.
-            limit = min(_MAX_SCAN_PAGE, want - len(out) if page == 0 else 2 * want + 64)
+            page_size = min(_MAX_SCAN_PAGE, want - len(out) if page == 0 else 2 * want + 64)
             page += 1
             token = st.begin_read()
             try:
                 rows = await self._store.scan(
-                    keys.message(info.number, start), keys.message(info.number, end), limit
+                    keys.message(info.number, start), keys.message(info.number, end), page_size
                 )
+                # The page's first lane, when the page starts inside it: a group message
+                # found there is served only once a read begun after this page (a probe)
+                # shows no earlier message of its group before the page (see _probe).
+                partial = lane_of(start) if start != lane_start(lane_of(start)) else None
+                probe: _Probe | None = None
+                now = self._clock.monotonic()
+                last = start
+                for k, v in rows:
+                    last = keys.message_id(k)
+                    p.pass_count += 1
+                    if st.deleted_since(last, token):
+                        continue
+                    f = st.inflight.get(last)
+                    if f is not None and f.deadline > now:
+                        if f.group is not None:
+                            blocked.add(f.group)
+                        continue
+                    if f is not None and limit is not None and f.receive_count >= limit:
+                        st.hold(last, now, DEAD_LETTER_HOLD_S)
+                        doomed.append((last, v))
+                        continue
+                    msg = decode(last, v)
+                    g = msg.group
+                    if g is not None and (g in blocked or st.group_blocked(g, last)):
+                        blocked.add(g)  # later messages of the group wait their turn
+                        continue
+                    if g is not None and partial is not None and lane_of(last) == partial:
+                        if probe is None:
+                            probe = await self._probe(info, st, partial, start)
+                            examined += probe.rows
+                            now = self._clock.monotonic()
+                            if st.deleted_since(last, token) or st.is_invisible(last, now):
+                                continue  # changed while the probe read
+                        if probe.blocks(g):
+                            # Not added to ``blocked``: the wrap-around below (or
+                            # the next scan, rewound) serves the earlier one first.
+                            p.rewind_to(lane_start(partial))
+                            continue
+                    f = st.mark_served(last, now, vt, g, msg.attributes)
+                    msg.receive_count, msg.delivery = f.receive_count, f.delivery
+                    out.append(msg)
+                    if len(out) >= want:
+                        break
             finally:
                 st.end_read(token)
-            now = self._clock.monotonic()
-            last = start
-            for k, v in rows:
-                last = keys.message_id(k)
-                p.pass_count += 1
-                if st.deleted_since(last, token):
-                    continue
-                f = st.inflight.get(last)
-                if f is not None and f.deadline > now:
-                    if f.group is not None:
-                        blocked.add(f.group)
-                    continue
-                if f is not None and limit is not None and f.receive_count >= limit:
-                    st.hold(last, now, DEAD_LETTER_HOLD_S)
-                    doomed.append((last, v))
-                    continue
-                msg = decode(last, v)
-                g = msg.group
-                if g is not None and (g in blocked or st.group_blocked(g, last)):
-                    blocked.add(g)  # later messages of the group wait their turn
-                    continue
-                f = st.mark_served(last, now, vt, g, msg.attributes)
-                msg.receive_count, msg.delivery = f.receive_count, f.delivery
-                out.append(msg)
-                if len(out) >= want:
-                    break
             if len(out) >= want:
                 p.cursor = last + 1 if last + 1 < top else None
                 break
             examined += len(rows)
-            if len(rows) == limit and examined >= _MAX_EXAMINED:
+            if len(rows) == page_size and examined >= _MAX_EXAMINED:
                 p.cursor = last + 1 if last + 1 < top else None
                 p.wake()  # not idle: the rest of the pass is still ahead
                 st.walk_cut = True
                 break
-            if len(rows) == limit:
+            if len(rows) == page_size:
                 start = last + 1
                 continue
             # Reached the end of this pass.
@@ -347,6 +369,53 @@ class Receiver:
             p.last_used = self._clock.monotonic()
             p.locked_until = p.last_used + vt
         return out
+
+    async def _probe(self, info: QueueInfo, st: QueueState, lane: int, before: int) -> _Probe:
+        """Read ``lane`` from its start up to ``before`` again, after a scan page
+        (starting at ``before``) returned a group message of that lane.
+
+        Why: a page read sees the lane's start only if it began there. A scan
+        that began mid-lane may have read the lane's start earlier, before a
+        group's first message was committed behind its cursor; a later message of
+        the group, sent after the first was acknowledged, would then be served
+        first. Hints rewind scans over such writes, but a hint can be late (it
+        may reach a node after the next write) or lost during a slice change.
+        The first message was committed before the later one was written, so a
+        read begun after the page saw the later one sees it: a group with a
+        message here that is not served yet waits, and the next scan reads the
+        lane from its start."""
+        token = st.begin_read()
+        try:
+            rows = await self._store.scan(
+                keys.message(info.number, lane_start(lane)),
+                keys.message(info.number, before),
+                _PROBE_ROWS,
+            )
+        finally:
+            st.end_read(token)
+        groups: set[str] = set()
+        for k, v in rows:
+            mid = keys.message_id(k)
+            if st.deleted_since(mid, token):
+                continue
+            f = st.inflight.get(mid)
+            g = f.group if f is not None else decode(mid, v).group
+            if g is not None:
+                groups.add(g)
+        return _Probe(frozenset(groups), len(rows) < _PROBE_ROWS, len(rows))
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    """What a probe of a lane's start found: the groups with a message there not
+    yet served, and whether it read the whole range (else every group waits)."""
+
+    groups: frozenset[str]
+    complete: bool
+    rows: int
+
+    def blocks(self, group: str) -> bool:
+        return not self.complete or group in self.groups
 
 
 def _over_limit(st: QueueState, message_id: int, limit: int) -> bool:
