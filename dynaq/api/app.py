@@ -18,6 +18,7 @@ from dynaq.api import (
     v1,
     v2,
 )
+from dynaq.api import processors as processor_routes
 from dynaq.api import streams as stream_routes
 from dynaq.api.auth import ACCESS, auth_middleware
 from dynaq.api.aws import sqs_messages, sqs_queues  # noqa: F401  (they register the actions)
@@ -26,7 +27,16 @@ from dynaq.api.aws.sqs import SQS, SqsSettings
 from dynaq.api.batches import BATCHES
 from dynaq.api.codec import BODY_TIMEOUT, json_response
 from dynaq.api.internal import PEER_VERIFIER, peer_auth_middleware
-from dynaq.api.keys import CATALOG, METRICS, NODE_STATE, QUEUES, STREAMS, TOPICS, VIEW
+from dynaq.api.keys import (
+    CATALOG,
+    METRICS,
+    NODE_STATE,
+    PROCESSORS,
+    QUEUES,
+    STREAMS,
+    TOPICS,
+    VIEW,
+)
 from dynaq.api.middleware import errors_middleware, serve_metrics, timing_middleware
 from dynaq.api.openapi import OPENAPI, OPENAPI_PATH, SpecLimits, build_spec
 from dynaq.core.access import AccessPolicy
@@ -35,6 +45,7 @@ from dynaq.core.peer_auth import PeerVerifier
 from dynaq.metrics import NullMetrics, Telemetry
 from dynaq.services.batches import BatchService
 from dynaq.services.catalog import Catalog
+from dynaq.services.processors import ProcessorRegistry
 from dynaq.services.queues import QueueService
 from dynaq.services.topics import TopicService
 from dynaq.streams import StreamService
@@ -63,11 +74,13 @@ def build_app(
     streams: StreamService | None = None,
     metrics: Telemetry | None = None,
     sqs: SqsSettings | None = None,
+    processors: ProcessorRegistry | None = None,
 ) -> web.Application:
     """``access``: client tokens (``None``: every client is let in); ``peer_verifier``:
     the cluster's MAC check for ``/internal/`` (``None``: those routes refuse everything);
     ``metrics``: where request latencies go and what ``/metrics`` shows; ``sqs``: the
-    SQS wire protocol on ``POST /`` (``None``: not served)."""
+    SQS wire protocol on ``POST /`` (``None``: not served); ``processors``: where
+    workers report processor status (``None``: not served)."""
     # Timing outermost (it sees the final status); errors next, so 401/403 from
     # the checks inside get the JSON shape.
     middlewares = [timing_middleware, errors_middleware, peer_auth_middleware, auth_middleware]
@@ -86,6 +99,8 @@ def build_app(
     app[BATCHES] = batches
     if streams is not None:
         app[STREAMS] = streams
+    if processors is not None:
+        app[PROCESSORS] = processors
     app[OPENAPI] = build_spec(
         SpecLimits(
             max_batch=queues.limits.max_batch,
@@ -107,6 +122,8 @@ def build_app(
         app.router.add_routes(stream_copies.routes)
         app.router.add_routes(topics_v2.routes)
     app.router.add_routes(queue_tasks.routes)
+    if processors is not None:
+        app.router.add_routes(processor_routes.routes)
     app.router.add_routes(console.routes)
     if sqs is not None:
         app[SQS] = sqs

@@ -10,6 +10,7 @@ from dynaq.api.stream_proxy import StreamForwarder
 from dynaq.core.membership import MembershipView
 from dynaq.metrics import Telemetry
 from dynaq.services.catalog import Catalog
+from dynaq.services.processors import ProcessorRegistry
 from dynaq.services.queues import QueueService
 from dynaq.services.topics import TopicService
 from dynaq.streams import StreamService
@@ -21,5 +22,6 @@ VIEW = web.AppKey("view", MembershipView)
 NODE_STATE: web.AppKey[Callable[[], str]] = web.AppKey("node_state")
 METRICS = web.AppKey("metrics", Telemetry)
 STREAMS = web.AppKey("streams", StreamService)
+PROCESSORS = web.AppKey("processors", ProcessorRegistry)
 FORWARDER = web.AppKey("stream_forwarder", StreamForwarder)
 """Present in a ring: requests for a stream another node serves go there."""

@@ -161,6 +161,7 @@ _ERRORS: dict[int, tuple[str, str, tuple[str, ...]]] = {
             "batch_not_found",
             "stream_not_found",
             "subscription_not_found",
+            "processor_not_found",
         ),
     ),
     409: (

@@ -16,6 +16,8 @@ from dynaq.storage.base import MESSAGE_PREFIX
 
 CONFIG_QUEUE = b"c/q/"
 CONFIG_TOPIC = b"c/t/"
+PROCESSOR = b"c/p/"
+"""Processors' last status reports (JSON, by name; :mod:`dynaq.services.processors`)."""
 QUEUE_NUMBER_SEQ = b"c/seq/queue"
 PURGE = b"c/purge/"
 MESSAGE = MESSAGE_PREFIX

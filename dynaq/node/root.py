@@ -48,6 +48,7 @@ from dynaq.services.batches import BatchService
 from dynaq.services.batches.hooks import batch_acks, batch_failures, completion_publisher
 from dynaq.services.catalog import Catalog
 from dynaq.services.id_floor import IdFloor
+from dynaq.services.processors import ProcessorRegistry
 from dynaq.services.queues import Limits, QueueService
 from dynaq.services.topics import TopicService
 from dynaq.storage.base import Store
@@ -145,6 +146,7 @@ class Node:
             streams=self.streams,
             metrics=self.metrics,
             sqs=build_sqs(config, self.access, self.clock),
+            processors=ProcessorRegistry(self.store, self.clock, self.metrics),
         )
         if isinstance(self.store, LmdbStore):
             metrics = self.metrics

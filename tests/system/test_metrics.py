@@ -104,3 +104,50 @@ def test_stats_none_sends_nothing(statsd: StatsdServer, tmp_path: Path) -> None:
         p.kill()
     assert not any(k.startswith("dynaq.quiet") for k in statsd.counters())
     assert statsd.counters().keys() >= before.keys()
+
+
+async def test_processor_reports_reach_statsd_as_gauges(
+    statsd: StatsdServer, tmp_path: Path
+) -> None:
+    p = node_process(
+        tmp_path,
+        env={
+            "DYNAQ_STATS_TYPE": "statsd",
+            "DYNAQ_STATS_ADDRESS": statsd.address,
+            "DYNAQ_STATS_PREFIX": "dynaq.",
+            "DYNAQ_STATS_FLUSH_INTERVAL_S": "0.2",
+        },
+    )
+    await asyncio.to_thread(p.start)
+    try:
+        report = {
+            "graph": "g",
+            "kind": "transform",
+            "strategy": "exactly_once",
+            "state": "running",
+            "worker": "w1",
+            "inputs": [{"name": "in", "kind": "stream", "position": 10, "lag": 7}],
+            "outputs": ["out"],
+            "attempts": 12,
+            "delivered": 10,
+            "handled_errors": 2,
+            "interval_s": 5,
+        }
+        async with (
+            aiohttp.ClientSession(p.url) as s,
+            s.put("/v2/processors/g.double", json=report) as r,
+        ):
+            assert r.status == 200, await r.text()
+
+        def gauges_ok() -> bool:
+            g = statsd.gauges()
+            return (
+                g.get("dynaq.processors.g.double.lag.count") == 7
+                and g.get("dynaq.processors.g.double.attempts.count") == 12
+                and g.get("dynaq.processors.g.double.delivered.count") == 10
+                and g.get("dynaq.processors.g.double.handled_errors.count") == 2
+            )
+
+        await _until(gauges_ok)
+    finally:
+        await asyncio.to_thread(p.kill)
