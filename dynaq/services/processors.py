@@ -29,7 +29,9 @@ PROCESSOR_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,159}")
 
 KINDS = frozenset({"source", "sink", "transform", "join", "fork", "alts", "imperative"})
 STRATEGIES = frozenset({"exactly_once", "at_least_once", "at_most_once"})
-STATES = frozenset({"starting", "recovering", "running", "waiting_for_lease", "stopped"})
+STATES = frozenset(
+    {"starting", "recovering", "running", "waiting_for_lease", "interrupted", "stopped"}
+)
 INPUT_KINDS = frozenset({"stream", "queue"})
 MAX_IO = 64
 """Inputs or outputs one processor may report."""
