@@ -43,12 +43,10 @@ executors: they hold plain data only; connections are opened inside ``read``.
 
 from __future__ import annotations
 
-import queue
 import sys
-import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -81,58 +79,6 @@ from dynaq.spark.queue_stream import DynaqStreamReader
 from dynaq.spark.stream_offsets import StreamOffsetReader
 from dynaq.spark.streams import STREAM_SCHEMA, StreamPushdownReader, StreamReader
 from dynaq.spark.writer import DynaqWriter
-
-PREFETCH = 2
-"""Pages a batch read's task fetches ahead of Spark."""
-
-_T = TypeVar("_T")
-
-
-def prefetched(items: Iterator[_T], depth: int, poll_s: float = 0.1) -> Generator[_T, None, None]:
-    """``items``, iterated in a worker thread at most ``depth`` items ahead of the caller.
-
-    The thread's exception is raised in the caller. When the caller stops early
-    (Spark closes the generator: a ``limit``, a failed task), the thread stops
-    at its next item, closes ``items`` and is joined: nothing outlives the call.
-    """
-    box: queue.Queue[tuple[int, Any]] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(kind: int, value: Any) -> bool:
-        while not stop.is_set():
-            try:
-                box.put((kind, value), timeout=poll_s)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not put(0, item):
-                    return
-            put(1, None)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller, raised there
-            put(2, exc)
-        finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
-
-    worker = threading.Thread(target=produce, name="dynaq-prefetch", daemon=True)
-    worker.start()
-    try:
-        while True:
-            kind, value = box.get()
-            if kind == 1:
-                return
-            if kind == 2:
-                raise value
-            yield value
-    finally:
-        stop.set()
-        worker.join()
 
 
 def _buffer(data: bytes) -> pa.Buffer:
@@ -223,12 +169,6 @@ class DynaqReader(DataSourceReader):
             # partitions() planned none (the id filters pruned them all): pyspark
             # reads one InputPartition(None) instead, which holds no rows.
             return
-        # Pages are fetched (and made Arrow batches) PREFETCH pages ahead, in a thread,
-        # while Spark takes in the previous one: the node builds page k+1 while the JVM
-        # converts page k, instead of each waiting for the other.
-        yield from prefetched(self._batches(partition), PREFETCH)
-
-    def _batches(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         # The endpoint's scheme and token, sent to the node that serves the range.
         with Client(self.endpoint, token=self.token) as c:
             start = partition.from_id

@@ -315,46 +315,6 @@ def test_bench_spark_quick_reports_its_figures() -> None:
     )
 
 
-def test_prefetched_keeps_order_raises_the_producers_error_and_stops_its_thread() -> None:
-    """The batch read's page prefetch: the items in order, at most ``depth`` ahead; the
-    producer's exception in the caller; an early close stops and joins the thread."""
-    import threading
-
-    from dynaq.spark.source import prefetched
-
-    assert list(prefetched(iter(range(100)), 2)) == list(range(100))
-
-    def failing() -> Iterator[int]:
-        yield 1
-        raise ValueError("page 2 failed")
-
-    got: list[int] = []
-    with pytest.raises(ValueError, match="page 2 failed"):
-        for item in prefetched(failing(), 2):
-            got.append(item)
-    assert got == [1]
-
-    produced: list[int] = []
-    closed = threading.Event()
-
-    def endless() -> Iterator[int]:
-        try:
-            for i in range(10_000):
-                produced.append(i)
-                yield i
-        finally:
-            closed.set()
-
-    before = {t.name for t in threading.enumerate()}
-    it = prefetched(endless(), 2)
-    assert next(it) == 0
-    time.sleep(0.2)
-    assert len(produced) <= 4  # one taken, two queued, one waiting to be put
-    it.close()  # what Spark does after a limit
-    assert closed.is_set()
-    assert "dynaq-prefetch" not in {t.name for t in threading.enumerate()} - before
-
-
 def test_three_node_ring_reads_every_nodes_partitions(
     spark: Any, cassandra: Any, tmp_path: Path
 ) -> None:
