@@ -1,6 +1,7 @@
 """Batch tracking: exact-mode item acks per second, and storage per item.
 
-``python -m bench batches [--items N] [--per-request R] [--concurrency C] [--seconds S] [--quick]``
+``python -m bench batches [--items N] [--per-request R] [--concurrency C] [--seconds S]
+[--baseline-seconds B] [--quick]``
 
 1. A real ``dynaq server`` (LMDB, fsync'd group commits) opens an exact batch
    and adds N items (default 1,000,000) in one request; the store's allocated
@@ -14,7 +15,21 @@
 
 For comparison in the same session, the estimated mode's ``decr`` of the same
 number of items, one ``{batchId, by: R}`` per request, shows the cost of
-exactness. Every phase is bounded by ``--seconds``.
+exactness. Every dynaq phase is bounded by ``--seconds``.
+
+3. The same-run yardstick (issue 18): Carlyle's own algorithms on their own
+   stores (:mod:`bench._carlyle`), a real MariaDB (InnoDB, a redo-log flush per
+   commit) and a real ``redis-server`` started on free 127.0.0.1 ports in
+   throwaway dirs, driven with the same items, the same shuffled acks (same
+   duplicates), the same request size and the same number of clients, each
+   phase bounded by ``--baseline-seconds``. Reported:
+   ``carlyle_exact_items_per_s`` and ``carlyle_estimated_items_per_s``, and
+   ``ratio_vs_carlyle_exact`` = ``item_acks_per_s`` / the first,
+   ``ratio_vs_carlyle_estimated`` = ``estimated_item_acks_per_s`` / the second
+   (targets: >= 3). Redis runs as Carlyle deploys it, in memory with no
+   append-only file; since dynaq's decrements are fsync'd, the same phase is
+   also run on a second Redis with ``appendfsync always``
+   (``carlyle_estimated_aof_items_per_s``, ``ratio_vs_carlyle_estimated_aof``).
 """
 
 from __future__ import annotations
@@ -30,6 +45,7 @@ from typing import Any
 
 import aiohttp
 
+from bench._carlyle import CarlyleEstimated, CarlyleExact
 from bench.common import Deadline, percentiles, progress, rate, start_node
 
 EXACT = "/api/v1/batch/exact"
@@ -76,7 +92,18 @@ async def _run_requests(
     return time.monotonic() - t0, lat, results, sent
 
 
-async def _bench(base: str, data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+def _ack_order(items: int) -> list[int]:
+    """Which item each ack names: every item once plus 10 % duplicates, shuffled."""
+    rng = random.Random(1)
+    order = list(range(items))
+    order += rng.sample(order, items // 10)
+    rng.shuffle(order)
+    return order
+
+
+async def _bench(
+    base: str, data_dir: Path, args: argparse.Namespace, order: list[int]
+) -> dict[str, Any]:
     deadline = Deadline(args.seconds)
     out: dict[str, Any] = {"scenario": "batches", "items": args.items}
     conn = aiohttp.TCPConnector(limit=args.concurrency)
@@ -97,9 +124,7 @@ async def _bench(base: str, data_dir: Path, args: argparse.Namespace) -> dict[st
         )
         assert (await _post(s, f"{EXACT}/close/{b}", None))["isComplete"] is False
         ids = [f"{b}:{g['id']}:{i}" for g in blocks for i in range(g["upto"])]
-        rng = random.Random(1)
-        work = ids + rng.sample(ids, len(ids) // 10)
-        rng.shuffle(work)
+        work = [ids[k] for k in order]
         per = args.per_request
         bodies = [{"batchItemIds": work[i : i + per]} for i in range(0, len(work), per)]
         secs, lat, results, sent = await _run_requests(
@@ -135,22 +160,100 @@ async def _bench(base: str, data_dir: Path, args: argparse.Namespace) -> dict[st
     return out
 
 
+async def _carlyle(
+    args: argparse.Namespace, order: list[int], mariadb: Any, redis: Any, redis_aof: Any
+) -> dict[str, Any]:
+    """Carlyle's exact (MariaDB) and estimated (Redis) modes, dynaq's workload."""
+    per, conc = args.per_request, args.concurrency
+    exact = CarlyleExact(mariadb.host, mariadb.port, mariadb.user, mariadb.database)
+    await exact.create_schema()
+    t = time.monotonic()
+    batch, blocks = await exact.open_and_add(args.items)
+    add_s = time.monotonic() - t
+    assert await exact.close_batch(batch) is False
+    ids = [f"{batch}:{g}:{i}" for g, upto in blocks for i in range(upto)]
+    work = [ids[k] for k in order]
+    done = await exact.run(work, per, conc, Deadline(args.baseline_seconds))
+    out = done.summary("carlyle_exact")
+    out["carlyle_exact_add_items_s"] = round(add_s, 3)
+    progress(
+        f"carlyle exact (MariaDB): {done.items} item acks in {done.seconds:.2f} s"
+        f" = {out['carlyle_exact_items_per_s']} acks/s, p99 {out['carlyle_exact_p99_ms']} ms"
+    )
+    requests = -(-len(order) // per)
+    for server, name in ((redis, "carlyle_estimated"), (redis_aof, "carlyle_estimated_aof")):
+        est = CarlyleEstimated(server.url)
+        key = await est.open_add_close(args.items)
+        done = await est.run(key, requests, per, conc, Deadline(args.baseline_seconds))
+        out.update(done.summary(name))
+        # Once at zero every decrement answers "complete" (the estimate's double counting).
+        del out[f"{name}_completions"]
+        progress(
+            f"{name} (Redis{', appendfsync always' if server is redis_aof else ''}):"
+            f" {done.items} item decrements in {done.seconds:.2f} s"
+            f" = {out[f'{name}_items_per_s']} /s"
+        )
+    return out
+
+
+def _baselines(args: argparse.Namespace, order: list[int]) -> dict[str, Any]:
+    """Start MariaDB and Redis (both must be there: a missing one is an error), run, stop."""
+    from dynaq.testing.servers import mariadb as mariadb_server
+    from dynaq.testing.servers import redis as redis_server
+
+    for why in (mariadb_server.available(), redis_server.available()):
+        if why is not None:
+            raise RuntimeError(f"the batches yardstick needs it: {why}")
+    progress("starting MariaDB and redis-server for Carlyle's baseline")
+    maria = mariadb_server.start_mariadb(durable=True)
+    try:
+        redis = redis_server.start_redis()
+        redis_aof = None
+        try:
+            redis_aof = redis_server.start_redis(durable=True)
+            return asyncio.run(_carlyle(args, order, maria, redis, redis_aof))
+        finally:
+            redis.stop()
+            if redis_aof is not None:
+                redis_aof.stop()
+    finally:
+        maria.stop()
+
+
+def _ratio(ours: float, theirs: float) -> float:
+    return round(ours / theirs, 2) if theirs > 0 else 0.0
+
+
 def main(argv: list[str]) -> dict[str, Any]:
     p = argparse.ArgumentParser(prog="python -m bench batches", description=__doc__)
     p.add_argument("--items", type=int, default=1_000_000)
     p.add_argument("--per-request", type=int, default=100)
     p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("--seconds", type=float, default=120.0, help="bound on each phase")
+    p.add_argument("--seconds", type=float, default=120.0, help="bound on the dynaq phases")
+    p.add_argument(
+        "--baseline-seconds", type=float, default=60.0, help="bound on each Carlyle phase"
+    )
     p.add_argument("--quick", action="store_true", help="tiny smoke run")
     args = p.parse_args(argv)
     if args.quick:
-        args.items, args.seconds = 20_000, 30.0
+        args.items, args.seconds, args.baseline_seconds = 20_000, 30.0, 8.0
+    order = _ack_order(args.items)
     with tempfile.TemporaryDirectory(prefix="dynaq-bench-batches-") as tmp:
         node = start_node(Path(tmp))
         try:
             progress(f"dynaq node at {node.url}")
-            result = asyncio.run(_bench(node.url, node.data_dir, args))
+            result = asyncio.run(_bench(node.url, node.data_dir, args, order))
         finally:
             node.terminate()
+    result.update(_baselines(args, order))
+    result["ratio_vs_carlyle_exact"] = _ratio(
+        result["item_acks_per_s"], result["carlyle_exact_items_per_s"]
+    )
+    result["ratio_vs_carlyle_estimated"] = _ratio(
+        result["estimated_item_acks_per_s"], result["carlyle_estimated_items_per_s"]
+    )
+    result["ratio_vs_carlyle_estimated_aof"] = _ratio(
+        result["estimated_item_acks_per_s"], result["carlyle_estimated_aof_items_per_s"]
+    )
     result["cpu_count"] = os.cpu_count()
     return result

@@ -12,6 +12,12 @@ the relay's CPU share and the PostgreSQL server's CPU.
 
 Runs the given config and, for comparison, goharvest's defaults (mark batch
 100) when a different mark batch was asked for.
+
+The same-run yardstick (issue 18): the same N rows, in a fresh table of the
+same cluster, marked (leased) and purged with the relay's own SQL, with the
+same mark batch and in-flight bound, and nothing published
+(:mod:`bench._outbox_floor`). Reported as ``postgres_floor_rows_per_s`` and
+``ratio_vs_postgres_floor`` = ``records_per_s`` / that (target: ≥ 0.5).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench._outbox_floor import mark_and_purge
 from bench.common import Deadline, Timer, process_cpu_s, progress, rate
 
 VALUE = b"v" * 100
@@ -41,16 +48,13 @@ def _pg_cpu_s(server: Any) -> float:
     return sum(process_cpu_s(int(pid)) for pid in out.split())
 
 
-async def _run(args: argparse.Namespace, server: Any, mark_batch: int) -> dict[str, Any]:
+async def _fresh_outbox(args: argparse.Namespace, server: Any, tag: str) -> tuple[str, Any]:
+    """A new database whose outbox table holds the N rows; its DSN and a connection."""
     import asyncpg
 
-    from dynaq.config import OutboxConfig, config_from_mapping
-    from dynaq.metrics import NullMetrics
-    from dynaq.node import Node
-    from dynaq.outbox.relay import OutboxRelay
     from dynaq.outbox.schema import init_db
 
-    db = f"bench_{mark_batch}_{int(time.time())}"
+    db = f"bench_{tag}_{time.time_ns()}"
     admin = await asyncpg.connect(server.dsn)
     await admin.execute(f'CREATE DATABASE "{db}"')
     await admin.close()
@@ -62,6 +66,41 @@ async def _run(args: argparse.Namespace, server: Any, mark_batch: int) -> dict[s
         "outbox", records=rows, columns=["topic", "key", "value", "headers"]
     )
     await conn.execute("VACUUM ANALYZE outbox")
+    return dsn, conn
+
+
+async def _floor(args: argparse.Namespace, server: Any, mark_batch: int) -> dict[str, Any]:
+    """The same rows marked and purged with the relay's SQL, nothing published."""
+    import asyncpg
+
+    dsn, conn = await _fresh_outbox(args, server, f"floor_{mark_batch}")
+    purge_conn = await asyncpg.connect(dsn)
+    try:
+        pg0 = _pg_cpu_s(server)
+        result = await mark_and_purge(
+            conn,
+            purge_conn,
+            args.rows,
+            mark_batch,
+            args.max_in_flight,
+            Deadline(args.max_seconds),
+        )
+        result["postgres_cpu_s"] = round(_pg_cpu_s(server) - pg0, 2)
+        result["rows_left_in_table"] = int(await conn.fetchval("SELECT count(*) FROM outbox"))
+    finally:
+        await purge_conn.close()
+        await conn.close()
+    progress(f"postgres floor, mark_batch={mark_batch}: {result['rows_per_s']} rows/s")
+    return result
+
+
+async def _run(args: argparse.Namespace, server: Any, mark_batch: int) -> dict[str, Any]:
+    from dynaq.config import OutboxConfig, config_from_mapping
+    from dynaq.metrics import NullMetrics
+    from dynaq.node import Node
+    from dynaq.outbox.relay import OutboxRelay
+
+    dsn, conn = await _fresh_outbox(args, server, str(mark_batch))
     data = Path(tempfile.mkdtemp(prefix="dynaq-bench-outbox-"))
     node = Node(
         config_from_mapping(
@@ -147,14 +186,21 @@ def main(argv: list[str]) -> dict[str, Any]:
     server = pg_server.start_postgres(durable=not args.no_durable)
     try:
         main_run = asyncio.run(_run(args, server, args.mark_batch))
+        floor = asyncio.run(_floor(args, server, args.mark_batch))
         runs = [main_run]
         if not args.quick and args.mark_batch != 100:
             runs.append(asyncio.run(_run(args, server, 100)))
     finally:
         server.stop()
+    floor_rate = floor["rows_per_s"]
     return {
         "scenario": "outbox",
         "durable_postgres": not args.no_durable,
         "records_per_s": main_run["records_per_s"],
+        "postgres_floor_rows_per_s": floor_rate,
+        "ratio_vs_postgres_floor": round(main_run["records_per_s"] / floor_rate, 3)
+        if floor_rate > 0
+        else 0.0,
+        "postgres_floor": floor,
         "runs": runs,
     }

@@ -325,6 +325,15 @@ def test_bench_outbox_quick_reports_records_per_s(postgres: object) -> None:
     (run,) = result["runs"]
     assert run["relayed"] == run["queue_depth"] == 2000
     assert run["rows_left_in_table"] == 0
+    # The same-run yardstick: the same rows marked and purged with the relay's SQL.
+    floor = result["postgres_floor"]
+    assert floor["purged"] == 2000 and floor["rows_left_in_table"] == 0
+    assert floor["mark_statements"] >= 2 and floor["purge_statements"] >= 2  # 1000-row marks
+    assert result["postgres_floor_rows_per_s"] == floor["rows_per_s"] > 0
+    assert result["ratio_vs_postgres_floor"] > 0
+    assert result["ratio_vs_postgres_floor"] == pytest.approx(
+        result["records_per_s"] / result["postgres_floor_rows_per_s"], abs=0.001
+    )
 
 
 def test_row_to_message_mapping_and_bad_rows() -> None:

@@ -305,6 +305,14 @@ def test_bench_spark_quick_reports_its_figures() -> None:
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["read_rows_per_s"] > 0 and result["write_rows_per_s"] > 0
+    # The same-run yardstick: a plain client reading the same pages, round by round.
+    assert result["plain_client_rows_per_s"] > 0
+    assert len(result["read_rounds_rows_per_s"]) == len(result["plain_rounds_rows_per_s"]) == 2
+    assert result["read_rows_per_s"] == max(result["read_rounds_rows_per_s"])
+    assert result["read_vs_plain_client"] > 0
+    assert result["read_vs_plain_client"] == pytest.approx(
+        result["read_rows_per_s"] / result["plain_client_rows_per_s"], abs=0.01
+    )
 
 
 def test_three_node_ring_reads_every_nodes_partitions(
