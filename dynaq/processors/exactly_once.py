@@ -62,6 +62,7 @@ taken again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -81,6 +82,9 @@ from dynaq.processors.steps import (
     plan,
     run_user,
 )
+
+SOURCE_IDLE_S = 0.2
+"""How long a source that returned nothing waits before its next step."""
 
 
 class ExactlyOnce:
@@ -176,6 +180,10 @@ class ExactlyOnce:
         await self._deliver(h, plan(p, h, pairs, error), nxt, {}, False)
         self.stats.handled_errors += error
         self.tailers, self.replay = nxt, None
+        if p.kind is Kind.SOURCE and not pairs:  # nothing to emit now: do not spin
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(SOURCE_IDLE_S):
+                    await self.stop.wait()
 
     async def _snapshot(self, tailers: records.Tailers) -> None:
         faults.point("snapshot.before")
