@@ -24,8 +24,8 @@ def _exactly_once(delivered: Counter[int], expected: set[int], what: str) -> Non
     missing = sorted(expected - set(delivered))
     extra = sorted(set(delivered) - expected)
     twice = sorted(n for n, k in delivered.items() if k > 1)
-    assert not missing, f"{what}: never delivered: {missing}"
     assert not twice, f"{what}: delivered more than once: {twice}"
+    assert not missing, f"{what}: never delivered: {missing}"
     assert not extra, f"{what}: delivered but never sent: {extra}"
 
 

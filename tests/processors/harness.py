@@ -36,14 +36,25 @@ class Worker:
             self.proc.kill()
             self.proc.wait(10)
 
+    def started(self) -> bool:
+        try:
+            return b'"worker started"' in self.log_path.read_bytes()
+        except OSError:
+            return False
+
     def terminate(self, timeout_s: float = 15.0) -> int:
+        """SIGTERM once it has started (before, SIGTERM's default action would kill
+        it: no graceful stop to test), and wait for it to exit."""
+        deadline = time.monotonic() + timeout_s
+        while self.proc.poll() is None and not self.started() and time.monotonic() < deadline:
+            time.sleep(0.02)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout_s)
 
     def log(self) -> str:
         try:
-            return self.log_path.read_text(errors="replace")[-4000:]
+            return self.log_path.read_text(errors="replace")[-6000:]
         except OSError:
             return ""
 
@@ -69,7 +80,7 @@ class Harness:
             DYNAQ_ENDPOINT=self.node.url,
             CUES_T=self.prefix,
             CUES_DIR=str(self.tmp),
-            DYNAQ_LOG_LEVEL="warning",
+            DYNAQ_LOG_LEVEL="info",
             **self.env,
             **env,
         )
