@@ -205,12 +205,13 @@ class ExactlyOnce:
         if not writes:
             await self.backing.append(records.attempt_nil(h, nxt))
             faults.point("nil.written")
+        wrote = not writes
         for slot in range(len(writes)):
-            await self._deliver_slot(
-                h, slot, writes, nxt, known.setdefault(slot, set()), recovering
-            )
-        self.stats.delivered += 1
-        self.stats.last_delivery_s = time.time()
+            got = known.setdefault(slot, set())
+            wrote |= await self._deliver_slot(h, slot, writes, nxt, got, recovering)
+        if wrote:  # (a recovery that found every slot landed delivered nothing new)
+            self.stats.delivered += 1
+            self.stats.last_delivery_s = time.time()
 
     async def _deliver_slot(
         self,
@@ -220,8 +221,9 @@ class ExactlyOnce:
         nxt: records.Tailers,
         known: set[int],
         recovering: bool,
-    ) -> None:
-        """Land slot ``slot`` exactly once (see the module's proof sketch, (b)-(d))."""
+    ) -> bool:
+        """Land slot ``slot`` exactly once (see the module's proof sketch, (b)-(d));
+        whether this call appended it (False: it had landed already)."""
         stream, entry = writes[slot]["stream"], writes[slot]["entry"]
         settled: set[int] = set()
         where = "recovery." if recovering else ""
@@ -230,7 +232,7 @@ class ExactlyOnce:
             for i in sorted(known - settled):
                 if i < size:
                     if await self._holds(stream, i, h, slot):
-                        return
+                        return False
                     settled.add(i)
             if size not in known:
                 record = records.attempt(h, slot, writes, size, nxt)
@@ -245,7 +247,7 @@ class ExactlyOnce:
                     continue  # another writer took it: settled now, go round
                 raise
             faults.point(where + "output.written")
-            return
+            return True
 
     async def _holds(self, stream: str, index: int, h: str, slot: int) -> bool:
         got: list[dict[str, Any]] = await self.client.read_stream(stream, index, 1)

@@ -158,7 +158,7 @@ class Graph:
     def add(
         self,
         name: str,
-        kind: Kind,
+        kind: Kind | str,
         fn: UserFn,
         inputs: Iterable[str | Endpoint] = (),
         outputs: Iterable[str | Endpoint] = (),

@@ -1,0 +1,183 @@
+"""The exactly-once engine and the runner in this process, against a real node: the
+stale in-flight append the conditional append exists for, fencing, ``status()``,
+a graceful stop that finishes its step, and a second runner waiting for the lease."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import pytest
+
+from dynaq.client import AsyncClient
+from dynaq.errors import IndexTaken
+from dynaq.processors import META, STATUS_KEYS, Graph, GraphRunner, delivery_hash
+from dynaq.processors.exactly_once import ExactlyOnce
+from dynaq.processors.io import Backing, Lease, LeaseLost, StreamInput
+from dynaq.processors.records import attempt, snapshot, stamped
+from dynaq.processors.steps import Reader, Stats
+from dynaq.testing.process import NodeProcess
+
+
+@pytest.fixture
+async def client(node: NodeProcess) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(node.url) as c:
+        yield c
+
+
+def _double(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {"n": entry["n"], "double": 2 * entry["n"]}
+
+
+async def _outputs(c: AsyncClient, stream: str) -> list[dict[str, Any]]:
+    return [e["entry"] for e in await c.read_stream(stream, 0, 1000)]
+
+
+async def _stale_worker(c: AsyncClient, t: str) -> tuple[dict[str, Any], str]:
+    """Worker A: takes the lease, writes the snapshot and an attempt at index 0 of the
+    output, sends nothing yet (its append is "in flight"), and lapses."""
+    g = Graph(t)
+    proc = g.transform("p", _double, f"{t}-in", f"{t}-out")
+    await GraphRunner(g, c).declare()
+    await c.append(f"{t}-in", [{"n": 1}])
+    lease = Lease(c, proc.backing, 30)
+    assert await lease.acquire(asyncio.Event())
+    backing = Backing(c, proc.backing, lease)
+    tailers = {f"{t}-in": 0}
+    h = delivery_hash(proc.id, tailers)
+    entry = stamped({"n": 1, "double": 2}, proc.id, h, 0)
+    writes = [{"stream": f"{t}-out", "error": False, "entry": entry}]
+    await backing.append(snapshot(proc.id, tailers))
+    await backing.append(attempt(h, 0, writes, 0, {f"{t}-in": 1}))
+    await lease.release()
+    return entry, proc.id
+
+
+async def _worker_b(c: AsyncClient, t: str) -> ExactlyOnce:
+    g = Graph(t)
+    proc = g.transform("p", _double, f"{t}-in", f"{t}-out")
+    lease = Lease(c, proc.backing, 30)
+    assert await lease.acquire(asyncio.Event())
+    reader = Reader(proc, {f"{t}-in": StreamInput(c, f"{t}-in")})
+    return ExactlyOnce(proc, c, Backing(c, proc.backing, lease), reader, Stats(), asyncio.Event())
+
+
+async def test_stale_append_landing_first_is_found_not_repeated(client: AsyncClient) -> None:
+    entry, _ = await _stale_worker(client, "stale1")
+    await client.append("stale1-out", [entry], expect_index=0)  # A's append lands late
+    b = await _worker_b(client, "stale1")
+    await b.recover()
+    assert b.tailers == {"stale1-in": 1} and b.stats.attempts == 0
+    assert len(await _outputs(client, "stale1-out")) == 1
+
+
+async def test_recovery_takes_the_unsettled_index_so_the_stale_append_cannot_land(
+    client: AsyncClient,
+) -> None:
+    entry, _ = await _stale_worker(client, "stale2")
+    b = await _worker_b(client, "stale2")
+    await b.recover()  # size 0 == the recorded index: unsettled; B appends exactly there
+    assert b.stats.attempts == 0 and b.tailers == {"stale2-in": 1}
+    with pytest.raises(IndexTaken):
+        await client.append("stale2-out", [entry], expect_index=0)  # A's, too late
+    assert len(await _outputs(client, "stale2-out")) == 1
+
+
+async def test_recorded_index_taken_by_another_writer_moves_the_attempt(
+    client: AsyncClient,
+) -> None:
+    entry, proc_id = await _stale_worker(client, "stale3")
+    await client.append("stale3-out", [{"foreign": 1}])  # someone else took index 0
+    b = await _worker_b(client, "stale3")
+    await b.recover()
+    assert b.stats.attempts == 1  # a new attempt record, for index 1
+    with pytest.raises(IndexTaken):
+        await client.append("stale3-out", [entry], expect_index=0)
+    out = await _outputs(client, "stale3-out")
+    assert [e.get(META, {}).get("proc") for e in out] == [None, proc_id]
+    records = [e["entry"] for e in await client.read_stream("_cues.stale3.p", 0, 100)]
+    assert [(r["t"], r.get("index")) for r in records] == [
+        ("snapshot", None),
+        ("attempt-output", 0),
+        ("attempt-output", 1),
+    ]
+
+
+async def test_a_fenced_worker_writes_nothing_to_the_backing_stream(client: AsyncClient) -> None:
+    g = Graph("fence")
+    proc = g.transform("p", _double, "fence-in", "fence-out")
+    await GraphRunner(g, client).declare()
+    a = Lease(client, proc.backing, 0.2)
+    assert await a.acquire(asyncio.Event())
+    await asyncio.sleep(0.3)  # A's lease lapses (no renewal) ...
+    b = Lease(client, proc.backing, 30)
+    assert await b.acquire(asyncio.Event())  # ... and B takes it
+    with pytest.raises(LeaseLost):
+        await Backing(client, proc.backing, a).append(snapshot(proc.id, {"fence-in": 0}))
+    assert a.lost.is_set()
+    await a.keep()  # a renewal finds the lease taken: lost, and the keeper ends
+    assert await client.stream_size(proc.backing) == 0
+    await b.release()
+
+
+async def test_status_and_a_graceful_stop_that_finishes_the_step(client: AsyncClient) -> None:
+    entered = asyncio.Event()
+
+    async def slow(entry: Mapping[str, Any]) -> dict[str, Any]:
+        if entry["n"] == 3:
+            entered.set()
+            await asyncio.sleep(0.5)
+        if entry["n"] == 2:
+            raise ValueError("two")
+        return _double(entry)
+
+    g = Graph("graceful")
+    g.transform("p", slow, "gr-in", "gr-out", error="gr-err")
+    runner = GraphRunner(g, client, lease_ttl_s=2)
+    await runner.start()
+    await client.append("gr-in", [{"n": n} for n in range(1, 6)])
+    await asyncio.wait_for(entered.wait(), 10)
+    await runner.stop()  # n=3 is mid-step: it is delivered before the runner stops
+    out = await _outputs(client, "gr-out")
+    assert [e["n"] for e in out] == [1, 3]
+    assert [e["inputs"]["gr-in"]["n"] for e in await _outputs(client, "gr-err")] == [2]
+    (st,) = runner.status()
+    assert tuple(st) == STATUS_KEYS
+    assert st["name"] == "p" and st["kind"] == "transform" and st["strategy"] == "exactly_once"
+    assert st["state"] == "stopped" and st["inputs"] == {"gr-in": 3}
+    assert (st["delivered"], st["handled_errors"], st["attempts"]) == (3, 1, 3)
+    assert st["last_delivery"] is not None and st["backing"] == "_cues.graceful.p"
+    # A new runner resumes after the last delivered step: nothing twice, nothing lost.
+    again = GraphRunner(g, client, lease_ttl_s=2)
+    await again.start()
+    for _ in range(200):
+        if len(await _outputs(client, "gr-out")) == 4:
+            break
+        await asyncio.sleep(0.05)
+    await again.stop()
+    assert [e["n"] for e in await _outputs(client, "gr-out")] == [1, 3, 4, 5]
+
+
+async def test_a_second_runner_waits_for_the_lease(client: AsyncClient) -> None:
+    g = Graph("second")
+    g.transform("p", _double, "sec-in", "sec-out")
+    first, second = GraphRunner(g, client, lease_ttl_s=1), GraphRunner(g, client, lease_ttl_s=1)
+    await first.start()
+    await second.start()
+    await client.append("sec-in", [{"n": n} for n in range(10)])
+    for _ in range(100):
+        if len(await _outputs(client, "sec-out")) == 10:
+            break
+        await asyncio.sleep(0.05)
+    assert second.status()[0]["state"] == "waiting_for_lease"
+    assert first.status()[0]["delivered"] == 10
+    await first.stop()  # releases the lease: the second takes over
+    await client.append("sec-in", [{"n": n} for n in range(10, 15)])
+    for _ in range(200):
+        if len(await _outputs(client, "sec-out")) == 15:
+            break
+        await asyncio.sleep(0.05)
+    await second.stop()
+    assert [e["n"] for e in await _outputs(client, "sec-out")] == list(range(15))
+    assert second.status()[0]["delivered"] == 5
