@@ -80,12 +80,12 @@ class Relaxed:
         if at_most:
             await self._commit(nxt, received)
         pairs, error = await run_user(p, sel, h)
-        faults.point("effect.done")
         for slot, w in enumerate(plan(p, h, pairs, error)):
             if any(isinstance(o, QueueRef) and o.name == w["stream"] for o in p.endpoints()):
                 await enqueue(self.client, w["stream"], w["entry"], f"{h}-{slot}")
             else:
                 await self.client.append(w["stream"], [w["entry"]])
+        faults.point("effect.done")  # the function ran, its outputs are written
         if not at_most:
             await self._commit(nxt, received)
         self.tailers = nxt

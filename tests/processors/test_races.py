@@ -98,15 +98,25 @@ def test_two_workers_race_for_one_processor(node: NodeProcess, tmp_path: Path) -
         workers: list[Worker] = [h.start(), h.start()]
         every: list[Worker] = list(workers)
         try:
+            holder_kills = 0
             for round in range(10):
                 wait_for(lambda: any(_runs(w) for w in workers), 20, "a worker holding the lease")
                 time.sleep(rng.uniform(0.2, 0.6))
+                ran_before = sum(_runs(w) for w in every)
                 holders = [i for i, w in enumerate(workers) if _runs(w)]
                 # Mostly the holder dies (the standby takes over); sometimes the standby.
-                i = holders[0] if round % 3 != 2 else 1 - holders[0]
+                holder = round % 3 != 2
+                i = holders[-1] if holder else 1 - holders[-1]
                 workers[i].kill()
                 workers[i] = h.start()
                 every.append(workers[i])
+                if holder:
+                    holder_kills += 1
+                    wait_for(
+                        lambda n=ran_before: sum(_runs(w) for w in every) > n,
+                        20,
+                        "another worker taking the lease over",
+                    )
         finally:
             feeder.halt.set()
             feeder.join()
@@ -116,7 +126,7 @@ def test_two_workers_race_for_one_processor(node: NodeProcess, tmp_path: Path) -
         summary = checker.check_transform(c, t, feeder.sent)
     # The processor really ran in several workers, one after another.
     ran = [w for w in every if _runs(w)]
-    assert len(ran) >= 7, "the lease did not move between the racing workers"
+    assert holder_kills == 7 and len(ran) >= 1 + holder_kills, "each holder kill moved the lease"
     assert summary["outputs"] > 50
     print(f"race: ran in {len(ran)} of {len(every)} workers, {len(feeder.sent)} inputs, {summary}")
 
