@@ -181,3 +181,59 @@ async def test_a_second_runner_waits_for_the_lease(client: AsyncClient) -> None:
     await second.stop()
     assert [e["n"] for e in await _outputs(client, "sec-out")] == list(range(15))
     assert second.status()[0]["delivered"] == 5
+
+
+async def _until(cond: Any, what: str) -> None:
+    for _ in range(300):
+        if await cond():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_source_join_fork_and_filters(client: AsyncClient) -> None:
+    """The kinds the crash runs do not cover: a source (a step counter as its input),
+    a join_fork, and an alts whose filter skips entries of other types."""
+
+    def count(step: int, delivery_hash: str) -> dict[str, Any] | None:
+        return {"n": step, "hash": delivery_hash} if step < 5 else None
+
+    def both(entries: Mapping[str, Any]) -> dict[str, Any]:
+        a, b = entries["jf-a"]["n"], entries["jf-b"]["n"]
+        return {"jf-sum": {"sum": a + b}, "jf-diff": {"diff": a - b} if a > b else None}
+
+    def tag(entries: Mapping[str, Any]) -> dict[str, Any]:
+        ((src, e),) = entries.items()
+        return {"src": src, "id": e["id"]}
+
+    g = Graph("kinds")
+    g.source("count", count, "src-out")
+    g.join_fork("jf", both, ["jf-a", "jf-b"], ["jf-sum", "jf-diff"])
+    g.alts("orders", tag, ["al-a", "al-b"], "al-out", accepts=["order"])
+    runner = GraphRunner(g, client)
+    await runner.start()
+    await client.append("jf-a", [{"n": n} for n in (5, 1, 7)])
+    await client.append("jf-b", [{"n": n} for n in (2, 3, 7)])
+    await client.append("al-a", [{"type": "order", "id": 1}, {"type": "refund", "id": 2}])
+    await client.append("al-b", [{"id": 3}, {"type": "order", "id": 4}])
+
+    async def all_there() -> bool:
+        sizes = [await client.stream_size(s) for s in ("src-out", "jf-sum", "al-out")]
+        return sizes == [5, 3, 2]
+
+    await _until(all_there, "every kind's outputs")
+    await asyncio.sleep(0.5)  # the source keeps stepping (nothing to emit): no more outputs
+    await runner.stop()
+    src = await _outputs(client, "src-out")
+    assert [e["n"] for e in src] == [0, 1, 2, 3, 4]
+    assert all(e["hash"] == e[META]["hash"] for e in src)
+    assert [e["sum"] for e in await _outputs(client, "jf-sum")] == [7, 4, 14]
+    diff = await _outputs(client, "jf-diff")
+    assert [e["diff"] for e in diff] == [3]  # one step wrote both slots, the others one
+    assert diff[0][META]["hash"] == (await _outputs(client, "jf-sum"))[0][META]["hash"]
+    assert sorted(e["id"] for e in await _outputs(client, "al-out")) == [1, 4]
+    status = {s["name"]: s for s in runner.status()}
+    # A tailer passes skipped entries when it takes the next accepted one: al-b's
+    # untyped entry is behind it; al-a's refund waits for an order after it.
+    assert status["orders"]["inputs"] == {"al-a": 1, "al-b": 2}
+    assert status["count"]["kind"] == "source" and status["jf"]["delivered"] == 3
