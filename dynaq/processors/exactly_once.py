@@ -15,7 +15,8 @@ adapted to appends over HTTP.
    the step's *plan*: a list of writes, each stamped with
    ``_cues: {hash, slot, proc}``. No writes: ``attempt-nil{hash}``
    [``nil.written``], delivered.
-4. For each slot of the plan: let ``N`` be the destination's size. Write
+4. For each slot of the plan: let ``N`` be the destination's size (or, on a
+   first try, the size this worker's own last append there left). Write
    ``attempt-output|attempt-error{hash, slot, index: N, writes, next}``
    [``attempt.written``], *then* append the entry **conditionally at index N**
    (``expect_index``) [``output.written``]. If another writer took ``N``
@@ -102,6 +103,7 @@ class ExactlyOnce:
         self.proc, self.client, self.backing = proc, client, backing
         self.reader, self.stats, self.stop = reader, stats, stop
         self.tailers = initial_tailers(proc)
+        self._sizes: dict[str, int] = {}
         self.replay: list[str] | None = None
         """``None``: the next step is a first attempt; else a retry, with the inputs its
         first attempt's alts (or imperative reads) took."""
@@ -227,8 +229,12 @@ class ExactlyOnce:
         stream, entry = writes[slot]["stream"], writes[slot]["entry"]
         settled: set[int] = set()
         where = "recovery." if recovering else ""
+        # A first try may use the size this worker's last append there left (sizes only
+        # grow: a stale guess is an index already taken, which the append reports).
+        guess = None if known else self._sizes.get(stream)
         while True:
-            size = await self.client.stream_size(stream)
+            size = guess if guess is not None else await self.client.stream_size(stream)
+            guess = None
             for i in sorted(known - settled):
                 if i < size:
                     if await self._holds(stream, i, h, slot):
@@ -246,6 +252,7 @@ class ExactlyOnce:
                 if code_of(exc) == INDEX_TAKEN:
                     continue  # another writer took it: settled now, go round
                 raise
+            self._sizes[stream] = size + 1
             faults.point(where + "output.written")
             return True
 
