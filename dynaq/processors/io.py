@@ -133,11 +133,16 @@ class Lease:
         self.lost = asyncio.Event()
 
     async def acquire(self, stop: asyncio.Event) -> bool:
-        """Take the lease, waiting while another worker holds it; False if stopped first."""
+        """Take the lease, waiting while another worker holds it; False if stopped first.
+        A token this worker still holds (after an interruption) is renewed, not waited
+        out; a renewal that comes back with a new token took the lease anew."""
         delay = 0.05
         while not stop.is_set():
             try:
-                got = await self.client.acquire_publisher(self.stream, self.ttl_s)
+                if self.token is not None:  # ours until it expires, or taken since
+                    got = await self.client.renew_publisher(self.stream, self.token, self.ttl_s)
+                else:
+                    got = await self.client.acquire_publisher(self.stream, self.ttl_s)
             except DynaqError as exc:
                 if code_of(exc) != PUBLISHER_FENCED and not exc.retriable:
                     raise

@@ -173,8 +173,8 @@ class GraphRunner:
             e.name: StreamInput(self.client, e.name) for e in p.inputs if isinstance(e, StreamRef)
         }
         reader = Reader(p, inputs)
+        lease = Lease(self.client, p.backing, self.lease_ttl_s)
         while not self._stop.is_set():
-            lease = Lease(self.client, p.backing, self.lease_ttl_s)
             slot.state = "waiting_for_lease"
             try:
                 if not await lease.acquire(self._stop):

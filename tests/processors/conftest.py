@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from dynaq.testing.process import NodeProcess, node_process
+from tests.processors.harness import LIVE
 
 
 @pytest.fixture(scope="module")
@@ -17,3 +18,11 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
         yield p
     finally:
         p.kill()
+
+
+@pytest.fixture(autouse=True)
+def no_worker_left() -> Iterator[None]:
+    """A test that fails half-way leaves no worker running into the next one."""
+    yield
+    while LIVE:
+        LIVE.pop().kill()

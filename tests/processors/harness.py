@@ -15,6 +15,8 @@ from dynaq.client import Client
 from dynaq.testing.process import NodeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
+LIVE: list[Worker] = []
+"""Every worker a test started: the conftest kills what is left when the test ends."""
 
 
 @dataclass
@@ -96,7 +98,9 @@ class Harness:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        return Worker(proc, log_path)
+        worker = Worker(proc, log_path)
+        LIVE.append(worker)
+        return worker
 
 
 def entries(c: Client, stream: str) -> list[dict[str, Any]]:
