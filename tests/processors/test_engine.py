@@ -237,3 +237,44 @@ async def test_source_join_fork_and_filters(client: AsyncClient) -> None:
     # untyped entry is behind it; al-a's refund waits for an order after it.
     assert status["orders"]["inputs"] == {"al-a": 1, "al-b": 2}
     assert status["count"]["kind"] == "source" and status["jf"]["delivered"] == 3
+
+
+async def test_a_lapsed_lease_stops_the_steps_until_recovered(
+    client: AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose lease lapsed (its renewals stopped: a long GC pause, a partition)
+    writes nothing more, waits while another holds the lease, then re-takes it and
+    recovers before stepping again."""
+
+    async def never_renew(self: Lease) -> None:
+        await asyncio.Event().wait()
+
+    g = Graph("lapse")
+    g.transform("p", _double, "la-in", "la-out")
+    monkeypatch.setattr(Lease, "keep", never_renew)
+    runner = GraphRunner(g, client, lease_ttl_s=0.5)
+    await runner.start()
+    await client.append("la-in", [{"n": n} for n in range(5)])
+
+    async def outputs(k: int) -> bool:
+        return await client.stream_size("la-out") == k
+
+    await _until(lambda: outputs(5), "the first outputs")
+    await asyncio.sleep(0.7)  # the lease lapses
+    other = await client.acquire_publisher("_cues.lapse.p", ttl_s=30)  # another worker
+    await client.append("la-in", [{"n": n} for n in range(5, 10)])
+
+    async def fenced() -> bool:
+        st = runner.status()[0]
+        return st["state"] == "waiting_for_lease" and "lease" in (st["last_error"] or "")
+
+    await _until(fenced, "the runner to find itself fenced")
+    await asyncio.sleep(0.3)
+    assert await client.stream_size("la-out") == 5  # nothing delivered while fenced
+    monkeypatch.undo()  # renewals work again from the next lease on
+    await client.release_publisher("_cues.lapse.p", other.token)
+    await _until(lambda: outputs(10), "the rest, after recovery")
+    await runner.stop()
+    assert [e["n"] for e in await _outputs(client, "la-out")] == list(range(10))
+    log = [e["entry"]["t"] for e in await client.read_stream("_cues.lapse.p", 0, 100)]
+    assert log.count("snapshot") == 10  # the fenced snapshot append was refused
