@@ -70,10 +70,9 @@ from typing import Any
 from dynaq.client import AsyncClient, DynaqError
 from dynaq.processors import faults, records
 from dynaq.processors.graph import Kind, Processor
-from dynaq.processors.io import INDEX_TAKEN, Backing, Stopping, code_of
+from dynaq.processors.io import INDEX_TAKEN, Backing, code_of
 from dynaq.processors.steps import (
     Handles,
-    ProcessorError,
     Reader,
     Stats,
     Write,
@@ -162,11 +161,12 @@ class ExactlyOnce:
             try:
                 await _call(p.fn, handles)
                 pairs, error = handles.writes, False
-            except (Stopping, ProcessorError):
-                raise
             except Exception as exc:  # noqa: BLE001 - the user's code failed: handled
-                pairs, error = error_writes(p, exc, handles.taken), True
-            nxt = handles._tailers
+                if handles.broken is None:
+                    pairs, error = error_writes(p, exc, handles.taken), True
+            if handles.broken is not None:  # not the user's failure: interrupt the step
+                raise handles.broken
+            nxt = handles.next_tailers
         else:
             sel = await self.reader.select(tailers, self.stop, replay or None)
             if replay is None:

@@ -133,17 +133,31 @@ class Handles:
     writes: list[tuple[str, Any]] = field(default_factory=list)
     _reads: int = 0
 
+    broken: BaseException | None = None
+    """What interrupted a read (stopping, the lease, the node): the step is abandoned
+    even if the function caught it, never delivered as a handled error."""
+
+    @property
+    def next_tailers(self) -> Tailers:
+        return dict(self._tailers)
+
     async def read(self, input: str) -> Any:
+        """The next entry of ``input`` (waiting for it)."""
         if input not in self._tailers:
             raise ValueError(f"no input {input!r}")
         if self._reads < len(self._replay) and self._replay[self._reads] != input:
-            raise ProcessorError(
+            self.broken = ProcessorError(
                 f"retry read {input!r} where the first attempt read "
                 f"{self._replay[self._reads]!r}: reads must be deterministic"
             )
-        index, entry = await self._reader.wait(input, self._tailers[input], self._stop)
-        if self._reads >= len(self._replay) and self._record is not None:
-            await self._record(input)
+            raise self.broken
+        try:
+            index, entry = await self._reader.wait(input, self._tailers[input], self._stop)
+            if self._reads >= len(self._replay) and self._record is not None:
+                await self._record(input)
+        except BaseException as exc:
+            self.broken = exc
+            raise
         self._reads += 1
         self._tailers[input] = index + 1
         self.taken[f"{input}@{index}"] = entry

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from dynaq.client import AsyncClient
-from dynaq.errors import IndexTaken
-from dynaq.processors import META, STATUS_KEYS, Graph, GraphRunner, delivery_hash
+from dynaq.errors import IndexTaken, StreamNotFound
+from dynaq.processors import META, STATUS_KEYS, Graph, GraphRunner, Handles, delivery_hash
 from dynaq.processors.exactly_once import ExactlyOnce
 from dynaq.processors.io import Backing, Lease, LeaseLost, StreamInput
 from dynaq.processors.records import attempt, snapshot, stamped
@@ -278,3 +278,33 @@ async def test_a_lapsed_lease_stops_the_steps_until_recovered(
     assert [e["n"] for e in await _outputs(client, "la-out")] == list(range(10))
     log = [e["entry"]["t"] for e in await client.read_stream("_cues.lapse.p", 0, 100)]
     assert log.count("snapshot") == 10  # the fenced snapshot append was refused
+
+
+async def test_an_imperative_function_cannot_swallow_an_interruption(client: AsyncClient) -> None:
+    """A read interrupted by the runner stopping raises into the user's code; a function
+    that catches everything still does not get its step delivered (nor as an error)."""
+    caught = asyncio.Event()
+
+    async def greedy(h: Handles) -> None:
+        try:
+            await h.read("sw-in")
+        except Exception:  # noqa: BLE001 - the careless user code this test is about
+            caught.set()
+            h.write("sw-out", {"caught": True})
+
+    g = Graph("swallow")
+    g.imperative("p", greedy, ["sw-in"], ["sw-out"], error="sw-err")
+    runner = GraphRunner(g, client)
+    await runner.start()
+    await _until(lambda: _has_backing(client, "_cues.swallow.p"), "the snapshot")
+    await runner.stop()
+    assert caught.is_set()
+    assert await client.stream_size("sw-out") == 0 and await client.stream_size("sw-err") == 0
+    assert runner.status()[0]["handled_errors"] == 0
+
+
+async def _has_backing(client: AsyncClient, name: str) -> bool:
+    try:
+        return await client.stream_size(name) > 0
+    except StreamNotFound:
+        return False
