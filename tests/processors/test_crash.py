@@ -50,10 +50,10 @@ class Scenario:
 
 
 def _sequence(points: list[str]) -> list[str]:
-    """Every point at nth 1, 2, 3; recovery points (reached once per start) at 1, each
+    """Every point at nth 1 to 4; recovery points (reached once per start) at 1, each
     right after a crash that leaves them something to do."""
     seq: list[str] = []
-    for nth in (1, 2, 3):
+    for nth in (1, 2, 3, 4):
         for p in points:
             seq.append(f"{p}:{nth}")
             if p == "attempt.written":

@@ -58,31 +58,33 @@ def test_at_most_once_loses_the_step_a_crash_cut(node: NodeProcess, tmp_path: Pa
     assert all(k == 1 for k in got.values()), "nothing twice"
 
 
-async def test_queue_to_queue_at_least_once(node: NodeProcess) -> None:
+@pytest.mark.parametrize("strategy", ["at_least_once", "at_most_once"])
+async def test_queue_to_queue(node: NodeProcess, strategy: str) -> None:
     def double(entry: dict[str, int]) -> dict[str, int]:
         return {"n": entry["n"], "double": 2 * entry["n"]}
 
-    g = Graph("queues")
-    g.transform("p", double, queue("pq-in"), queue("pq-out"), strategy="at_least_once")
+    g = Graph(f"queues-{strategy[3:7]}")
+    q = g.name
+    g.transform("p", double, queue(f"{q}-in"), queue(f"{q}-out"), strategy=strategy)
     async with AsyncClient(node.url) as c:
         runner = GraphRunner(g, c)
         await runner.declare()
-        await c.enqueue("pq-in", [json.dumps({"n": n}) for n in range(5)])
+        await c.enqueue(f"{q}-in", [json.dumps({"n": n}) for n in range(5)])
         await runner.start()
         got: list[dict[str, int]] = []
         for _ in range(100):
-            for m in await c.receive("pq-out", 10, 30):
+            for m in await c.receive(f"{q}-out", 10, 30):
                 got.append(json.loads(m.body))
-                await c.delete("pq-out", [m.id], m.addr or None)
+                await c.delete(f"{q}-out", [m.id], m.addr or None)
             if len(got) == 5:
                 break
             await asyncio.sleep(0.05)
         await runner.stop()
         assert sorted((e["n"], e["double"]) for e in got) == [(n, 2 * n) for n in range(5)]
         assert all(META in e for e in got)
-        assert await c.receive("pq-in", 10, 30) == []  # every input deleted
+        assert await c.receive(f"{q}-in", 10, 30) == []  # every input deleted
         (st,) = runner.status()
-        assert st["strategy"] == "at_least_once" and st["delivered"] == 5
+        assert st["strategy"] == strategy and st["delivered"] == 5
 
 
 @pytest.mark.parametrize("strategy", ["at_least_once", "at_most_once"])
