@@ -18,12 +18,16 @@ import logging
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynaq.cli.admin import DEFAULT_ENDPOINT
-from dynaq.client import AsyncClient
 from dynaq.logs import setup_logging
-from dynaq.processors import Graph, GraphRunner, faults
+
+if TYPE_CHECKING:
+    from dynaq.processors import Graph
+
+# dynaq.processors (and the asyncio client) load only when a worker runs, not for
+# every other command of the CLI.
 
 log = logging.getLogger("dynaq.worker")
 
@@ -45,6 +49,8 @@ def add_parser(sub: Any) -> None:
 
 def load_graph(target: str) -> Graph:
     """``module:attr`` → the graph (``attr`` may be a function returning one)."""
+    from dynaq.processors import Graph
+
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise ValueError(f"{target!r}: expected MODULE:GRAPH")
@@ -60,6 +66,9 @@ def load_graph(target: str) -> Graph:
 
 async def serve(graph: Graph, endpoint: str, token: str | None, lease_ttl_s: float) -> None:
     """Run ``graph`` until SIGTERM or SIGINT, then stop gracefully."""
+    from dynaq.client import AsyncClient
+    from dynaq.processors import GraphRunner
+
     loop = asyncio.get_running_loop()
     async with AsyncClient(endpoint, token=token) as client:
         runner = GraphRunner(graph, client, lease_ttl_s=lease_ttl_s)
@@ -72,6 +81,9 @@ async def serve(graph: Graph, endpoint: str, token: str | None, lease_ttl_s: flo
 
 
 def run(args: argparse.Namespace) -> int:
+
+    from dynaq.processors import faults
+
     setup_logging(args.log_level, args.log_format, f"worker-{os.getpid()}")
     try:
         faults.arm(os.environ.get("DYNAQ_FAULT_POINT"))

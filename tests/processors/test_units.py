@@ -100,3 +100,13 @@ def test_processors_import_only_the_client() -> None:
         if m.split(".")[1] in {"node", "api", "streams", "services", "core", "storage", "cluster"}
     }
     assert not server, server
+
+
+def test_the_cli_loads_processors_only_for_a_worker() -> None:
+    code = (
+        "import sys, dynaq.cli; print('dynaq.processors' in sys.modules, 'aiohttp' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stdout.split() == ["False", "False"]
