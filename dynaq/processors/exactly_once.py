@@ -31,6 +31,17 @@ Only a snapshot (and ``snapshot-alts``): reset the tailers to it and retry witho
 writing a new snapshot, taking the recorded alts input. Recovery writes only
 attempts and outputs that the checks allow, so it is idempotent and may crash.
 
+**Departures from Cues, and why.** Cues knows a write's index before it commits
+(a queue transaction); over HTTP the attempt record is written first, naming the
+index, and the append is made conditional on it (``expect_index``, 409
+``index_taken``). Cues' recovery re-runs the step when the last attempt's hash
+does not match; here an attempt record also carries the step's whole *plan*
+(every write, stamped) and the tailers after it, and recovery *finishes that
+plan* instead of re-running the function: an earlier append may still be in
+flight, so the step must not change its mind (an output in one attempt and an
+error in the next would be both). A fork's several outputs are slots of one
+plan, each with its own attempt records.
+
 **Guarantee.** Each step (its snapshot's tailers) is delivered at most once per
 slot, and, once the processor runs long enough without a crash, exactly once: each
 slot's entry lands on its destination exactly once, and the steps of one
