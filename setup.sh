@@ -56,7 +56,7 @@ case "${1:-}" in
     say "lint: ruff + mypy"
     "$VENV/bin/ruff" check .
     "$VENV/bin/ruff" format --check .
-    "$VENV/bin/mypy" dynaq tests bench
+    "$VENV/bin/mypy" dynaq tests bench examples
     say "tests"
     exec "$VENV/bin/pytest" "$@"
     ;;

@@ -30,6 +30,8 @@ codes.
     │   ├── OrderKeyDecreased   409  a stream entry's order key is below its predecessor's
     │   ├── SchemaConflict      409  a stream re-declared with an incompatible schema
     │   ├── PublisherFenced     409  a stream's publisher lease is held by another token
+    │   ├── IndexTaken          409  a conditional append (``expect_index``) found the
+    │   │                            stream at another size: that index is taken or not next
     │   └── ReplicaOutOfStep    409  a stream's copy sent entries for an index it is not at
     ├── ClusterFull             503  every writer slot is held by a live node
     ├── SlotLost                503  another node took this node's writer slot: stop
@@ -230,6 +232,13 @@ class PublisherFenced(Conflict):
     retriable = False
 
 
+class IndexTaken(Conflict):
+    """A publisher's conditional append (``expect_index=N``) found the stream holding
+    other than ``N`` entries: nothing was written. Read the stream again and decide."""
+
+    code = "index_taken"
+
+
 class ClusterFull(DynaqError):
     """Every writer slot is held by a live (or recently live) node."""
 
@@ -395,6 +404,7 @@ __all__ = [
     "DynaqError",
     "Forbidden",
     "IdClockStalled",
+    "IndexTaken",
     "InsufficientStorage",
     "InvalidInput",
     "InvalidName",

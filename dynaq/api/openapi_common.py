@@ -167,7 +167,8 @@ _ERRORS: dict[int, tuple[str, str, tuple[str, ...]]] = {
     409: (
         "Conflict",
         "A concurrent update won (retry), a closed batch, a queue name deleted moments ago, "
-        "a stream order key that decreases, an incompatible stream schema, or a fenced publisher.",
+        "a stream order key that decreases, an incompatible stream schema, a fenced publisher, "
+        "or a conditional append (expect_index) whose index is taken.",
         (
             "conflict",
             "batch_closed",
@@ -175,6 +176,7 @@ _ERRORS: dict[int, tuple[str, str, tuple[str, ...]]] = {
             "schema_conflict",
             "publisher_fenced",
             "replica_out_of_step",
+            "index_taken",
         ),
     ),
     413: (

@@ -173,8 +173,17 @@ def paths() -> Obj:
                                 "streams are missing from the list.",
                             },
                         ),
-                    )
+                    ),
+                    **errors(422),
                 },
+                parameters=[
+                    _q(
+                        "hidden",
+                        {"type": "boolean"},
+                        "Also list hidden streams: those named `_cues.*`, which back "
+                        "processors (dynaq.processors). Default false.",
+                    )
+                ],
             )
         },
         "/v2/streams/{name}": {
@@ -246,7 +255,20 @@ def paths() -> Obj:
                     ),
                     **errors(404, 409, 413, 415, 422, 503),
                 },
-                parameters=[NAME, _TOKEN],
+                parameters=[
+                    NAME,
+                    _TOKEN,
+                    _q(
+                        "expect_index",
+                        _INDEX,
+                        "A conditional append: write only if the first entry gets this "
+                        "index (the stream holds exactly this many entries when the append "
+                        "commits). Otherwise nothing is written and the answer is 409 "
+                        '`{"error": ..., "code": "index_taken"}`. Processors use it so that '
+                        "an output they recorded an attempt for can land only at the "
+                        "recorded index.",
+                    ),
+                ],
                 body=body(json=entries_body, msgpack=entries_body),
             )
         },

@@ -77,7 +77,7 @@ class StreamForwarder:
 
         async def one(m: Member) -> list[dict[str, Any]]:
             async with self._client().get(
-                m.base_url + "/v2/streams",
+                m.base_url + "/v2/streams" + (f"?{qs}" if (qs := request.query_string) else ""),
                 headers=headers,
                 ssl=self._ssl,
                 timeout=aiohttp.ClientTimeout(total=5.0),

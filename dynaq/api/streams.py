@@ -33,6 +33,9 @@ LISTEN_PARAMS = frozenset(
     {"i", "tail", "since", "recent", "n", "until", "stop_after_bytes", "nowait", "format"}
     | {"sizeonly"}
 )
+HIDDEN_PREFIX = "_cues."
+"""Streams named so back processors (:mod:`dynaq.processors`): listed only when asked
+with ``?hidden=true``."""
 _TRUE = ("", "1", "true", "yes")
 _FALSE = ("0", "false", "no")
 
@@ -115,12 +118,19 @@ def _token(request: web.Request) -> int | None:
 
 @routes.get("/v2/streams")
 async def list_streams(request: web.Request) -> web.Response:
-    """Every stream of the ring (each node lists its own; this one asks the others)."""
+    """Every stream of the ring (each node lists its own; this one asks the others);
+    processors' backing streams (``_cues.*``) only with ``?hidden=true``."""
+    unknown = sorted(set(request.query) - {"hidden"})
+    if unknown:
+        raise InvalidInput(f"unknown query parameter {unknown[0]!r}")
+    hidden = _flag(request.query, "hidden")
     svc = _service(request)
     fwd = request.app.get(FORWARDER)
     copies = request.app.get(COPIES)
     out: list[dict[str, Any]] = []
     for name in svc.names():
+        if name.startswith(HIDDEN_PREFIX) and not hidden:
+            continue
         if fwd is not None and await fwd.authority.node_of(name) not in (fwd.authority.me, None):
             continue  # a copy of another node's stream: that node lists it
         info = svc.info(name)
@@ -209,6 +219,10 @@ async def append(request: web.Request) -> web.StreamResponse:
     name = request.match_info["name"]
     svc.info(name)  # 404/503 before reading a large body
     token = _token(request)
+    unknown = sorted(set(request.query) - {"expect_index"})
+    if unknown:
+        raise InvalidInput(f"unknown query parameter {unknown[0]!r}")
+    expect = _int(request.query, "expect_index")
     # Entries are objects (some nested): up to 8 per entry within the request limit.
     body = body_object(await read_body(request, max_items=MAX_ENTRIES, max_objects=8 * MAX_ENTRIES))
     entries = body.get("entries")
@@ -220,7 +234,7 @@ async def append(request: web.Request) -> web.StreamResponse:
     if sends_msgpack(request):
         for i, entry in enumerate(entries):
             _check_finite(entry, f"entries[{i}]")
-    staged = await svc.append(name, entries, token)
+    staged = await svc.append(name, entries, token, expect)
     copies = request.app.get(COPIES)
     if copies is not None:  # a ring: acknowledged once a quorum of the copies hold it
         await copies.wait(name, staged.first_index + staged.count, copies_timeout(request))

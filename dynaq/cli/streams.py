@@ -31,6 +31,9 @@ def add_parser(sub: Any) -> None:
     verbs = stream.add_subparsers(dest="verb", required=True)
 
     p = verbs.add_parser("list", help="every stream of the node with its size")
+    p.add_argument(
+        "--hidden", action="store_true", help="also processors' backing streams (_cues.*)"
+    )
     common(p)
     p.set_defaults(handler=list_streams)
 
@@ -88,7 +91,7 @@ def _start_options(p: argparse.ArgumentParser) -> None:
 
 
 def list_streams(args: argparse.Namespace, c: Client) -> int:
-    streams = c.list_streams()
+    streams = c.list_streams(hidden=args.hidden)
     if args.json:
         emit_json({"streams": [_info(s) for s in streams]})
     else:

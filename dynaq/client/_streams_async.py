@@ -38,9 +38,10 @@ class AsyncStreams:
     def _http(self) -> aiohttp.ClientSession:
         raise NotImplementedError  # the client's
 
-    async def list_streams(self) -> list[StreamInfo]:
-        """The streams of the node that answers, with their sizes (no schemas)."""
-        return await self._run(ops_streams.list_streams())
+    async def list_streams(self, *, hidden: bool = False) -> list[StreamInfo]:
+        """The streams of the node that answers, with their sizes (no schemas);
+        processors' backing streams (``_cues.*``) only when ``hidden``."""
+        return await self._run(ops_streams.list_streams(hidden))
 
     async def declare_stream(
         self, stream: str, schema: Mapping[str, Any], order_key: str | None = None
@@ -68,12 +69,19 @@ class AsyncStreams:
         return await self._run(ops_streams.read_stream(stream, start, count))
 
     async def append(
-        self, stream: str, entries: Sequence[Any], *, token: int | None = None
+        self,
+        stream: str,
+        entries: Sequence[Any],
+        *,
+        token: int | None = None,
+        expect_index: int | None = None,
     ) -> Appended:
         """Append ``entries`` (in one request: all are written and fsync'd, or none);
         ``token`` is the publisher lease's, required while a lease is held.
-        Not resent once it may have arrived (it would append twice)."""
-        return await self._run(ops_streams.append(stream, entries, token))
+        With ``expect_index``, a conditional append: written only if the first
+        entry gets that index, else :class:`~dynaq.errors.IndexTaken` (nothing
+        written). Not resent once it may have arrived (it would append twice)."""
+        return await self._run(ops_streams.append(stream, entries, token, expect_index))
 
     async def acquire_publisher(self, stream: str, ttl_s: float | None = None) -> PublisherLease:
         """Take the stream's exclusive publisher lease for ``ttl_s`` (the node's default

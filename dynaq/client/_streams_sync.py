@@ -38,9 +38,10 @@ class SyncStreams:
     def _run(self, op: Op[T]) -> T:
         raise NotImplementedError  # the client's
 
-    def list_streams(self) -> list[StreamInfo]:
-        """The streams of the node that answers, with their sizes (no schemas)."""
-        return self._run(ops_streams.list_streams())
+    def list_streams(self, *, hidden: bool = False) -> list[StreamInfo]:
+        """The streams of the node that answers, with their sizes (no schemas);
+        processors' backing streams (``_cues.*``) only when ``hidden``."""
+        return self._run(ops_streams.list_streams(hidden))
 
     def declare_stream(
         self, stream: str, schema: Mapping[str, Any], order_key: str | None = None
@@ -67,11 +68,20 @@ class SyncStreams:
         answers at once with what is there, never waits for more."""
         return self._run(ops_streams.read_stream(stream, start, count))
 
-    def append(self, stream: str, entries: Sequence[Any], *, token: int | None = None) -> Appended:
+    def append(
+        self,
+        stream: str,
+        entries: Sequence[Any],
+        *,
+        token: int | None = None,
+        expect_index: int | None = None,
+    ) -> Appended:
         """Append ``entries`` (in one request: all are written and fsync'd, or none);
         ``token`` is the publisher lease's, required while a lease is held.
-        Not resent once it may have arrived (it would append twice)."""
-        return self._run(ops_streams.append(stream, entries, token))
+        With ``expect_index``, a conditional append: written only if the first
+        entry gets that index, else :class:`~dynaq.errors.IndexTaken` (nothing
+        written). Not resent once it may have arrived (it would append twice)."""
+        return self._run(ops_streams.append(stream, entries, token, expect_index))
 
     def acquire_publisher(self, stream: str, ttl_s: float | None = None) -> PublisherLease:
         """Take the stream's exclusive publisher lease for ``ttl_s`` (the node's default

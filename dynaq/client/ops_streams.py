@@ -39,11 +39,13 @@ def _token(token: int | None) -> dict[str, str] | None:
     return None if token is None else {TOKEN_HEADER: str(token)}
 
 
-def list_streams() -> Op[list[StreamInfo]]:
+def list_streams(hidden: bool = False) -> Op[list[StreamInfo]]:
+    """The catalog; processors' backing streams (``_cues.*``) only when ``hidden``."""
+
     def read(got: Any) -> list[StreamInfo]:
         return [StreamInfo.from_wire(s) for s in got["streams"]]
 
-    return single(Call("GET", "/v2/streams", read))
+    return single(Call("GET", "/v2/streams" + ("?hidden=true" if hidden else ""), read))
 
 
 def declare_stream(
@@ -85,7 +87,7 @@ def describe_stream(stream: str) -> Op[StreamInfo]:
         return StreamInfo.from_wire({**described, "size": 0})
 
     schema: Call[dict[str, Any]] = Call("GET", _path(stream, "/schema"), dict)
-    return Op([schema, *list_streams().calls], combine)
+    return Op([schema, *list_streams(hidden=True).calls], combine)
 
 
 def delete_stream(stream: str) -> Op[None]:
@@ -104,16 +106,21 @@ def read_stream(stream: str, start: int, count: int) -> Op[list[dict[str, Any]]]
     return single(Call("GET", _path(stream, f"?{query}"), lambda got: list(got or [])))
 
 
-def append(stream: str, entries: Sequence[Any], token: int | None) -> Op[Appended]:
-    """One request: the node writes all of ``entries`` or none (schema, order keys, lease)."""
+def append(
+    stream: str, entries: Sequence[Any], token: int | None, expect_index: int | None = None
+) -> Op[Appended]:
+    """One request: the node writes all of ``entries`` or none (schema, order keys, lease;
+    with ``expect_index``, only if the first entry gets that index, else
+    :class:`~dynaq.errors.IndexTaken`)."""
 
     def read(got: Any) -> Appended:
         return Appended(int(got["first_index"]), int(got["count"]))
 
     body = json_bytes({"entries": list(entries)})
-    call = Call(
-        "POST", _path(stream, "/entries"), read, body, JSON, Retry.UNSENT, headers=_token(token)
-    )
+    if expect_index is not None and expect_index < 0:
+        raise ValueError(f"expect_index must be ≥ 0, got {expect_index}")
+    tail = "/entries" if expect_index is None else f"/entries?expect_index={expect_index}"
+    call = Call("POST", _path(stream, tail), read, body, JSON, Retry.UNSENT, headers=_token(token))
     return single(call)
 
 

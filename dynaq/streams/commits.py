@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from dynaq.errors import DynaqError, ReplicaOutOfStep, StorageError
+from dynaq.errors import DynaqError, IndexTaken, ReplicaOutOfStep, StorageError
 from dynaq.streams.stream import Staged, Stream
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,10 @@ class AppendJob:
     token: int | None
     future: asyncio.Future[Staged]
     expect: int | None = None
-    """A replica's append: the index its first entry must get (no lease applies)."""
+    """The index the first entry must get (a replica's append, or a publisher's
+    conditional append); otherwise nothing is written."""
+    replica: bool = False
+    """A copy's append from its authority: no publisher lease applies."""
 
 
 def io_commit(jobs: list[AppendJob], now_ms: int) -> list[Staged | BaseException]:
@@ -57,8 +60,14 @@ def io_commit(jobs: list[AppendJob], now_ms: int) -> list[Staged | BaseException
 
 
 def _check_step(job: AppendJob) -> None:
-    """A replica's entries must start where its copy ends (I/O thread)."""
+    """A replica's (or a conditional append's) entries must start where the stream
+    ends (I/O thread)."""
     if job.expect is not None and job.expect != job.stream.next_index:
+        if not job.replica:
+            raise IndexTaken(
+                f"stream {job.stream.name!r} holds {job.stream.next_index} entries: "
+                f"index {job.expect} is not the next one"
+            )
         raise ReplicaOutOfStep(
             f"stream {job.stream.name!r}: this copy holds {job.stream.next_index} "
             f"entries, not {job.expect}"

@@ -243,14 +243,19 @@ class StreamService:
 
     # -- publishing --------------------------------------------------------------
 
-    async def append(self, name: str, entries: list[Any], token: int | None) -> Staged:
-        """Append ``entries`` durably (see the module's guarantees)."""
+    async def append(
+        self, name: str, entries: list[Any], token: int | None, expect: int | None = None
+    ) -> Staged:
+        """Append ``entries`` durably (see the module's guarantees). With ``expect``, a
+        conditional append: written only if the first entry gets index ``expect``
+        (the stream holds exactly ``expect`` entries at commit), else
+        :class:`~dynaq.errors.IndexTaken` and nothing is written."""
         stream, rt = self._get(name)
         if not entries:
             raise InvalidInput("entries must hold at least one entry")
         self._check_publisher(rt, token)
         future: asyncio.Future[Staged] = asyncio.get_running_loop().create_future()
-        self._pending.append(AppendJob(stream, entries, token, future))
+        self._pending.append(AppendJob(stream, entries, token, future, expect=expect))
         self._wake.set()
         return await future
 
@@ -261,7 +266,9 @@ class StreamService:
         never holds what its schema refuses."""
         stream, _ = self._get(name)
         future: asyncio.Future[Staged] = asyncio.get_running_loop().create_future()
-        self._pending.append(AppendJob(stream, entries, None, future, expect=first_index))
+        self._pending.append(
+            AppendJob(stream, entries, None, future, expect=first_index, replica=True)
+        )
         self._wake.set()
         return await future
 
@@ -316,7 +323,7 @@ class StreamService:
                 try:
                     if rt is None or job.stream.name not in self._streams:
                         raise StreamNotFound(f"stream {job.stream.name!r} was deleted")
-                    if job.expect is None:
+                    if not job.replica:
                         self._check_publisher(rt, job.token)
                     checked.append(job)
                 except DynaqError as exc:

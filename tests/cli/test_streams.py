@@ -72,6 +72,11 @@ def test_declare_append_cat_show_delete(dynaq: Run, tmp_path: Path) -> None:
     assert listed[0].split() == ["NAME", "SIZE", "ORDER_KEY", "SEGMENTS", "SIGNATURE"]
     assert listed[1].split()[:4] == ["trades", "5", "ts", "1"]
     assert [s["name"] for s in dynaq.json("stream", "list")["streams"]] == ["trades"]
+    dynaq("stream", "declare", "_cues.g.p", "--schema", str(schema))
+    assert [s["name"] for s in dynaq.json("stream", "list")["streams"]] == ["trades"]
+    hidden = dynaq.json("stream", "list", "--hidden")["streams"]
+    assert [s["name"] for s in hidden] == ["_cues.g.p", "trades"]
+    dynaq("stream", "delete", "_cues.g.p")
 
     shown = dynaq("stream", "show", "trades")
     figures = dict(line.split(None, 1) for line in shown[: shown.index("schema\n")].splitlines())

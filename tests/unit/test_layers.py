@@ -13,11 +13,12 @@ floor's small modules may import each other)::
     storage
     errors, clock, tasks, config, metrics, logs
 
-Beside the floors stand ``client``, ``spark`` and ``testing``: no server
+Beside the floors stand ``client``, ``spark``, ``processors`` and ``testing``: no server
 component imports them (the CLI's admin commands use ``client``, as any
 client of a node does); the ``dynaq`` package itself re-exports only from
 ``errors`` and ``client``; ``client`` imports at most ``errors``; ``spark``
-imports only ``client``; ``testing`` (which starts nodes as processes) may
+imports only ``client``; ``processors`` (which runs in a worker process) imports
+only ``client``, and only ``cli`` imports it; ``testing`` (which starts nodes as processes) may
 import any of dynaq, but never pytest or the ``tests`` package.
 
 Also forbidden: ``services`` and ``core`` importing aiohttp; anything in
@@ -54,15 +55,17 @@ FLOORS: list[set[str]] = [
 ]
 FLOOR = {component: i for i, floor in enumerate(FLOORS) for component in floor}
 BASE = len(FLOORS) - 1
-BESIDE = {"client", "spark", "testing"}
+BESIDE = {"client", "spark", "processors", "testing"}
 MAY_IMPORT_BESIDE = {
     "": {"errors", "client"},  # the package itself: its re-exports only
     "client": {"errors", "client"},
     "spark": {"client", "spark"},
+    "processors": {"client", "processors"},
 }
 ROOTS = {"cli", "node"}
 CLIENT_USERS = {"cli"}
-"""Top-floor components that talk to nodes over HTTP, through the client."""
+"""Top-floor components that talk to nodes over HTTP, through the client (and run
+processors, which do the same)."""
 NO_AIOHTTP = {"services", "streams", "core"}
 # `from dynaq import X` for a lazily re-exported X means the module X lives in.
 REEXPORTS = {"Client": "dynaq.client", "DynaqError": "dynaq.errors"}
@@ -175,7 +178,7 @@ def violations_of(edge: Edge) -> Iterator[str]:
         if there not in MAY_IMPORT_BESIDE[here]:
             yield f"{edge.key()}: {here} imports only {sorted(MAY_IMPORT_BESIDE[here])}"
         return
-    if there == "client" and here in CLIENT_USERS:
+    if there in ("client", "processors") and here in CLIENT_USERS:
         return
     if there in BESIDE:
         yield f"{edge.key()}: the server never imports {there}"

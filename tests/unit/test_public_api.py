@@ -1,4 +1,5 @@
-"""The public API is pinned: what ``dynaq``, ``dynaq.client`` and ``dynaq.testing`` export.
+"""The public API is pinned: what ``dynaq``, ``dynaq.client``, ``dynaq.processors`` and
+``dynaq.testing`` export.
 
 A change to any list here is an API change: make it on purpose, and say so in
 the changelog. ``import dynaq`` and ``import dynaq.config`` must stay light
@@ -18,6 +19,7 @@ import pytest
 
 import dynaq
 import dynaq.client
+import dynaq.processors
 import dynaq.testing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +54,21 @@ PUBLIC = {
         "StreamEntry",
         "StreamInfo",
         "TaskInfo",
+    ],
+    "dynaq.processors": [
+        "META",
+        "STATUS_KEYS",
+        "Graph",
+        "GraphRunner",
+        "Handles",
+        "Kind",
+        "Processor",
+        "QueueRef",
+        "Strategy",
+        "StreamRef",
+        "delivery_hash",
+        "queue",
+        "stream",
     ],
     "dynaq.testing": [
         "Cluster",

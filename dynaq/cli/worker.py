@@ -1,0 +1,97 @@
+"""``dynaq worker module:graph``: run a processing graph (:mod:`dynaq.processors`).
+
+``module`` is imported from the current directory (then ``sys.path``); ``graph`` is a
+:class:`~dynaq.processors.Graph` attribute of it, or a function returning one.
+The node is ``--endpoint`` (or ``DYNAQ_ENDPOINT``), the token ``--token`` (or
+``DYNAQ_TOKEN``). SIGTERM or SIGINT stops it gracefully: each processor finishes
+the step it is in, releases its lease, and the process exits 0. Logs are JSON
+lines on stderr, like a node's. ``DYNAQ_FAULT_POINT=<name>:<nth>`` arms a crash
+point (:mod:`dynaq.processors.faults`), for crash tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING, Any
+
+from dynaq.cli.admin import DEFAULT_ENDPOINT
+from dynaq.logs import setup_logging
+
+if TYPE_CHECKING:
+    from dynaq.processors import Graph
+
+# dynaq.processors (and the asyncio client) load only when a worker runs, not for
+# every other command of the CLI.
+
+log = logging.getLogger("dynaq.worker")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("worker", help="run a processing graph (module:graph)")
+    p.add_argument("target", metavar="MODULE:GRAPH", help="e.g. examples.processors.pipeline:graph")
+    p.add_argument(
+        "--endpoint",
+        default=None,
+        help=f"node URL (default: $DYNAQ_ENDPOINT or {DEFAULT_ENDPOINT})",
+    )
+    p.add_argument("--token", default=None, help="bearer token (default: $DYNAQ_TOKEN)")
+    p.add_argument("--lease-ttl", type=float, default=5.0, help="processor lease TTL, seconds")
+    p.add_argument("--log-level", default=os.environ.get("DYNAQ_LOG_LEVEL", "info"))
+    p.add_argument("--log-format", default=os.environ.get("DYNAQ_LOG_FORMAT", "json"))
+    p.set_defaults(run=run)
+
+
+def load_graph(target: str) -> Graph:
+    """``module:attr`` → the graph (``attr`` may be a function returning one)."""
+    from dynaq.processors import Graph
+
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"{target!r}: expected MODULE:GRAPH")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    obj = getattr(importlib.import_module(module_name), attr)
+    if not isinstance(obj, Graph) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, Graph):
+        raise TypeError(f"{target} is a {type(obj).__name__}, not a dynaq.processors.Graph")
+    return obj
+
+
+async def serve(graph: Graph, endpoint: str, token: str | None, lease_ttl_s: float) -> None:
+    """Run ``graph`` until SIGTERM or SIGINT, then stop gracefully."""
+    from dynaq.client import AsyncClient
+    from dynaq.processors import GraphRunner
+
+    loop = asyncio.get_running_loop()
+    async with AsyncClient(endpoint, token=token) as client:
+        runner = GraphRunner(graph, client, lease_ttl_s=lease_ttl_s)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, runner.request_stop)
+        await runner.start()
+        log.info("worker started", extra={"graph": graph.name, "endpoint": endpoint})
+        await runner.wait()
+        log.info("worker stopped", extra={"graph": graph.name, "status": runner.status()})
+
+
+def run(args: argparse.Namespace) -> int:
+
+    from dynaq.processors import faults
+
+    setup_logging(args.log_level, args.log_format, f"worker-{os.getpid()}")
+    try:
+        faults.arm(os.environ.get("DYNAQ_FAULT_POINT"))
+        graph = load_graph(args.target)
+    except (ValueError, TypeError, ImportError, AttributeError) as exc:
+        print(f"dynaq worker: {exc}", file=sys.stderr)
+        return 2
+    endpoint = args.endpoint or os.environ.get("DYNAQ_ENDPOINT") or DEFAULT_ENDPOINT
+    token = args.token or os.environ.get("DYNAQ_TOKEN") or None
+    asyncio.run(serve(graph, endpoint, token, args.lease_ttl))
+    return 0

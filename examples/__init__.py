@@ -1,0 +1,1 @@
+"""Runnable examples of dynaq (imported by the tests that run them)."""

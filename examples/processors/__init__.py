@@ -1,0 +1,1 @@
+"""Processing graphs (:mod:`dynaq.processors`) to run with ``dynaq worker``."""
