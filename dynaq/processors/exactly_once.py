@@ -10,7 +10,17 @@ adapted to appends over HTTP.
    ``sha256(canonical JSON {proc, tailers})`` truncated to 64 bits.
 2. Alts: on the first attempt write ``snapshot-alts{tailer}`` for the input it
    took [``alts.written``]; a retry takes the recorded input. Imperative
-   processors record each read the same way.
+   processors record each read the same way (as it happens).
+
+   Except for imperative processors, the snapshot (and ``snapshot-alts``) go out
+   in one append with the step's first attempt record (4, or ``attempt-nil``):
+   one fsync'd request where Cues has two or three. The records keep their
+   order, so recovery reads exactly what Cues would have written; what changes
+   is only that a crash before that append leaves no snapshot, which is the
+   state before the step began: nothing of the step was written outside the
+   backing stream either (every output comes after its attempt record), so the
+   step runs again as a first attempt, with the same tailers and so the same
+   hash. The fault points of 1 and 2 fire right after that append.
 3. Run the user function [``fn.done``]; its outputs, or its handled error, become
    the step's *plan*: a list of writes, each stamped with
    ``_cues: {hash, slot, proc}``. No writes: ``attempt-nil{hash}``
@@ -114,6 +124,8 @@ class ExactlyOnce:
         self.reader, self.stats, self.stop = reader, stats, stop
         self.tailers = initial_tailers(proc)
         self._sizes: dict[str, int] = {}
+        self._points: list[str] = []
+        """Fault points of deferred records, fired once they are written."""
         self.replay: list[str] | None = None
         """``None``: the next step is a first attempt; else a retry, with the inputs its
         first attempt's alts (or imperative reads) took."""
@@ -181,12 +193,14 @@ class ExactlyOnce:
         else:
             sel = await self.reader.select(tailers, self.stop, replay or None)
             if replay is None:
-                await self._snapshot(tailers)
+                faults.point("snapshot.before")
+                self.backing.defer(records.snapshot(self.proc.id, tailers))
+                self._points.append("snapshot.written")
                 self.replay = []
             if p.kind is Kind.ALTS and not replay:
                 assert sel.alts is not None
-                await self.backing.append(records.snapshot_alts(sel.alts))
-                faults.point("alts.written")
+                self.backing.defer(records.snapshot_alts(sel.alts))
+                self._points.append("alts.written")
             pairs, error = await run_user(p, sel, h)
             nxt = sel.next
         faults.point("fn.done")
@@ -203,6 +217,13 @@ class ExactlyOnce:
         await self.backing.append(records.snapshot(self.proc.id, tailers))
         faults.point("snapshot.written")
 
+    async def _append(self, record: dict[str, Any]) -> None:
+        """Append ``record`` (and the step's deferred snapshot records before it)."""
+        await self.backing.append(record)
+        points, self._points = self._points, []
+        for name in points:
+            faults.point(name)
+
     async def _record_read(self, input: str) -> None:
         await self.backing.append(records.snapshot_alts(input))
         faults.point("alts.written")
@@ -216,7 +237,7 @@ class ExactlyOnce:
         recovering: bool,
     ) -> None:
         if not writes:
-            await self.backing.append(records.attempt_nil(h, nxt))
+            await self._append(records.attempt_nil(h, nxt))
             faults.point("nil.written")
         wrote = not writes
         for slot in range(len(writes)):
@@ -253,7 +274,7 @@ class ExactlyOnce:
                     settled.add(i)
             if size not in known:
                 record = records.attempt(h, slot, writes, size, nxt)
-                await self.backing.append(record)
+                await self._append(record)
                 self.stats.attempts += 1
                 known.add(size)
                 faults.point(where + "attempt.written")

@@ -88,21 +88,31 @@ class Backing:
     def __init__(self, client: AsyncClient, name: str, lease: Lease) -> None:
         self.client, self.name, self.lease = client, name, lease
         self.appends = 0
+        self.deferred: list[dict[str, Any]] = []
+        """Records that go out with the next :meth:`append`, in the same request."""
+
+    def defer(self, record: dict[str, Any]) -> None:
+        """Write ``record`` with the next :meth:`append`, before its record, in one
+        request (one fsync): all of them land, in order, or none does."""
+        self.deferred.append(record)
 
     async def append(self, record: dict[str, Any]) -> int:
-        """Append ``record`` durably; :class:`LeaseLost` if the lease fences it out."""
+        """Append the deferred records and ``record`` durably, in one request; return
+        ``record``'s index; :class:`LeaseLost` if the lease fences it out."""
         token = self.lease.token
         if token is None or self.lease.lost.is_set():
             raise LeaseLost(f"{self.name}: the publisher lease is not held")
+        batch = [*self.deferred, record]
         try:
-            got = await self.client.append(self.name, [record], token=token)
+            got = await self.client.append(self.name, batch, token=token)
         except DynaqError as exc:
             if code_of(exc) == PUBLISHER_FENCED:
                 self.lease.lost.set()
                 raise LeaseLost(f"{self.name}: {exc}") from exc
             raise
+        self.deferred.clear()
         self.appends += 1
-        return got.first_index
+        return got.first_index + len(batch) - 1
 
     async def since_last_snapshot(self) -> list[dict[str, Any]]:
         """The last ``snapshot`` record and every record after it (``[]`` if none), or,
