@@ -42,6 +42,12 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--token", default=None, help="bearer token (default: $DYNAQ_TOKEN)")
     p.add_argument("--lease-ttl", type=float, default=5.0, help="processor lease TTL, seconds")
+    p.add_argument(
+        "--report-interval",
+        type=float,
+        default=5.0,
+        help="seconds between status reports to the node (GET /v2/processors); 0: none",
+    )
     p.add_argument("--log-level", default=os.environ.get("DYNAQ_LOG_LEVEL", "info"))
     p.add_argument("--log-format", default=os.environ.get("DYNAQ_LOG_FORMAT", "json"))
     p.set_defaults(run=run)
@@ -64,10 +70,18 @@ def load_graph(target: str) -> Graph:
     return obj
 
 
-async def serve(graph: Graph, endpoint: str, token: str | None, lease_ttl_s: float) -> None:
-    """Run ``graph`` until SIGTERM or SIGINT, then stop gracefully."""
+async def serve(
+    graph: Graph,
+    endpoint: str,
+    token: str | None,
+    lease_ttl_s: float,
+    report_interval_s: float = 5.0,
+) -> None:
+    """Run ``graph`` until SIGTERM or SIGINT, then stop gracefully; report each
+    processor's status to the node every ``report_interval_s`` (0: never)."""
     from dynaq.client import AsyncClient
     from dynaq.processors import GraphRunner
+    from dynaq.processors.report import StatusReporter
 
     loop = asyncio.get_running_loop()
     async with AsyncClient(endpoint, token=token) as client:
@@ -76,7 +90,17 @@ async def serve(graph: Graph, endpoint: str, token: str | None, lease_ttl_s: flo
             loop.add_signal_handler(sig, runner.request_stop)
         await runner.start()
         log.info("worker started", extra={"graph": graph.name, "endpoint": endpoint})
-        await runner.wait()
+        stopped = asyncio.Event()
+        reporter = None
+        if report_interval_s > 0:
+            rep = StatusReporter(graph, runner, client, interval_s=report_interval_s)
+            reporter = asyncio.create_task(rep.run(stopped), name="cues-status-reporter")
+        try:
+            await runner.wait()
+        finally:
+            stopped.set()
+            if reporter is not None:
+                await reporter  # its last report says "stopped"
         log.info("worker stopped", extra={"graph": graph.name, "status": runner.status()})
 
 
@@ -93,5 +117,5 @@ def run(args: argparse.Namespace) -> int:
         return 2
     endpoint = args.endpoint or os.environ.get("DYNAQ_ENDPOINT") or DEFAULT_ENDPOINT
     token = args.token or os.environ.get("DYNAQ_TOKEN") or None
-    asyncio.run(serve(graph, endpoint, token, args.lease_ttl))
+    asyncio.run(serve(graph, endpoint, token, args.lease_ttl, args.report_interval))
     return 0

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from dynaq.client import ops, ops_batches, ops_queues, ops_tasks, ops_topics
+from dynaq.client._processors import AsyncProcessors
 from dynaq.client._streams_async import AsyncStreams
 from dynaq.client._sync import IDLE_REUSE_S, may_retry, one_message
 from dynaq.client.consumer import Consumer
@@ -45,7 +46,7 @@ from dynaq.errors import ClientError, DynaqError, Unreachable
 T = TypeVar("T")
 
 
-class AsyncClient(AsyncStreams):
+class AsyncClient(AsyncStreams, AsyncProcessors):
     """A dynaq client over one or more endpoints, for asyncio.
 
     Arguments and guarantees as :class:`dynaq.client.Client`. Use it as an

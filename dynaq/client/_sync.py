@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from dynaq.client import ops, ops_batches, ops_queues, ops_tasks, ops_topics
+from dynaq.client._processors import SyncProcessors
 from dynaq.client._streams_sync import SyncStreams
 from dynaq.client.ops import Call, Op, Retry
 from dynaq.client.policy import Endpoints, RetryPolicy, moves_on
@@ -68,7 +69,7 @@ def may_retry(call: Call[Any], exc: DynaqError) -> bool:
     return isinstance(exc, Unreachable) and not exc.sent
 
 
-class Client(SyncStreams):
+class Client(SyncStreams, SyncProcessors):
     """A dynaq client over one or more endpoints, blocking.
 
     ``endpoints``: ``"http://host:port"``, a comma-separated list, or a

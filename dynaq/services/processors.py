@@ -27,7 +27,9 @@ from dynaq.storage.base import Store
 PROCESSOR_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,159}")
 """``<graph>.<processor>``: 1-160 of letters, digits, ``_``, ``-``, ``.``."""
 
-KINDS = frozenset({"source", "sink", "transform", "join", "fork", "alts", "imperative"})
+KINDS = frozenset(
+    {"source", "sink", "transform", "join", "fork", "join_fork", "alts", "imperative"}
+)
 STRATEGIES = frozenset({"exactly_once", "at_least_once", "at_most_once"})
 STATES = frozenset(
     {"starting", "recovering", "running", "waiting_for_lease", "interrupted", "stopped"}

@@ -25,7 +25,7 @@ def _report(**over: Any) -> dict[str, Any]:
             {"name": "jobs", "kind": "queue", "position": None, "lag": None},
         ],
         "outputs": ["joined"],
-        "error": "joined-errors",
+        "error": "ConnectionResetError: the node went away",
         "attempts": 45,
         "delivered": 40,
         "handled_errors": 1,

@@ -126,3 +126,43 @@ def _pg_scenario(
         assert last.terminate() == 0, last.log()
     orders, amount, hashes = asyncio.run(_pg_totals(pg_dsn))
     return orders, amount, hashes, crashes, (len(amounts), sum(amounts), len(amounts))
+
+
+def test_a_running_worker_reports_each_processor_to_the_node(
+    node: NodeProcess, tmp_path: Path
+) -> None:
+    """``GET /v2/processors`` shows the example's processor: running while the worker
+    runs (positions, lag, handled errors), ``stopped`` after a graceful stop."""
+    env = {"DYNAQ_ENDPOINT": node.url}
+    with Client(node.url) as c:
+        w = _worker(
+            "examples.processors.pipeline:graph",
+            env,
+            tmp_path / "w.log",
+            "--report-interval",
+            "0.3",
+        )
+        wait_for(lambda: "ex-in" in {s.name for s in c.list_streams()}, 20, "ex-in declared")
+        before = c.stream_size("ex-in")
+        c.append("ex-in", [{"n": n} for n in range(1, 15)])  # 7 and 14 are handled errors
+
+        def caught_up() -> bool:
+            got = {p["name"]: p for p in c.list_processors()}.get("pipeline.double")
+            return (
+                got is not None
+                and got["state"] == "running"
+                and got["inputs"][0]["position"] == before + 14
+            )
+
+        wait_for(caught_up, 30, "a report with every input taken")
+        rep = c.describe_processor("pipeline.double")
+        assert rep["alive"] is True and rep["lag"] == 0
+        assert rep["kind"] == "transform" and rep["strategy"] == "exactly_once"
+        assert rep["inputs"] == [
+            {"name": "ex-in", "kind": "stream", "position": before + 14, "lag": 0}
+        ]
+        assert rep["outputs"] == ["ex-out"] and rep["handled_errors"] >= 2
+        assert rep["delivered"] >= 14 and rep["last_delivery_ms"] is not None
+        assert w.terminate() == 0, w.log()
+        final = c.describe_processor("pipeline.double")
+        assert final["state"] == "stopped" and final["alive"] is False
