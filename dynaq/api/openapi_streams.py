@@ -7,6 +7,7 @@ from dynaq.api.openapi_common import (
     body,
     errors,
     link,
+    nullable,
     operation,
     path_param,
     query_param,
@@ -21,6 +22,7 @@ from dynaq.core.stream_copies import (
     REPORT_PATH,
     SIZE_PATH,
 )
+from dynaq.streams.retention import MAX_AGE_S
 
 TAG = "streams"
 NAME = path_param("name", ref("Name"), "A stream's name.")
@@ -104,13 +106,25 @@ def paths() -> Obj:
             "reported (fsync'd).",
         },
     )
+    retention = {
+        "type": "object",
+        "properties": {
+            "max_bytes": {"type": "integer", "minimum": 0, "maximum": 2**62},
+            "max_age_s": {"type": "number", "minimum": 0, "maximum": MAX_AGE_S},
+        },
+        "additionalProperties": False,
+        "description": "The stream's own limits (0: none; absent: the node's "
+        "streams.retention_max_*). The oldest finalized segment files go past them; the "
+        "newest finalized one always stays.",
+    }
     declared = _obj(
-        ["name", "signature", "order_key", "created", "extended"],
+        ["name", "signature", "order_key", "created", "extended", "retention"],
         name={"type": "string"},
         signature=_SIG,
         order_key=_ORDER_KEY,
         created={"type": "boolean"},
         extended={"type": "boolean"},
+        retention=retention,
     )
     declare_body = _obj(
         ["schema"],
@@ -119,6 +133,7 @@ def paths() -> Obj:
             **_ORDER_KEY,
             "description": "A required integer field of every entry; null: the index.",
         },
+        retention=nullable(retention),
     )
     entries_body = _obj(
         ["entries"], entries={"type": "array", "minItems": 1, "maxItems": MAX_ENTRIES}

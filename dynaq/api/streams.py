@@ -21,6 +21,7 @@ from dynaq.api.stream_copies import COPIES, copies_timeout
 from dynaq.api.stream_proxy import FORWARDED_HEADER
 from dynaq.errors import InvalidInput
 from dynaq.streams import CONTENT_TYPES, FORMATS, Chunk, Start, Stops, StreamService
+from dynaq.streams.retention import parse_retention
 
 TOKEN_HEADER = "X-Publisher-Token"
 SUBSCRIPTION_HEADER = "X-Subscription-Id"
@@ -165,13 +166,16 @@ async def declare(request: web.Request) -> web.StreamResponse:
     if (there := await _elsewhere(request, declaring=True)) is not None:
         return there
     body = body_object(await read_body(request))
-    extra = sorted(set(body) - {"schema", "order_key"})
+    extra = sorted(set(body) - {"schema", "order_key", "retention"})
     if extra:
-        raise InvalidInput(f"unknown member {extra[0]!r}; expected schema and order_key")
+        raise InvalidInput(f"unknown member {extra[0]!r}; expected schema, order_key, retention")
     if "schema" not in body:
         raise InvalidInput("schema is required (a JSON Schema object)")
     name = request.match_info["name"]
-    created, extended = await _service(request).declare(name, body["schema"], body.get("order_key"))
+    retention = None if body.get("retention") is None else parse_retention(body["retention"])
+    created, extended = await _service(request).declare(
+        name, body["schema"], body.get("order_key"), retention
+    )
     info = _service(request).info(name)
     return json_response(
         {
@@ -180,6 +184,7 @@ async def declare(request: web.Request) -> web.StreamResponse:
             "order_key": info.order_key,
             "created": created,
             "extended": extended,
+            "retention": _service(request).retention(name),
         },
         201 if created else 200,
     )

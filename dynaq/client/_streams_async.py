@@ -44,12 +44,19 @@ class AsyncStreams:
         return await self._run(ops_streams.list_streams(hidden))
 
     async def declare_stream(
-        self, stream: str, schema: Mapping[str, Any], order_key: str | None = None
+        self,
+        stream: str,
+        schema: Mapping[str, Any],
+        order_key: str | None = None,
+        *,
+        retention: Mapping[str, float] | None = None,
     ) -> StreamDeclared:
         """Create ``stream`` with a JSON Schema for its entries (and the entry field
         that orders it), or extend its schema compatibly; the same schema again is
-        a no-op. An incompatible schema is refused and changes nothing."""
-        return await self._run(ops_streams.declare_stream(stream, schema, order_key))
+        a no-op. An incompatible schema is refused and changes nothing.
+        ``retention`` (``max_bytes``, ``max_age_s``; 0: no limit) sets the stream's own
+        limits (else the node's apply); the newest finalized segment always stays."""
+        return await self._run(ops_streams.declare_stream(stream, schema, order_key, retention))
 
     async def describe_stream(self, stream: str) -> StreamInfo:
         """The stream's schema, order key and figures."""

@@ -49,11 +49,16 @@ def list_streams(hidden: bool = False) -> Op[list[StreamInfo]]:
 
 
 def declare_stream(
-    stream: str, schema: Mapping[str, Any], order_key: str | None
+    stream: str,
+    schema: Mapping[str, Any],
+    order_key: str | None,
+    retention: Mapping[str, float] | None = None,
 ) -> Op[StreamDeclared]:
     body: dict[str, Any] = {"schema": dict(schema)}
     if order_key is not None:
         body["order_key"] = order_key
+    if retention is not None:
+        body["retention"] = dict(retention)
 
     def read(got: Any) -> StreamDeclared:
         return StreamDeclared(
@@ -62,6 +67,7 @@ def declare_stream(
             got.get("order_key"),
             bool(got["created"]),
             bool(got["extended"]),
+            dict(got.get("retention") or {}),
         )
 
     return single(Call("PUT", _path(stream), read, json_bytes(body), JSON))

@@ -340,6 +340,8 @@ class StreamDeclared:
     order_key: str | None
     created: bool
     extended: bool
+    retention: dict[str, float] = field(default_factory=dict)
+    """The stream's own retention limits (``max_bytes``, ``max_age_s``; empty: the node's)."""
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ from dynaq.processors.steps import Reader, Stats
 
 log = logging.getLogger(__name__)
 
+BACKING_MAX_BYTES = 64 * 1024 * 1024
+"""Default retention of a processor's backing stream (it needs only its last records)."""
+
 STATUS_KEYS = (
     "name",
     "id",
@@ -83,16 +86,26 @@ class GraphRunner:
     """Runs every processor of ``graph`` through ``client`` (one endpoint)."""
 
     def __init__(
-        self, graph: Graph, client: AsyncClient, *, lease_ttl_s: float = 5.0, backoff_s: float = 0.2
+        self,
+        graph: Graph,
+        client: AsyncClient,
+        *,
+        lease_ttl_s: float = 5.0,
+        backoff_s: float = 0.2,
+        backing_max_bytes: int = BACKING_MAX_BYTES,
     ) -> None:
         self.graph, self.client = graph, client
         self.lease_ttl_s, self.backoff_s = lease_ttl_s, backoff_s
+        self.backing_max_bytes = backing_max_bytes
         self._stop = asyncio.Event()
         self._slots = {name: _Slot(p) for name, p in graph.processors.items()}
 
     async def declare(self) -> None:
         """Create the graph's streams and queues that are missing, and the hidden backing
-        streams (an existing stream keeps its schema)."""
+        streams (an existing stream keeps its schema). Backing streams are (re)declared
+        with their retention every time: recovery reads only back to the last snapshot,
+        so older records are dropped a segment file at a time past
+        ``backing_max_bytes`` (the newest finished file always stays)."""
         streams: dict[str, StreamRef] = {}
         for p in self.graph.processors.values():
             for e in p.endpoints():
@@ -101,7 +114,9 @@ class GraphRunner:
                 elif e.name not in await self.client.list_queues():
                     with contextlib.suppress(DynaqError):
                         await self.client.create_queue(e.name)
-            streams[p.backing] = StreamRef(p.backing, records.BACKING_SCHEMA)
+            await self.client.declare_stream(
+                p.backing, records.BACKING_SCHEMA, retention={"max_bytes": self.backing_max_bytes}
+            )
         for ref in streams.values():
             try:
                 await self.client.stream_size(ref.name)

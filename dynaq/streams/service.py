@@ -162,9 +162,17 @@ class StreamService:
             raise StreamDeleting(f"stream {name!r} is being deleted; its listeners are finishing")
         return stream, rt
 
-    async def declare(self, name: str, schema: Any, order_key: Any) -> tuple[bool, bool]:
+    async def declare(
+        self,
+        name: str,
+        schema: Any,
+        order_key: Any,
+        retention: dict[str, float] | None = None,
+    ) -> tuple[bool, bool]:
         """Declare a stream; return (created, extended). The same declaration again is a
-        no-op; one with more ``oneOf`` variants extends it; anything else is a 409."""
+        no-op; one with more ``oneOf`` variants extends it; anything else is a 409.
+        ``retention`` (``max_bytes``, ``max_age_s``; see :mod:`dynaq.streams.retention`)
+        replaces the stream's own limits when given; ``None`` leaves them."""
         if not NAME_PATTERN.fullmatch(name):
             raise InvalidName(
                 f"invalid stream name {name!r}: 1-80 of letters, digits, '_', '-', '.'"
@@ -173,6 +181,8 @@ class StreamService:
         async with self._declare_lock:
             if name in self._streams or name in self._broken:
                 stream, _ = self._get(name)
+                if retention is not None and retention != stream.retention:
+                    await self._in_io(stream.io_set_retention, retention, self.clock.wall_ms())
                 if not stream.type.extended_by(new):
                     return False, False
                 await self._in_io(stream.io_extend, new)
@@ -186,6 +196,7 @@ class StreamService:
                 "signatures": [new.signature],
                 "publisher_token": 0,
                 "created_ms": now,
+                "retention": retention or {},
             }
             stream = Stream(self.root / name, name, meta, self.config)
 
@@ -198,6 +209,11 @@ class StreamService:
             self._streams[name] = stream
             self._runtime[name] = _Runtime()
             return True, False
+
+    def retention(self, name: str) -> dict[str, float]:
+        """The stream's own retention limits (``{}``: the node's apply)."""
+        stream, _ = self._get(name)
+        return dict(stream.retention)
 
     def info(self, name: str) -> StreamInfo:
         stream, _ = self._get(name)

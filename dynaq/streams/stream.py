@@ -81,6 +81,8 @@ class Stream:
         self.created_ms: int = int(meta["created_ms"])
         self.epoch: int = int(meta.get("epoch", 0))
         """In a ring: the authority's epoch this copy was last written under (0: unknown)."""
+        self.retention: dict[str, float] = dict(meta.get("retention") or {})
+        """This stream's own ``max_bytes`` / ``max_age_s`` (absent: the node's)."""
         self.validator: EntryValidator = self.type.validator()
         self.lock = threading.Lock()
         self.segments: list[Segment] = []
@@ -112,6 +114,7 @@ class Stream:
             "publisher_token": self.publisher_token,
             "created_ms": self.created_ms,
             "epoch": self.epoch,
+            "retention": self.retention,
         }
 
     def io_write_meta(self) -> None:
@@ -123,6 +126,11 @@ class Stream:
             os.fsync(f.fileno())
         os.replace(tmp, self.directory / META)
         fsync_dir(self.directory)
+
+    def io_set_retention(self, retention: dict[str, float], now_ms: int) -> None:
+        self.retention = dict(retention)
+        self.io_write_meta()
+        self._io_retain(now_ms)
 
     def io_extend(self, new: EntryType) -> None:
         self.type = new
@@ -317,23 +325,30 @@ class Stream:
         self._start_writer(new)
         self._io_retain(now_ms)
 
-    def _io_retain(self, now_ms: int) -> None:
-        """Drop the oldest finalized files past ``retention_max_bytes`` or
-        ``retention_max_age_s`` (both 0 = keep everything, the default)."""
+    def retention_limits(self) -> tuple[int, float]:
+        """``(max_bytes, max_age_s)`` this stream keeps (0: no limit): its own where it
+        was declared with them, else the node's ``retention_max_*``."""
         c = self.config
-        if not c.retention_max_bytes and not c.retention_max_age_s:
+        max_bytes = int(self.retention.get("max_bytes", c.retention_max_bytes))
+        return max_bytes, float(self.retention.get("max_age_s", c.retention_max_age_s))
+
+    def _io_retain(self, now_ms: int) -> None:
+        """Drop the oldest finalized files past the retention limits (both 0 = keep
+        everything, the default). The newest finalized file is always kept: the
+        records just before the active file (a processor's last snapshot, a reader's
+        resume point at the tail) outlive any limit until newer ones follow them."""
+        max_bytes, max_age_s = self.retention_limits()
+        if not max_bytes and not max_age_s:
             return
         while True:
             with self.lock:
                 finals = [s for s in self.segments if s.finalized]
-                if not finals:
+                if len(finals) < 2:
                     return
                 total = sum(s.path.stat().st_size for s in finals)
                 oldest = finals[0]
-                too_big = bool(c.retention_max_bytes) and total > c.retention_max_bytes
-                too_old = bool(c.retention_max_age_s) and (
-                    now_ms - oldest.created_ms > c.retention_max_age_s * 1000
-                )
+                too_big = bool(max_bytes) and total > max_bytes
+                too_old = bool(max_age_s) and now_ms - oldest.created_ms > max_age_s * 1000
                 if not (too_big or too_old):
                     return
                 self.segments = [s for s in self.segments if s is not oldest]

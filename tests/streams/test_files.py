@@ -214,6 +214,56 @@ async def test_retention_drops_the_oldest_files_and_listeners_start_at_what_is_k
         await asyncio.to_thread(node.kill)
 
 
+async def test_a_stream_declared_with_its_own_retention_keeps_the_newest_finalized_file(
+    tmp_path: Path,
+) -> None:
+    """``retention`` in a declaration applies to that stream alone (the node keeps
+    everything); a tiny limit still keeps the newest finalized file; re-declaring
+    changes the limit, survives a restart, and bad limits are 422s."""
+    node = node_process(tmp_path, env={"DYNAQ_STREAMS_SEGMENT_MAX_ENTRIES": "10"})
+    await _start(node)
+    try:
+        async with aiohttp.ClientSession() as http:
+            body = {"schema": TRADES, "order_key": "ts", "retention": {"max_bytes": 1}}
+            async with http.put(f"{node.url}/v2/streams/tiny", json=body) as r:
+                assert r.status == 201 and (await r.json())["retention"] == {"max_bytes": 1}
+            await declare(http, node.url, "all", TRADES)
+            for k in range(6):
+                batch = [{"ts": k * 10 + i, "price": 1} for i in range(10)]
+                for name in ("tiny", "all"):
+                    assert (await append(http, node.url, name, batch))[0] == 200
+            tiny = await asyncio.to_thread(_finalized, node, "tiny")
+            assert [f[0] for f in tiny] == [40], tiny  # only the newest finalized file
+            assert len(await asyncio.to_thread(_finalized, node, "all")) == 5
+            _, got, _ = await read(http, node.url, "tiny", nowait="true")
+            assert [i for i, _, _ in jsonl(got)] == list(range(40, 60))
+            # Re-declared without retention: the limit stays; with 0: no limit from now on.
+            await declare(http, node.url, "tiny", TRADES)
+            body["retention"] = {"max_bytes": 0, "max_age_s": 0}
+            async with http.put(f"{node.url}/v2/streams/tiny", json=body) as r:
+                assert r.status == 200
+                assert (await r.json())["retention"] == {"max_bytes": 0, "max_age_s": 0.0}
+            for bad in ({"max_bytes": -1}, {"max_bytes": True}, {"max_age_s": "1"}, {"x": 1}, 7):
+                body["retention"] = bad
+                async with http.put(f"{node.url}/v2/streams/tiny", json=body) as r:
+                    err = await r.json()
+                    assert r.status == 422 and "retention" in err["error"], err
+        await asyncio.to_thread(node.terminate)
+        await _start(node)
+        async with aiohttp.ClientSession() as http:
+            for k in range(6, 9):
+                batch = [{"ts": k * 10 + i, "price": 1} for i in range(10)]
+                assert (await append(http, node.url, "tiny", batch))[0] == 200
+            assert [f[0] for f in await asyncio.to_thread(_finalized, node, "tiny")] == [
+                40,
+                50,
+                60,
+                70,
+            ]
+    finally:
+        await asyncio.to_thread(node.kill)
+
+
 async def test_deletion_waits_for_a_listener_that_does_not_read(tmp_path: Path) -> None:
     node = node_process(tmp_path, env={"DYNAQ_STREAMS_DELETE_WAIT_S": "3"})
     await _start(node)
