@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -224,7 +225,11 @@ async def test_a_stream_declared_with_its_own_retention_keeps_the_newest_finaliz
     await _start(node)
     try:
         async with aiohttp.ClientSession() as http:
-            body = {"schema": TRADES, "order_key": "ts", "retention": {"max_bytes": 1}}
+            body: dict[str, Any] = {
+                "schema": TRADES,
+                "order_key": "ts",
+                "retention": {"max_bytes": 1},
+            }
             async with http.put(f"{node.url}/v2/streams/tiny", json=body) as r:
                 assert r.status == 201 and (await r.json())["retention"] == {"max_bytes": 1}
             await declare(http, node.url, "all", TRADES)
