@@ -30,6 +30,7 @@ codes.
     │   ├── OrderKeyDecreased   409  a stream entry's order key is below its predecessor's
     │   ├── SchemaConflict      409  a stream re-declared with an incompatible schema
     │   ├── PublisherFenced     409  a stream's publisher lease is held by another token
+    │   ├── StaleReceipts       409  a transaction's receipts are not current: nothing applied
     │   └── ReplicaOutOfStep    409  a stream's copy sent entries for an index it is not at
     ├── ClusterFull             503  every writer slot is held by a live node
     ├── SlotLost                503  another node took this node's writer slot: stop
@@ -69,6 +70,10 @@ class DynaqError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+    def details(self) -> dict[str, Any]:
+        """Members the error body carries besides ``error`` and ``code`` (none here)."""
+        return {}
 
 
 class InvalidInput(DynaqError):
@@ -212,6 +217,22 @@ class OrderKeyDecreased(Conflict):
 
     code = "order_key_decreased"
     retriable = False
+
+
+class StaleReceipts(Conflict):
+    """A transaction named receipts that are not current (received again since, expired,
+    unknown, or their message already deleted); nothing of it was applied. Not
+    retriable as is: receive the messages again."""
+
+    code = "stale_receipt"
+    retriable = False
+
+    def __init__(self, message: str, receipts: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.receipts = list(receipts)
+
+    def details(self) -> dict[str, Any]:
+        return {"receipts": self.receipts}
 
 
 class SchemaConflict(Conflict):
@@ -411,6 +432,7 @@ __all__ = [
     "SchemaConflict",
     "ServerUnavailable",
     "SlotLost",
+    "StaleReceipts",
     "StorageError",
     "StorageUnavailable",
     "StreamDeleting",

@@ -20,6 +20,7 @@ from dynaq.api.keys import CATALOG, QUEUES, VIEW
 from dynaq.core.hints import (
     HINTS_PATH,
     RECEIPT_DELETE_PATH,
+    RECEIPT_HOLD_PATH,
     STATS_PATH,
     VISIBILITY_PATH,
     decode_hints,
@@ -123,6 +124,17 @@ async def delete_receipts(request: web.Request) -> web.Response:
     deleted, stale = await request.app[QUEUES].receipts.delete_here(info, pairs)
     answer = {"deleted": deleted, "stale": stale}
     return web.Response(body=msgpack.packb(answer), content_type="application/msgpack")
+
+
+@routes.post(RECEIPT_HOLD_PATH)
+async def hold_receipts(request: web.Request) -> web.Response:
+    """A transaction's receipts for messages this node served: check them and hold them."""
+    body, ids, deliveries = _forwarded(await read_raw(request), "receipt hold")
+    if deliveries is None:
+        raise InvalidInput("malformed receipt hold: deliveries missing")
+    info = await request.app[CATALOG].queue(str(body.get("queue")))
+    stale = request.app[QUEUES].receipts.hold_here(info, list(zip(ids, deliveries, strict=True)))
+    return web.Response(body=msgpack.packb({"stale": stale}), content_type="application/msgpack")
 
 
 @routes.post(RECEIVE_PATH)

@@ -39,6 +39,10 @@ with ``"deliveries": [int]`` (one per id: receipts) also ``"stale": [int]``."""
 RECEIPT_DELETE_PATH = "/internal/v1/receipts/delete"
 """A receipt-checked delete forwarded to the node that served the messages: msgpack
 ``{"queue": name, "ids": [int], "deliveries": [int]}`` → ``{"deleted": [int], "stale": [int]}``."""
+RECEIPT_HOLD_PATH = "/internal/v1/receipts/hold"
+"""A transaction's receipts, checked and held by the node that served the messages:
+msgpack ``{"queue": name, "ids": [int], "deliveries": [int]}`` → ``{"stale": [int]}``
+(all held when ``stale`` is empty, none otherwise)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -276,6 +276,22 @@ class QueueState:
         f = self.inflight.get(message_id)
         return f is not None and f.delivery != 0 and f.delivery != delivery
 
+    def is_current(self, message_id: int, delivery: int, now: float) -> bool:
+        """Whether ``delivery`` is the message's live delivery here: in flight, its
+        visibility not run out, and not served again since (a handed-over entry, whose
+        delivery is unknown, counts as current). Stricter than :meth:`is_stale`: a
+        transaction commits only on deliveries nobody else can be holding."""
+        f = self.inflight.get(message_id)
+        return f is not None and f.deadline > now and f.delivery in (0, delivery)
+
+    def hold_at_least(self, message_id: int, now: float, seconds: float) -> None:
+        """Keep an in-flight message invisible for at least ``seconds`` more (never
+        shortens its visibility)."""
+        f = self.inflight.get(message_id)
+        if f is not None and f.deadline < now + seconds:
+            f.deadline = now + seconds
+            self._push_deadline(f.deadline, message_id)
+
     def _push_deadline(self, deadline: float, message_id: int) -> None:
         """Track a deadline; rebuild the heap once stale entries (from deletes and
         extensions) outnumber live ones, so it stays O(in flight), amortized O(1)."""

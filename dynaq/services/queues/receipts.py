@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from dynaq.clock import Clock
 from dynaq.core.ids import lane_of
 from dynaq.core.membership import Member, MembershipView
+from dynaq.errors import NotServing
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.queues.state import QueueStates
 
@@ -35,6 +36,10 @@ Outcome = tuple[list[int], list[int]]
 """Ids acted on, and ids whose receipt was stale."""
 
 _DELETE_HOLD_S = 30.0
+TRANSACTION_HOLD_S = 30.0
+"""How long a transaction's inputs stay invisible (at least) from their check until
+its write: far longer than the write takes; a coordinator that dies in between
+leaves them to be served again after it."""
 
 
 class PeerReceipts(Protocol):
@@ -45,6 +50,13 @@ class PeerReceipts(Protocol):
     async def change_visibility_receipts(
         self, owner: Member, queue: str, pairs: Pairs, visibility_timeout_s: float
     ) -> Outcome: ...
+
+
+@runtime_checkable
+class PeerHolds(Protocol):
+    """Asks the node that served messages to check and hold receipts for a transaction."""
+
+    async def hold_receipts(self, owner: Member, queue: str, pairs: Pairs) -> list[int]: ...
 
 
 class ReceiptActions:
@@ -91,6 +103,49 @@ class ReceiptActions:
             for i in ok:  # no receive may serve it between this check and the delete
                 st.hold(i, now, _DELETE_HOLD_S)
         return (await self._delete(info, ok) if ok else []), stale
+
+    async def hold(self, pairs: Sequence[tuple[QueueInfo, int, int]]) -> list[tuple[str, int]]:
+        """Check a transaction's receipts, per owning node, and hold the current ones.
+
+        Returns ``(queue, id)`` of every receipt that is not current (see
+        :meth:`hold_here`). An owner that does not answer makes the whole call
+        a :class:`~dynaq.errors.NotServing` (503, retry): nothing is applied.
+        """
+        by_queue: dict[str, tuple[QueueInfo, list[tuple[int, int]]]] = {}
+        for info, mid, delivery in pairs:
+            by_queue.setdefault(info.name, (info, []))[1].append((mid, delivery))
+        calls: list[Awaitable[list[int]]] = []
+        names: list[str] = []
+        stale: list[tuple[str, int]] = []
+        for name, (info, qpairs) in by_queue.items():
+            local, remote = self._split(qpairs)
+            stale += [(name, i) for i in self.hold_here(info, local)]
+            if remote:
+                peers = self._peers()
+                if not isinstance(peers, PeerHolds):
+                    raise NotServing("this node cannot reach the nodes that served the receipts")
+                for owner, owned in remote.items():
+                    calls.append(peers.hold_receipts(owner, name, owned))
+                    names.append(name)
+        for name, refused in zip(names, await asyncio.gather(*calls), strict=True):
+            stale += [(name, i) for i in refused]
+        return stale
+
+    def hold_here(self, info: QueueInfo, pairs: Pairs) -> list[int]:
+        """Check receipts against this node's deliveries; if every one is current
+        (:meth:`~dynaq.core.partitions.QueueState.is_current`), hold them all
+        invisible for :data:`TRANSACTION_HOLD_S` and return ``[]``; else hold none
+        and return the ids whose receipt is not current. Check and hold take no
+        await in between, so no receive here can serve a message between them."""
+        st = self._states.get(info.number)
+        if st is None:
+            return [i for i, _ in pairs]
+        now = self._clock.monotonic()
+        stale = [i for i, d in pairs if not st.is_current(i, d, now)]
+        if not stale:
+            for i, _ in pairs:
+                st.hold_at_least(i, now, TRANSACTION_HOLD_S)
+        return stale
 
     async def change_visibility(self, info: QueueInfo, pairs: Pairs, vt: float) -> Outcome:
         """Extend or release each receipt's delivery unless the receipt is stale."""
