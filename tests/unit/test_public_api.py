@@ -52,6 +52,10 @@ PUBLIC = {
         "StreamEntry",
         "StreamInfo",
         "TaskInfo",
+        "TxnDelete",
+        "TxnEnqueue",
+        "TxnOutput",
+        "TxnResult",
     ],
     "dynaq.testing": [
         "Cluster",
