@@ -1,4 +1,5 @@
-"""Transactions under kill -9 on one node (LMDB): every transaction is all or nothing.
+"""Transactions under kill -9, on one node (LMDB) and in a ring on Cassandra: every
+transaction is all or nothing.
 
 Processors receive from ``in`` and commit transactions that delete 1-3
 received messages and enqueue 1-2 outputs (dedup id = transaction and output
@@ -18,6 +19,7 @@ applied transaction (exactly once, none lost).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections import Counter
@@ -26,8 +28,10 @@ from pathlib import Path
 
 from dynaq.client import AsyncClient, NewMessage, RetryPolicy, TxnDelete, TxnEnqueue
 from dynaq.errors import DynaqError, StaleReceipts
-from dynaq.testing import run_node
+from dynaq.testing import Cluster, run_cluster, run_node
 from dynaq.testing.runners import NodeServer
+from dynaq.testing.servers.cassandra import CassandraServer
+from tests.fixtures.cassandra import new_keyspace
 
 FEED_BATCH = 30
 FEED_EVERY_S = 0.1
@@ -69,10 +73,16 @@ async def _feeder(c: AsyncClient, run: Run) -> None:
 
 
 async def _processor(
-    c: AsyncClient, run: Run, rng: random.Random, name: str, stop: asyncio.Event
+    c: AsyncClient,
+    run: Run,
+    rng: random.Random,
+    name: str,
+    stop: asyncio.Event,
+    via: AsyncClient | None = None,
 ) -> None:
-    """Receive, group into transactions, commit; record every attempt. Stops between
-    transactions once ``stop`` is set."""
+    """Receive from ``c``, group into transactions, commit them through ``via`` (default
+    ``c``); record every attempt. Stops between transactions once ``stop`` is set."""
+    via = via or c
     n = 0
     while not stop.is_set():
         try:
@@ -100,7 +110,7 @@ async def _processor(
             attempt = Attempt(inputs, outputs)
             run.attempts.append(attempt)
             try:
-                result = await c.transact([TxnDelete.of("in", m) for m in take], enqueues)
+                result = await via.transact([TxnDelete.of("in", m) for m in take], enqueues)
                 attempt.answer = "replayed" if result.replayed else "committed"
             except StaleReceipts:
                 attempt.answer = "refused"
@@ -227,3 +237,105 @@ def _check_all_or_nothing(run: Run, ins: Counter[str], outs: Counter[str], drain
         else:
             # an input no applied transaction consumed is still stored (receivable)
             assert consumed[body] == 1 or ins[body] == 1, (body, ins[body], consumed[body])
+
+
+# a ring on Cassandra ------------------------------------------------------------
+
+NAMES = ["dynaq-1", "dynaq-2", "dynaq-3"]
+
+
+async def _crash_at(ring: Cluster, name: str, crash_at: str | None, run: Run) -> None:
+    """Restart ``name`` (kill -9, rejoin) with ``crash_at`` set (or cleared)."""
+    node = ring.node(name)
+    if node.alive():
+        await ring.kill(name)
+    await ring.wait_converged([n for n in NAMES if n != name], timeout_s=30)
+    node.proc.env.pop(CRASH_ENV, None)
+    if crash_at is not None:
+        node.proc.env[CRASH_ENV] = crash_at
+    run.restarts.append(f"{name} {crash_at or 'sigkill'}")
+    await ring.start(name, timeout_s=60)
+    await ring.wait_converged(NAMES, timeout_s=30)
+
+
+async def _ring_faults(ring: Cluster, run: Run) -> None:
+    """dynaq-3 coordinates transactions whose inputs other nodes served: it dies after
+    the remote holds, then after the write; then dynaq-2, which serves inputs, is killed
+    from outside mid-run."""
+    await asyncio.sleep(2)
+    for crash_at in ("held:4", "written:4"):
+        await _crash_at(ring, "dynaq-3", crash_at, run)
+        deadline = time.monotonic() + 60
+        while ring.node("dynaq-3").alive():
+            assert time.monotonic() < deadline, f"dynaq-3 never crashed at {crash_at}"
+            await asyncio.sleep(0.05)
+        run.restarts[-1] += " (died)"
+        await _crash_at(ring, "dynaq-3", None, run)
+        await asyncio.sleep(1)
+    await _crash_at(ring, "dynaq-2", None, run)
+    await asyncio.sleep(2)
+
+
+async def test_kill9_in_a_cassandra_ring_leaves_each_transaction_all_or_nothing(
+    tmp_path: Path, cassandra: CassandraServer
+) -> None:
+    """Inputs are served by one node and their transactions go through the next, so
+    every receipt is checked and held remotely (forwarded, signed)."""
+    run = Run()
+    async with run_cluster(
+        3,
+        "cassandra",
+        cassandra_hosts=[cassandra.host],
+        keyspace=new_keyspace(),
+        directory=tmp_path,
+        timeout_s=90,
+    ) as ring:
+        policy = RetryPolicy(attempts=60, max_delay_s=0.5, deadline_s=40)
+        async with contextlib.AsyncExitStack() as stack:
+            nodes = [
+                await stack.enter_async_context(AsyncClient(ring.node(n).url, 10, retry=policy))
+                for n in NAMES
+            ]
+            anywhere = await stack.enter_async_context(AsyncClient(ring.urls, 10, retry=policy))
+            for q in ("in", "out", "audit"):
+                await anywhere.create_queue(q)
+            await asyncio.sleep(1.5)  # config sync: every node knows the queues
+            feeder = asyncio.create_task(_feeder(anywhere, run))
+            stop = asyncio.Event()
+
+            def processors(prefix: str) -> list[asyncio.Task[None]]:
+                return [
+                    asyncio.create_task(
+                        _processor(nodes[k], run, random.Random(k), f"{prefix}{k}", stop, via)
+                    )
+                    for k in range(3)
+                    for via in [nodes[(k + 1) % 3]]
+                ]
+
+            workers = processors("r")
+            try:
+                await _ring_faults(ring, run)
+            finally:
+                run.faults_over.set()
+                stop.set()
+                await asyncio.gather(feeder, *workers)
+            ins = await _stored(anywhere, "in")
+            outs = await _stored(anywhere, "out") + await _stored(anywhere, "audit")
+            _check_all_or_nothing(run, ins, outs, drained=False)
+            stop = asyncio.Event()
+            workers = processors("d")
+            try:
+                deadline = time.monotonic() + 120  # held inputs wait out their hold
+                while await _stored(anywhere, "in"):
+                    assert time.monotonic() < deadline, "in never drained"
+                    await asyncio.sleep(0.5)
+            finally:
+                stop.set()
+                await asyncio.gather(*workers)
+            ins = await _stored(anywhere, "in")
+            outs = await _stored(anywhere, "out") + await _stored(anywhere, "audit")
+    _check_all_or_nothing(run, ins, outs, drained=True)
+    answers = Counter(a.answer for a in run.attempts)
+    print(f"restarts {run.restarts}; attempts {len(run.attempts)}: {dict(answers)}")
+    assert sum("(died)" in r for r in run.restarts) == 2, run.restarts
+    assert answers["committed"] > 20
