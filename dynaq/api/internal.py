@@ -128,12 +128,17 @@ async def delete_receipts(request: web.Request) -> web.Response:
 
 @routes.post(RECEIPT_HOLD_PATH)
 async def hold_receipts(request: web.Request) -> web.Response:
-    """A transaction's receipts for messages this node served: check them and hold them."""
+    """A transaction's receipts for messages this node served: check and claim them (or
+    release the claims of a transaction that did not commit)."""
     body, ids, deliveries = _forwarded(await read_raw(request), "receipt hold")
     if deliveries is None:
         raise InvalidInput("malformed receipt hold: deliveries missing")
     info = await request.app[CATALOG].queue(str(body.get("queue")))
-    stale = request.app[QUEUES].receipts.hold_here(info, list(zip(ids, deliveries, strict=True)))
+    release = body.get("release", False)
+    if not isinstance(release, bool):
+        raise InvalidInput("malformed receipt hold: release must be a boolean")
+    pairs = list(zip(ids, deliveries, strict=True))
+    stale = request.app[QUEUES].receipts.hold_here(info, pairs, release=release)
     return web.Response(body=msgpack.packb({"stale": stale}), content_type="application/msgpack")
 
 

@@ -143,11 +143,18 @@ class HttpPeerHints:
         return [int(i) for i in answer["deleted"]], [int(i) for i in answer["stale"]]
 
     async def hold_receipts(
-        self, owner: Member, queue: str, pairs: Sequence[tuple[int, int]]
+        self, owner: Member, queue: str, pairs: Sequence[tuple[int, int]], *, release: bool = False
     ) -> list[int]:
-        """Ask ``owner`` (which served them) to check and hold a transaction's receipts:
-        the ids whose receipt is not current (none held then)."""
-        body = {"queue": queue, "ids": [i for i, _ in pairs], "deliveries": [d for _, d in pairs]}
+        """Ask ``owner`` (which served them) to check and claim a transaction's receipts:
+        the ids whose receipt is not current (none claimed then); ``release`` releases
+        them instead."""
+        body: dict[str, object] = {
+            "queue": queue,
+            "ids": [i for i, _ in pairs],
+            "deliveries": [d for _, d in pairs],
+        }
+        if release:
+            body["release"] = True
         answer = await self._call(owner, RECEIPT_HOLD_PATH, body)
         return [int(i) for i in answer["stale"]]
 

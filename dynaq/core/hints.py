@@ -42,7 +42,8 @@ RECEIPT_DELETE_PATH = "/internal/v1/receipts/delete"
 RECEIPT_HOLD_PATH = "/internal/v1/receipts/hold"
 """A transaction's receipts, checked and held by the node that served the messages:
 msgpack ``{"queue": name, "ids": [int], "deliveries": [int]}`` → ``{"stale": [int]}``
-(all held when ``stale`` is empty, none otherwise)."""
+(all claimed and held when ``stale`` is empty, none otherwise); with ``"release": true``
+the claims of a transaction that did not commit are released (``{"stale": []}``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,9 @@ class InFlight:
     """Kept so a delete on this node can tell listeners (batch item acks) without a read."""
     delivery: int = 0
     """The latest delivery's number (its receipt names it); 0 when unknown (handed over)."""
+    claimed: bool = False
+    """A transaction holds this delivery between its receipt check and its write: no
+    other transaction may claim it (until it is released or served again)."""
 
 
 _deliveries = itertools.count(random.getrandbits(40) << 20 | 1)
@@ -266,6 +269,7 @@ class QueueState:
             f.deadline = deadline
             f.receive_count += 1
             f.delivery = next(_deliveries)
+            f.claimed = False
         self._push_deadline(deadline, message_id)
         return f
 
@@ -277,20 +281,31 @@ class QueueState:
         return f is not None and f.delivery != 0 and f.delivery != delivery
 
     def is_current(self, message_id: int, delivery: int, now: float) -> bool:
-        """Whether ``delivery`` is the message's live delivery here: in flight, its
-        visibility not run out, and not served again since (a handed-over entry, whose
-        delivery is unknown, counts as current). Stricter than :meth:`is_stale`: a
-        transaction commits only on deliveries nobody else can be holding."""
+        """Whether ``delivery`` is the message's live delivery here and free to claim: in
+        flight, its visibility not run out, not served again since (a handed-over
+        entry, whose delivery is unknown, counts), not claimed by a transaction.
+        Stricter than :meth:`is_stale`: a transaction commits only on deliveries
+        nobody else can be holding."""
         f = self.inflight.get(message_id)
-        return f is not None and f.deadline > now and f.delivery in (0, delivery)
+        return f is not None and f.deadline > now and f.delivery in (0, delivery) and not f.claimed
 
-    def hold_at_least(self, message_id: int, now: float, seconds: float) -> None:
-        """Keep an in-flight message invisible for at least ``seconds`` more (never
-        shortens its visibility)."""
+    def claim(self, message_id: int, now: float, seconds: float) -> None:
+        """Claim a current delivery for a transaction and keep it invisible for at least
+        ``seconds`` more (never shortens its visibility)."""
         f = self.inflight.get(message_id)
-        if f is not None and f.deadline < now + seconds:
+        if f is None:
+            return
+        f.claimed = True
+        if f.deadline < now + seconds:
             f.deadline = now + seconds
             self._push_deadline(f.deadline, message_id)
+
+    def release_claim(self, message_id: int, delivery: int) -> None:
+        """A claiming transaction failed: the delivery may be claimed again (it stays
+        invisible until its deadline)."""
+        f = self.inflight.get(message_id)
+        if f is not None and f.delivery in (0, delivery):
+            f.claimed = False
 
     def _push_deadline(self, deadline: float, message_id: int) -> None:
         """Track a deadline; rebuild the heap once stale entries (from deletes and

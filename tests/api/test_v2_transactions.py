@@ -285,3 +285,55 @@ async def test_an_output_over_the_size_limit_refuses_before_anything_is_held(
     assert await _stored(http, "in") == []
     assert await _stored(http, "out") == []  # not due yet: stored under its due time
     assert node.queues.depth(await node.catalog.queue("in")) == 0
+
+
+async def test_a_refused_transaction_releases_its_claims(http: aiohttp.ClientSession) -> None:
+    """Its current inputs stay held, but a corrected transaction commits them at once."""
+    await _queues(http, "in", "out")
+    await _enqueue(http, "in", "a", "b")
+    got = {m["body"]: m for m in await _receive(http, "in", vt=5)}
+    await _call(
+        http,
+        "POST",
+        "/v2/queues/in/messages/visibility",
+        {"receipts": [got["b"]["receipt"]], "visibility_timeout_s": 0},
+    )
+    [b2] = await _receive(http, "in", vt=5)
+    both = {
+        "delete": [{"queue": "in", "receipt": m["receipt"]} for m in got.values()],
+        "enqueue": [{"queue": "out", "body": "ab"}],
+    }
+    status, out = await _call(http, "POST", TXN, both)
+    assert (status, out["receipts"]) == (409, [got["b"]["receipt"]])
+    assert await _receive(http, "in") == []  # a is still held, b in flight
+    fixed = {
+        "delete": [
+            {"queue": "in", "receipt": got["a"]["receipt"]},
+            {"queue": "in", "receipt": b2["receipt"]},
+        ],
+        "enqueue": [{"queue": "out", "body": "ab"}],
+    }
+    status, out = await _call(http, "POST", TXN, fixed)
+    assert status == 200 and out["deleted"] == 2
+    assert await _stored(http, "in") == []
+    assert await _stored(http, "out") == ["ab"]
+
+
+async def test_the_same_transaction_twice_at_once_commits_once(
+    http: aiohttp.ClientSession,
+) -> None:
+    """No dedup ids: only the receipt's claim keeps the second copy from committing."""
+    await _queues(http, "in", "out")
+    await _enqueue(http, "in", *[f"m{i}" for i in range(20)])
+    got = await _receive(http, "in", n=20)
+    bodies = []
+    for m in got:
+        txn = {
+            "delete": [{"queue": "in", "receipt": m["receipt"]}],
+            "enqueue": [{"queue": "out", "body": f"from {m['body']}"}],
+        }
+        answers = await asyncio.gather(*(_call(http, "POST", TXN, txn) for _ in range(3)))
+        assert sorted(status for status, _ in answers) == [200, 409, 409], answers
+        bodies.append(f"from {m['body']}")
+    assert await _stored(http, "in") == []
+    assert await _stored(http, "out") == sorted(bodies)

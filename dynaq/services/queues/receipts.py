@@ -20,13 +20,14 @@ answer. Guarantees:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from dynaq.clock import Clock
 from dynaq.core.ids import lane_of
 from dynaq.core.membership import Member, MembershipView
-from dynaq.errors import NotServing
+from dynaq.errors import DynaqError, NotServing
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.queues.state import QueueStates
 
@@ -34,6 +35,10 @@ Pairs = Sequence[tuple[int, int]]
 """``(message_id, delivery)`` per receipt."""
 Outcome = tuple[list[int], list[int]]
 """Ids acted on, and ids whose receipt was stale."""
+Claim = tuple[QueueInfo, int, int]
+"""``(queue, message_id, delivery)``: one input of a transaction."""
+
+log = logging.getLogger(__name__)
 
 _DELETE_HOLD_S = 30.0
 TRANSACTION_HOLD_S = 30.0
@@ -56,7 +61,9 @@ class PeerReceipts(Protocol):
 class PeerHolds(Protocol):
     """Asks the node that served messages to check and hold receipts for a transaction."""
 
-    async def hold_receipts(self, owner: Member, queue: str, pairs: Pairs) -> list[int]: ...
+    async def hold_receipts(
+        self, owner: Member, queue: str, pairs: Pairs, *, release: bool = False
+    ) -> list[int]: ...
 
 
 class ReceiptActions:
@@ -104,48 +111,99 @@ class ReceiptActions:
                 st.hold(i, now, _DELETE_HOLD_S)
         return (await self._delete(info, ok) if ok else []), stale
 
-    async def hold(self, pairs: Sequence[tuple[QueueInfo, int, int]]) -> list[tuple[str, int]]:
-        """Check a transaction's receipts, per owning node, and hold the current ones.
+    async def hold(self, pairs: Sequence[Claim]) -> tuple[list[tuple[str, int]], list[Claim]]:
+        """Check a transaction's receipts, per owning node, and claim the current ones.
 
         Returns ``(queue, id)`` of every receipt that is not current (see
-        :meth:`hold_here`). An owner that does not answer makes the whole call
-        a :class:`~dynaq.errors.NotServing` (503, retry): nothing is applied.
+        :meth:`hold_here`), and the receipts claimed (release them with
+        :meth:`release` if the transaction does not commit). An owner that does
+        not answer makes the call a :class:`~dynaq.errors.NotServing` (503,
+        retry), after the claims made elsewhere are released.
         """
-        by_queue: dict[str, tuple[QueueInfo, list[tuple[int, int]]]] = {}
-        for info, mid, delivery in pairs:
-            by_queue.setdefault(info.name, (info, []))[1].append((mid, delivery))
-        calls: list[Awaitable[list[int]]] = []
-        names: list[str] = []
+        groups: list[tuple[Member | None, QueueInfo, list[tuple[int, int]]]] = []
+        for info, owned in self._by_queue(pairs).values():
+            local, remote = self._split(owned)
+            if local:
+                groups.append((None, info, local))
+            groups += [(m, info, p) for m, p in remote.items()]
+        answers = await asyncio.gather(
+            *(self._hold_at(owner, info, p) for owner, info, p in groups),
+            return_exceptions=True,
+        )
         stale: list[tuple[str, int]] = []
-        for name, (info, qpairs) in by_queue.items():
-            local, remote = self._split(qpairs)
-            stale += [(name, i) for i in self.hold_here(info, local)]
-            if remote:
-                peers = self._peers()
-                if not isinstance(peers, PeerHolds):
-                    raise NotServing("this node cannot reach the nodes that served the receipts")
-                for owner, owned in remote.items():
-                    calls.append(peers.hold_receipts(owner, name, owned))
-                    names.append(name)
-        for name, refused in zip(names, await asyncio.gather(*calls), strict=True):
-            stale += [(name, i) for i in refused]
-        return stale
+        claimed: list[Claim] = []
+        failed: BaseException | None = None
+        for (_, info, p), answer in zip(groups, answers, strict=True):
+            if isinstance(answer, BaseException):
+                failed = failed or answer
+            elif answer:
+                stale += [(info.name, i) for i in answer]
+            else:
+                claimed += [(info, i, d) for i, d in p]
+        if failed is not None:
+            await self.release(claimed)
+            raise failed
+        return stale, claimed
 
-    def hold_here(self, info: QueueInfo, pairs: Pairs) -> list[int]:
+    async def _hold_at(
+        self, owner: Member | None, info: QueueInfo, pairs: list[tuple[int, int]]
+    ) -> list[int]:
+        if owner is None:
+            return self.hold_here(info, pairs)
+        peers = self._peers()
+        if not isinstance(peers, PeerHolds):
+            raise NotServing("this node cannot reach the nodes that served the receipts")
+        return await peers.hold_receipts(owner, info.name, pairs)
+
+    async def release(self, claims: Sequence[Claim]) -> None:
+        """Release claims of a transaction that did not commit (best effort: a claim
+        that cannot be released ends with its hold)."""
+        calls: list[Awaitable[list[int]]] = []
+        for info, owned in self._by_queue(claims).values():
+            local, remote = self._split(owned)
+            self.hold_here(info, local, release=True)
+            peers = self._peers()
+            if remote and isinstance(peers, PeerHolds):
+                calls += [
+                    peers.hold_receipts(m, info.name, p, release=True) for m, p in remote.items()
+                ]
+        for answer in await asyncio.gather(*calls, return_exceptions=True):
+            if isinstance(answer, DynaqError):
+                log.warning("could not release a transaction's claim: %s", answer)
+            elif isinstance(answer, BaseException):
+                raise answer
+
+    def hold_here(self, info: QueueInfo, pairs: Pairs, *, release: bool = False) -> list[int]:
         """Check receipts against this node's deliveries; if every one is current
-        (:meth:`~dynaq.core.partitions.QueueState.is_current`), hold them all
-        invisible for :data:`TRANSACTION_HOLD_S` and return ``[]``; else hold none
-        and return the ids whose receipt is not current. Check and hold take no
-        await in between, so no receive here can serve a message between them."""
+        (:meth:`~dynaq.core.partitions.QueueState.is_current`), claim them all and
+        hold them invisible for at least :data:`TRANSACTION_HOLD_S`, and return
+        ``[]``; else claim none and return the ids whose receipt is not current.
+        Check and claim take no await in between, so no receive here can serve a
+        message, and no other transaction claim it, between them. ``release``:
+        release those claims instead."""
         st = self._states.get(info.number)
+        if release:
+            if st is not None:
+                for i, d in pairs:
+                    st.release_claim(i, d)
+            return []
         if st is None:
             return [i for i, _ in pairs]
         now = self._clock.monotonic()
         stale = [i for i, d in pairs if not st.is_current(i, d, now)]
         if not stale:
             for i, _ in pairs:
-                st.hold_at_least(i, now, TRANSACTION_HOLD_S)
+                st.claim(i, now, TRANSACTION_HOLD_S)
         return stale
+
+    @staticmethod
+    def _by_queue(
+        claims: Sequence[Claim],
+    ) -> dict[str, tuple[QueueInfo, list[tuple[int, int]]]]:
+        out: dict[str, tuple[QueueInfo, list[tuple[int, int]]]] = {}
+        for info, mid, delivery in claims:
+            out.setdefault(info.name, (info, []))[1].append((mid, delivery))
+        return out
 
     async def change_visibility(self, info: QueueInfo, pairs: Pairs, vt: float) -> Outcome:
         """Extend or release each receipt's delivery unless the receipt is stale."""

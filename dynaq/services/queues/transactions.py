@@ -32,10 +32,16 @@ Guarantees:
   A second, application-level intent record on top would add a store round
   trip per transaction and buy nothing these do not already give.
 
-* **No redelivery between the check and the write.** The receipts are
-  checked on the nodes that served them (forwarded, signed, in a ring), and
-  there, with no await between check and hold, every input is held invisible
-  for at least :data:`~dynaq.services.queues.receipts.TRANSACTION_HOLD_S`.
+* **No redelivery, no second transaction, between the check and the write.**
+  The receipts are checked on the nodes that served them (forwarded, signed,
+  in a ring), and there, with no await between check and claim, every input
+  is *claimed* for this transaction and held invisible for at least
+  :data:`~dynaq.services.queues.receipts.TRANSACTION_HOLD_S`. A claimed
+  delivery is not current for any other transaction (the same one sent again
+  through another node while the first is still running is refused, or, once
+  the first committed, answered as a replay), and a transaction that fails
+  after claiming releases its claims. The claim lives with the in-flight
+  state on the owner: it ends when the message is served again.
   This hold, not the dedup ids, is what stops a redelivery: an output's dedup
   id derived from a *delivery* would differ for the next delivery, so it
   could not make a second processing harmless. (Dedup ids derived from the
@@ -55,8 +61,9 @@ Guarantees:
   first attempt's effect, so it is answered as a success with
   ``replayed`` (every output ``duplicate``, nothing deleted) instead of 409.
 
-* A refused transaction leaves its current inputs held: they stay invisible
-  until the later of their own visibility and the hold (30 s).
+* A refused transaction leaves its current inputs held (their claims
+  released): they stay invisible until the later of their own visibility and
+  the hold (30 s), and can be committed by a corrected transaction meanwhile.
 
 A crash point (:class:`CrashPoint`) kills the node with SIGKILL at a named
 step, for tests; unset, it costs one comparison per step.
@@ -71,9 +78,9 @@ from dataclasses import dataclass
 
 from dynaq.core import keys
 from dynaq.core.messages import NewMessage
-from dynaq.errors import InvalidInput, StaleReceipts
+from dynaq.errors import DynaqError, InvalidInput, StaleReceipts
 from dynaq.services.catalog import QueueInfo
-from dynaq.services.queues.receipts import ReceiptActions
+from dynaq.services.queues.receipts import Claim, ReceiptActions
 from dynaq.services.queues.writes import PreparedWrite, Writer
 from dynaq.storage.base import Delete, Op, Store
 
@@ -188,14 +195,31 @@ class Transactions:
     async def run(self, deletes: Sequence[TxnDelete], enqueues: Sequence[TxnEnqueue]) -> TxnOutcome:
         """Apply the transaction whole, or raise and apply nothing (see the module)."""
         self.check(deletes, enqueues)
-        stale = await self._receipts.hold([(d.info, d.message_id, d.delivery) for d in deletes])
+        stale, claimed = await self._receipts.hold(
+            [(d.info, d.message_id, d.delivery) for d in deletes]
+        )
         self.crash.reached("held")
         messages = [e.message for e in enqueues]
         # Once the write is handed to the store it lands; a caller that gives up
         # must not skip the accounting (depth, hints to owners) nor free the dedup lock.
         return await self._writer.run_to_completion(
-            self._commit(deletes, enqueues, set(stale)), messages, always=True
+            self._commit_or_release(deletes, enqueues, set(stale), claimed), messages, always=True
         )
+
+    async def _commit_or_release(
+        self,
+        deletes: Sequence[TxnDelete],
+        enqueues: Sequence[TxnEnqueue],
+        stale: set[tuple[str, int]],
+        claimed: list[Claim],
+    ) -> TxnOutcome:
+        """:meth:`_commit`; if it fails, release the inputs' claims, so a retry (after a
+        503, say) finds its receipts current again."""
+        try:
+            return await self._commit(deletes, enqueues, stale)
+        except DynaqError:
+            await self._receipts.release(claimed)
+            raise
 
     async def _commit(
         self,
