@@ -24,8 +24,9 @@ Guarantees:
   - Riak: the store's journal (:mod:`dynaq.storage.riak_journal`) is the
     intent record: the whole batch is written as one journal object first,
     then applied key by key (puts of fixed bytes, deletes: idempotent), then
-    the journal object is removed; a node that starts replays journal
-    objects older than ``journal_replay_after_s``. Until one does, a
+    the journal object is removed; every running store (and every start)
+    replays journal objects older than ``journal_replay_after_s`` (every
+    ``journal_replay_every_s``; both 60 s by default). Until then a
     transaction interrupted by a crash is half applied; and a replay rewrites
     outputs a consumer may have deleted meanwhile (a duplicate delivery).
 
