@@ -1,5 +1,5 @@
-"""Transactions under kill -9, on one node (LMDB) and in a ring on Cassandra: every
-transaction is all or nothing.
+"""Transactions under kill -9, on one node (LMDB) and in a ring on Cassandra (and on
+Riak, marked slow): every transaction is all or nothing.
 
 Processors receive from ``in`` and commit transactions that delete 1-3
 received messages and enqueue 1-2 outputs (dedup id = transaction and output
@@ -26,12 +26,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from dynaq.client import AsyncClient, NewMessage, RetryPolicy, TxnDelete, TxnEnqueue
 from dynaq.errors import DynaqError, StaleReceipts
 from dynaq.testing import Cluster, run_cluster, run_node
 from dynaq.testing.runners import NodeServer
 from dynaq.testing.servers.cassandra import CassandraServer
+from dynaq.testing.servers.riak import RiakServer
 from tests.fixtures.cassandra import new_keyspace
+from tests.fixtures.riak import new_prefix
 
 FEED_BATCH = 30
 FEED_EVERY_S = 0.1
@@ -276,12 +280,12 @@ async def _ring_faults(ring: Cluster, run: Run) -> None:
     await asyncio.sleep(2)
 
 
+@pytest.mark.timeout(300)
 async def test_kill9_in_a_cassandra_ring_leaves_each_transaction_all_or_nothing(
     tmp_path: Path, cassandra: CassandraServer
 ) -> None:
     """Inputs are served by one node and their transactions go through the next, so
-    every receipt is checked and held remotely (forwarded, signed)."""
-    run = Run()
+    every receipt is checked and claimed remotely (forwarded, signed)."""
     async with run_cluster(
         3,
         "cassandra",
@@ -290,50 +294,73 @@ async def test_kill9_in_a_cassandra_ring_leaves_each_transaction_all_or_nothing(
         directory=tmp_path,
         timeout_s=90,
     ) as ring:
-        policy = RetryPolicy(attempts=60, max_delay_s=0.5, deadline_s=40)
-        async with contextlib.AsyncExitStack() as stack:
-            nodes = [
-                await stack.enter_async_context(AsyncClient(ring.node(n).url, 10, retry=policy))
-                for n in NAMES
+        await _ring_run(ring)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+async def test_kill9_in_a_riak_ring_leaves_each_transaction_all_or_nothing(
+    tmp_path: Path, riak: RiakServer
+) -> None:
+    """The same on one Riak KV, where a multi-key write goes through the store's journal."""
+    async with run_cluster(
+        3,
+        "riak",
+        riak_http=[riak.http],
+        keyspace=new_prefix(),
+        directory=tmp_path,
+        timeout_s=90,
+        env={"DYNAQ_RIAK_N_VAL": "1"},
+    ) as ring:
+        await _ring_run(ring)
+
+
+async def _ring_run(ring: Cluster) -> None:
+    run = Run()
+    policy = RetryPolicy(attempts=60, max_delay_s=0.5, deadline_s=40)
+    async with contextlib.AsyncExitStack() as stack:
+        nodes = [
+            await stack.enter_async_context(AsyncClient(ring.node(n).url, 10, retry=policy))
+            for n in NAMES
+        ]
+        anywhere = await stack.enter_async_context(AsyncClient(ring.urls, 10, retry=policy))
+        for q in ("in", "out", "audit"):
+            await anywhere.create_queue(q)
+        await asyncio.sleep(1.5)  # config sync: every node knows the queues
+        feeder = asyncio.create_task(_feeder(anywhere, run))
+        stop = asyncio.Event()
+
+        def processors(prefix: str) -> list[asyncio.Task[None]]:
+            return [
+                asyncio.create_task(
+                    _processor(nodes[k], run, random.Random(k), f"{prefix}{k}", stop, via)
+                )
+                for k in range(3)
+                for via in [nodes[(k + 1) % 3]]
             ]
-            anywhere = await stack.enter_async_context(AsyncClient(ring.urls, 10, retry=policy))
-            for q in ("in", "out", "audit"):
-                await anywhere.create_queue(q)
-            await asyncio.sleep(1.5)  # config sync: every node knows the queues
-            feeder = asyncio.create_task(_feeder(anywhere, run))
-            stop = asyncio.Event()
 
-            def processors(prefix: str) -> list[asyncio.Task[None]]:
-                return [
-                    asyncio.create_task(
-                        _processor(nodes[k], run, random.Random(k), f"{prefix}{k}", stop, via)
-                    )
-                    for k in range(3)
-                    for via in [nodes[(k + 1) % 3]]
-                ]
-
-            workers = processors("r")
-            try:
-                await _ring_faults(ring, run)
-            finally:
-                run.faults_over.set()
-                stop.set()
-                await asyncio.gather(feeder, *workers)
-            ins = await _stored(anywhere, "in")
-            outs = await _stored(anywhere, "out") + await _stored(anywhere, "audit")
-            _check_all_or_nothing(run, ins, outs, drained=False)
-            stop = asyncio.Event()
-            workers = processors("d")
-            try:
-                deadline = time.monotonic() + 120  # held inputs wait out their hold
-                while await _stored(anywhere, "in"):
-                    assert time.monotonic() < deadline, "in never drained"
-                    await asyncio.sleep(0.5)
-            finally:
-                stop.set()
-                await asyncio.gather(*workers)
-            ins = await _stored(anywhere, "in")
-            outs = await _stored(anywhere, "out") + await _stored(anywhere, "audit")
+        workers = processors("r")
+        try:
+            await _ring_faults(ring, run)
+        finally:
+            run.faults_over.set()
+            stop.set()
+            await asyncio.gather(feeder, *workers)
+        ins = await _stored(anywhere, "in")
+        outs = await _stored(anywhere, "out") + await _stored(anywhere, "audit")
+        _check_all_or_nothing(run, ins, outs, drained=False)
+        stop = asyncio.Event()
+        workers = processors("d")
+        try:
+            deadline = time.monotonic() + 120  # held inputs wait out their hold
+            while await _stored(anywhere, "in"):
+                assert time.monotonic() < deadline, "in never drained"
+                await asyncio.sleep(0.5)
+        finally:
+            stop.set()
+            await asyncio.gather(*workers)
+        ins = await _stored(anywhere, "in")
+        outs = await _stored(anywhere, "out") + await _stored(anywhere, "audit")
     _check_all_or_nothing(run, ins, outs, drained=True)
     answers = Counter(a.answer for a in run.attempts)
     print(f"restarts {run.restarts}; attempts {len(run.attempts)}: {dict(answers)}")
