@@ -101,8 +101,8 @@ class CrashPoint:
         self.step: str | None = None
         self._left = 0
         if spec:
-            step, _, n = spec.partition(":")
-            if step not in CRASH_STEPS or (n and not n.isdecimal()):
+            step, sep, n = spec.partition(":")
+            if step not in CRASH_STEPS or (sep and not (n.isdecimal() and int(n) >= 1)):
                 raise InvalidInput(
                     f"crash point {spec!r}: want <step>[:<n>], step in {CRASH_STEPS}"
                 )
