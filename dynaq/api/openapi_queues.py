@@ -162,7 +162,7 @@ def paths() -> Obj:
             "deliveries": {"type": "array", "items": {"type": "integer", "minimum": 1}},
         },
     }
-    by_receipt = {
+    by_receipt: Obj = {
         "type": "object",
         "required": ["queue", "ids", "deliveries"],
         "properties": {
@@ -272,7 +272,19 @@ def paths() -> Obj:
                     },
                     **errors(404, 413, 422),
                 },
-                body=body(msgpack=by_receipt),
+                body=body(
+                    msgpack={
+                        **by_receipt,
+                        "properties": {
+                            **by_receipt["properties"],
+                            "release": {
+                                "type": "boolean",
+                                "description": "Release the claims instead (a transaction "
+                                "that did not commit).",
+                            },
+                        },
+                    }
+                ),
                 description="Checked here, never forwarded again; signed like every "
                 "/internal/ route.",
             )
