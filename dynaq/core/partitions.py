@@ -282,12 +282,12 @@ class QueueState:
 
     def is_current(self, message_id: int, delivery: int, now: float) -> bool:
         """Whether ``delivery`` is the message's live delivery here and free to claim: in
-        flight, its visibility not run out, not served again since (a handed-over
-        entry, whose delivery is unknown, counts), not claimed by a transaction.
-        Stricter than :meth:`is_stale`: a transaction commits only on deliveries
-        nobody else can be holding."""
+        flight under that very delivery, its visibility not run out, not claimed by a
+        transaction. Stricter than :meth:`is_stale`: a transaction commits only on
+        deliveries nobody else can be holding, so an entry handed over by a leaving
+        node (its delivery unknown, its claim not carried) is not current."""
         f = self.inflight.get(message_id)
-        return f is not None and f.deadline > now and f.delivery in (0, delivery) and not f.claimed
+        return f is not None and f.deadline > now and f.delivery == delivery and not f.claimed
 
     def claim(self, message_id: int, now: float, seconds: float) -> None:
         """Claim a current delivery for a transaction and keep it invisible for at least
