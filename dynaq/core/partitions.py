@@ -51,6 +51,8 @@ class InFlight:
     claimed: bool = False
     """A transaction holds this delivery between its receipt check and its write: no
     other transaction may claim it (until it is released or served again)."""
+    unclaimed_deadline: float = 0.0
+    """While claimed: the deadline before the claim, restored if the claim is released."""
 
 
 _deliveries = itertools.count(random.getrandbits(40) << 20 | 1)
@@ -296,16 +298,23 @@ class QueueState:
         if f is None:
             return
         f.claimed = True
+        f.unclaimed_deadline = f.deadline
         if f.deadline < now + seconds:
             f.deadline = now + seconds
             self._push_deadline(f.deadline, message_id)
 
     def release_claim(self, message_id: int, delivery: int) -> None:
-        """A claiming transaction failed: the delivery may be claimed again (it stays
-        invisible until its deadline)."""
+        """A claiming transaction did not commit: the delivery may be claimed again, and
+        its visibility is what it was before the claim (visible at once if that ran
+        out meanwhile)."""
         f = self.inflight.get(message_id)
-        if f is not None and f.delivery in (0, delivery):
-            f.claimed = False
+        if f is None or not f.claimed or f.delivery != delivery:
+            return
+        f.claimed = False
+        if f.deadline != f.unclaimed_deadline:
+            f.deadline = f.unclaimed_deadline
+            self._push_deadline(f.deadline, message_id)
+            self.signal.set()  # it may be visible now: wake a long poll
 
     def _push_deadline(self, deadline: float, message_id: int) -> None:
         """Track a deadline; rebuild the heap once stale entries (from deletes and

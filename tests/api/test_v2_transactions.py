@@ -287,8 +287,11 @@ async def test_an_output_over_the_size_limit_refuses_before_anything_is_held(
     assert node.queues.depth(await node.catalog.queue("in")) == 0
 
 
-async def test_a_refused_transaction_releases_its_claims(http: aiohttp.ClientSession) -> None:
-    """Its current inputs stay held, but a corrected transaction commits them at once."""
+async def test_a_refused_transaction_releases_its_claims(
+    http: aiohttp.ClientSession, clock: ManualClock
+) -> None:
+    """Its current inputs keep their own visibility (not the transaction's 30 s hold), and
+    a corrected transaction commits them at once."""
     await _queues(http, "in", "out")
     await _enqueue(http, "in", "a", "b")
     got = {m["body"]: m for m in await _receive(http, "in", vt=5)}
@@ -317,6 +320,22 @@ async def test_a_refused_transaction_releases_its_claims(http: aiohttp.ClientSes
     assert status == 200 and out["deleted"] == 2
     assert await _stored(http, "in") == []
     assert await _stored(http, "out") == ["ab"]
+    # c is claimed (its queue's receipts check out), then the transaction is refused
+    # for another queue's receipt: c is visible once its own 5 s run out, not after 30 s
+    await _queues(http, "other")
+    await _enqueue(http, "in", "c")
+    [c] = await _receive(http, "in", vt=5)
+    body = {
+        "delete": [
+            {"queue": "in", "receipt": c["receipt"]},
+            {"queue": "other", "receipt": "AAAAAAAAAAAAAAAAAAAAAQ"},
+        ]
+    }
+    assert (await _call(http, "POST", TXN, body))[0] == 409
+    clock.advance(6)
+    await asyncio.sleep(0.01)
+    [again] = await _receive(http, "in")
+    assert again["body"] == "c" and again["receive_count"] == 2
 
 
 async def test_the_same_transaction_twice_at_once_commits_once(

@@ -176,9 +176,13 @@ def test_a_transaction_claims_a_current_delivery_exclusively() -> None:
     st.claim(mid, now=1.0, seconds=30)
     assert not st.is_current(mid, first, now=2.0)  # claimed: a second transaction is refused
     assert list(st.expired(now=6.0, limit=10)) == []  # and it is held past its visibility
+    st.release_claim(mid, first + 1)  # not that delivery's: nothing happens
+    assert not st.is_current(mid, first, now=2.0)
     st.release_claim(mid, first)
     assert st.is_current(mid, first, now=2.0)
-    assert not st.is_current(mid, first, now=40.0)  # the hold ran out: expired
+    assert list(st.expired(now=6.0, limit=10)) == [mid]  # its own visibility again
+    assert not st.is_current(mid, first, now=6.0)
+    st.requeue_expired([mid])
     st.claim(mid, now=2.0, seconds=30)
     again = st.mark_served(mid, now=40.0, visibility_s=5).delivery  # served again
     assert not st.is_current(mid, first, now=41.0)

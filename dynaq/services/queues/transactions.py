@@ -62,9 +62,10 @@ Guarantees:
   first attempt's effect, so it is answered as a success with
   ``replayed`` (every output ``duplicate``, nothing deleted) instead of 409.
 
-* A refused transaction leaves its current inputs held (their claims
-  released): they stay invisible until the later of their own visibility and
-  the hold (30 s), and can be committed by a corrected transaction meanwhile.
+* A refused (or failed) transaction releases its claims: its current inputs
+  are back to their own visibility timeout, and a corrected transaction can
+  commit them. Only a coordinator that dies between its claims and its write
+  leaves them claimed, invisible until the hold (30 s) runs out.
 
 A crash point (:class:`CrashPoint`) kills the node with SIGKILL at a named
 step, for tests; unset, it costs one comparison per step.
