@@ -31,6 +31,7 @@ codes.
     │   ├── SchemaConflict      409  a stream re-declared with an incompatible schema
     │   ├── PublisherFenced     409  a stream's publisher lease is held by another token
     │   ├── StaleReceipts       409  a transaction's receipts are not current: nothing applied
+    │   ├── ReceiptsInUse       409  another request with these receipts is committing: retry
     │   └── ReplicaOutOfStep    409  a stream's copy sent entries for an index it is not at
     ├── ClusterFull             503  every writer slot is held by a live node
     ├── SlotLost                503  another node took this node's writer slot: stop
@@ -235,6 +236,21 @@ class StaleReceipts(Conflict):
         return {"receipts": self.receipts}
 
 
+class ReceiptsInUse(Conflict):
+    """A transaction named receipts another transaction has claimed and may still commit
+    (the same transaction sent again while the first is running, say). Nothing of
+    this one was applied; retry it: the first's outcome decides the answer."""
+
+    code = "receipts_in_use"
+
+    def __init__(self, message: str, receipts: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.receipts = list(receipts)
+
+    def details(self) -> dict[str, Any]:
+        return {"receipts": self.receipts}
+
+
 class SchemaConflict(Conflict):
     """A stream re-declared with a schema that is neither the same nor an extension
     (new ``oneOf`` variants), or with another order key."""
@@ -426,6 +442,7 @@ __all__ = [
     "PayloadTooLarge",
     "PublisherFenced",
     "QueueNotFound",
+    "ReceiptsInUse",
     "ReplicaOutOfStep",
     "ReplicationTimeout",
     "RequestTimeout",

@@ -138,8 +138,9 @@ async def hold_receipts(request: web.Request) -> web.Response:
     if not isinstance(release, bool):
         raise InvalidInput("malformed receipt hold: release must be a boolean")
     pairs = list(zip(ids, deliveries, strict=True))
-    stale = request.app[QUEUES].receipts.hold_here(info, pairs, release=release)
-    return web.Response(body=msgpack.packb({"stale": stale}), content_type="application/msgpack")
+    stale, busy = request.app[QUEUES].receipts.hold_here(info, pairs, release=release)
+    answer = {"stale": stale, "busy": busy}
+    return web.Response(body=msgpack.packb(answer), content_type="application/msgpack")
 
 
 @routes.post(RECEIVE_PATH)

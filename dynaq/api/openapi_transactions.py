@@ -63,8 +63,10 @@ def _answer(id_schema: Obj, n: int) -> Obj:
 
 
 _STALE = {
-    "description": "Some receipts are not current (received again since, visibility run "
-    "out, unknown, or the message already deleted): nothing was applied.",
+    "description": "Nothing was applied. stale_receipt: some receipts are not current "
+    "(received again since, visibility run out, unknown, or the message already deleted); "
+    "receive again. receipts_in_use: another transaction holds them and may still commit "
+    "(this one sent again while the first runs): retry, and its outcome decides.",
     "content": {
         JSON: {
             "schema": {
@@ -72,7 +74,7 @@ _STALE = {
                 "required": ["error", "code", "receipts"],
                 "properties": {
                     "error": {"type": "string", "minLength": 1},
-                    "code": {"const": "stale_receipt"},
+                    "code": {"enum": ["stale_receipt", "receipts_in_use"]},
                     "receipts": {"type": "array", "items": {"type": "string"}},
                 },
                 "additionalProperties": False,

@@ -144,10 +144,10 @@ class HttpPeerHints:
 
     async def hold_receipts(
         self, owner: Member, queue: str, pairs: Sequence[tuple[int, int]], *, release: bool = False
-    ) -> list[int]:
+    ) -> tuple[list[int], list[int]]:
         """Ask ``owner`` (which served them) to check and claim a transaction's receipts:
-        the ids whose receipt is not current (none claimed then); ``release`` releases
-        them instead."""
+        the ids whose receipt is not current, and those another transaction claimed
+        (none claimed then); ``release`` releases them instead."""
         body: dict[str, object] = {
             "queue": queue,
             "ids": [i for i, _ in pairs],
@@ -156,7 +156,7 @@ class HttpPeerHints:
         if release:
             body["release"] = True
         answer = await self._call(owner, RECEIPT_HOLD_PATH, body)
-        return [int(i) for i in answer["stale"]]
+        return [int(i) for i in answer["stale"]], [int(i) for i in answer["busy"]]
 
     async def change_visibility_receipts(
         self,

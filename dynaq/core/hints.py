@@ -41,9 +41,10 @@ RECEIPT_DELETE_PATH = "/internal/v1/receipts/delete"
 ``{"queue": name, "ids": [int], "deliveries": [int]}`` → ``{"deleted": [int], "stale": [int]}``."""
 RECEIPT_HOLD_PATH = "/internal/v1/receipts/hold"
 """A transaction's receipts, checked and held by the node that served the messages:
-msgpack ``{"queue": name, "ids": [int], "deliveries": [int]}`` → ``{"stale": [int]}``
-(all claimed and held when ``stale`` is empty, none otherwise); with ``"release": true``
-the claims of a transaction that did not commit are released (``{"stale": []}``)."""
+msgpack ``{"queue": name, "ids": [int], "deliveries": [int]}`` →
+``{"stale": [int], "busy": [int]}`` (all claimed and held when both are empty, none
+otherwise; ``busy``: claimed by another transaction); with ``"release": true`` the
+claims of a transaction that did not commit are released."""
 
 
 @dataclass(frozen=True, slots=True)

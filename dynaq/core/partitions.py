@@ -291,6 +291,11 @@ class QueueState:
         f = self.inflight.get(message_id)
         return f is not None and f.deadline > now and f.delivery == delivery and not f.claimed
 
+    def is_claimed(self, message_id: int, delivery: int, now: float) -> bool:
+        """Whether a transaction has claimed ``delivery`` and may still commit it."""
+        f = self.inflight.get(message_id)
+        return f is not None and f.claimed and f.delivery == delivery and f.deadline > now
+
     def claim(self, message_id: int, now: float, seconds: float) -> None:
         """Claim a current delivery for a transaction and keep it invisible for at least
         ``seconds`` more (never shortens its visibility)."""

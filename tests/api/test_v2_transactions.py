@@ -16,6 +16,7 @@ import pytest
 
 from dynaq.clock import ManualClock
 from dynaq.core.ids import MAX_ID
+from dynaq.core.receipts import decode_receipt
 from dynaq.node import Node
 
 TXN = "/v2/transactions"
@@ -356,3 +357,28 @@ async def test_the_same_transaction_twice_at_once_commits_once(
         bodies.append(f"from {m['body']}")
     assert await _stored(http, "in") == []
     assert await _stored(http, "out") == sorted(bodies)
+
+
+async def test_receipts_another_transaction_claimed_are_in_use_until_released(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    """A transaction still committing (here: claims taken directly) makes a second one
+    with its receipts a retriable 409 receipts_in_use, not stale_receipt: the first
+    one's outcome decides whether the inputs go."""
+    await _queues(http, "in", "out")
+    await _enqueue(http, "in", "job")
+    [m] = await _receive(http, "in")
+    info = await node.catalog.queue("in")
+    mid, delivery = decode_receipt(m["receipt"])
+    stale, busy, claimed = await node.queues.receipts.hold([(info, mid, delivery)])
+    assert (stale, busy, len(claimed)) == (set(), set(), 1)
+    txn = {
+        "delete": [{"queue": "in", "receipt": m["receipt"]}],
+        "enqueue": [{"queue": "out", "body": "r", "dedup_id": "h"}],
+    }
+    status, out = await _call(http, "POST", TXN, txn)
+    assert (status, out["code"], out["receipts"]) == (409, "receipts_in_use", [m["receipt"]])
+    assert await _stored(http, "out") == []
+    await node.queues.receipts.release(claimed)
+    status, out = await _call(http, "POST", TXN, txn)
+    assert status == 200 and out["deleted"] == 1

@@ -171,6 +171,7 @@ def _applied(a: Attempt, outs: Counter[str]) -> bool | None:
     return False if not any(present) else None
 
 
+@pytest.mark.timeout(300)  # ~10 s alone; eight restarts and a drain on a loaded machine
 async def test_kill9_during_transactions_leaves_each_all_or_nothing(tmp_path: Path) -> None:
     rng = random.Random(14)
     run = Run()

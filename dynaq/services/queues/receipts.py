@@ -37,6 +37,9 @@ Outcome = tuple[list[int], list[int]]
 """Ids acted on, and ids whose receipt was stale."""
 Claim = tuple[QueueInfo, int, int]
 """``(queue, message_id, delivery)``: one input of a transaction."""
+Refused = tuple[list[int], list[int]]
+"""Ids whose receipt is not current, and ids whose delivery another transaction has
+claimed (it is committing: its outcome decides)."""
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +66,7 @@ class PeerHolds(Protocol):
 
     async def hold_receipts(
         self, owner: Member, queue: str, pairs: Pairs, *, release: bool = False
-    ) -> list[int]: ...
+    ) -> Refused: ...
 
 
 class ReceiptActions:
@@ -111,11 +114,14 @@ class ReceiptActions:
                 st.hold(i, now, _DELETE_HOLD_S)
         return (await self._delete(info, ok) if ok else []), stale
 
-    async def hold(self, pairs: Sequence[Claim]) -> tuple[list[tuple[str, int]], list[Claim]]:
+    async def hold(
+        self, pairs: Sequence[Claim]
+    ) -> tuple[set[tuple[str, int]], set[tuple[str, int]], list[Claim]]:
         """Check a transaction's receipts, per owning node, and claim the current ones.
 
-        Returns ``(queue, id)`` of every receipt that is not current (see
-        :meth:`hold_here`), and the receipts claimed (release them with
+        Returns ``(queue, id)`` of every receipt that is not current and of every
+        one another transaction has claimed (see :meth:`hold_here`), and the
+        receipts claimed (release them with
         :meth:`release` if the transaction does not commit). An owner that does
         not answer makes the call a :class:`~dynaq.errors.NotServing` (503,
         retry), after the claims made elsewhere are released.
@@ -130,24 +136,26 @@ class ReceiptActions:
             *(self._hold_at(owner, info, p) for owner, info, p in groups),
             return_exceptions=True,
         )
-        stale: list[tuple[str, int]] = []
+        stale: set[tuple[str, int]] = set()
+        busy: set[tuple[str, int]] = set()
         claimed: list[Claim] = []
         failed: BaseException | None = None
         for (_, info, p), answer in zip(groups, answers, strict=True):
             if isinstance(answer, BaseException):
                 failed = failed or answer
-            elif answer:
-                stale += [(info.name, i) for i in answer]
+            elif answer[0] or answer[1]:
+                stale.update((info.name, i) for i in answer[0])
+                busy.update((info.name, i) for i in answer[1])
             else:
                 claimed += [(info, i, d) for i, d in p]
         if failed is not None:
             await self.release(claimed)
             raise failed
-        return stale, claimed
+        return stale, busy, claimed
 
     async def _hold_at(
         self, owner: Member | None, info: QueueInfo, pairs: list[tuple[int, int]]
-    ) -> list[int]:
+    ) -> Refused:
         if owner is None:
             return self.hold_here(info, pairs)
         peers = self._peers()
@@ -158,7 +166,7 @@ class ReceiptActions:
     async def release(self, claims: Sequence[Claim]) -> None:
         """Release claims of a transaction that did not commit (best effort: a claim
         that cannot be released ends with its hold)."""
-        calls: list[Awaitable[list[int]]] = []
+        calls: list[Awaitable[Refused]] = []
         for info, owned in self._by_queue(claims).values():
             local, remote = self._split(owned)
             self.hold_here(info, local, release=True)
@@ -173,11 +181,12 @@ class ReceiptActions:
             elif isinstance(answer, BaseException):
                 raise answer
 
-    def hold_here(self, info: QueueInfo, pairs: Pairs, *, release: bool = False) -> list[int]:
+    def hold_here(self, info: QueueInfo, pairs: Pairs, *, release: bool = False) -> Refused:
         """Check receipts against this node's deliveries; if every one is current
         (:meth:`~dynaq.core.partitions.QueueState.is_current`), claim them all and
         hold them invisible for at least :data:`TRANSACTION_HOLD_S`, and return
-        ``[]``; else claim none and return the ids whose receipt is not current.
+        ``([], [])``; else claim none and return the ids whose receipt is not
+        current, and apart those whose delivery another transaction has claimed.
         Check and claim take no await in between, so no receive here can serve a
         message, and no other transaction claim it, between them. ``release``:
         release those claims instead."""
@@ -186,15 +195,18 @@ class ReceiptActions:
             if st is not None:
                 for i, d in pairs:
                     st.release_claim(i, d)
-            return []
+            return [], []
         if st is None:
-            return [i for i, _ in pairs]
+            return [i for i, _ in pairs], []
         now = self._clock.monotonic()
-        stale = [i for i, d in pairs if not st.is_current(i, d, now)]
-        if not stale:
+        refused = [(i, d) for i, d in pairs if not st.is_current(i, d, now)]
+        if not refused:
             for i, _ in pairs:
                 st.claim(i, now, TRANSACTION_HOLD_S)
-        return stale
+            return [], []
+        busy = [i for i, d in refused if st.is_claimed(i, d, now)]
+        taken = set(busy)
+        return [i for i, _ in refused if i not in taken], busy
 
     @staticmethod
     def _by_queue(

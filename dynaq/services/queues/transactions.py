@@ -38,10 +38,11 @@ Guarantees:
   in a ring), and there, with no await between check and claim, every input
   is *claimed* for this transaction and held invisible for at least
   :data:`~dynaq.services.queues.receipts.TRANSACTION_HOLD_S`. A claimed
-  delivery is not current for any other transaction (the same one sent again
-  through another node while the first is still running is refused, or, once
-  the first committed, answered as a replay), and a transaction that fails
-  after claiming releases its claims. The claim lives with the in-flight
+  delivery is not current for any other transaction: the same one sent again
+  while the first is still running gets a retriable 409 ``receipts_in_use``
+  (:class:`~dynaq.errors.ReceiptsInUse`), and once the first committed its
+  retry is answered as a replay; a transaction that fails after claiming
+  releases its claims. The claim lives with the in-flight
   state on the owner: it ends when the message is served again.
   This hold, not the dedup ids, is what stops a redelivery: an output's dedup
   id derived from a *delivery* would differ for the next delivery, so it
@@ -80,7 +81,7 @@ from dataclasses import dataclass
 
 from dynaq.core import keys
 from dynaq.core.messages import NewMessage
-from dynaq.errors import DynaqError, InvalidInput, StaleReceipts
+from dynaq.errors import DynaqError, InvalidInput, ReceiptsInUse, StaleReceipts
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.queues.receipts import Claim, ReceiptActions
 from dynaq.services.queues.writes import PreparedWrite, Writer
@@ -197,7 +198,7 @@ class Transactions:
     async def run(self, deletes: Sequence[TxnDelete], enqueues: Sequence[TxnEnqueue]) -> TxnOutcome:
         """Apply the transaction whole, or raise and apply nothing (see the module)."""
         self.check(deletes, enqueues)
-        stale, claimed = await self._receipts.hold(
+        stale, busy, claimed = await self._receipts.hold(
             [(d.info, d.message_id, d.delivery) for d in deletes]
         )
         self.crash.reached("held")
@@ -205,7 +206,7 @@ class Transactions:
         # Once the write is handed to the store it lands; a caller that gives up
         # must not skip the accounting (depth, hints to owners) nor free the dedup lock.
         return await self._writer.run_to_completion(
-            self._commit_or_release(deletes, enqueues, set(stale), claimed), messages, always=True
+            self._commit_or_release(deletes, enqueues, stale, busy, claimed), messages, always=True
         )
 
     async def _commit_or_release(
@@ -213,12 +214,13 @@ class Transactions:
         deletes: Sequence[TxnDelete],
         enqueues: Sequence[TxnEnqueue],
         stale: set[tuple[str, int]],
+        busy: set[tuple[str, int]],
         claimed: list[Claim],
     ) -> TxnOutcome:
         """:meth:`_commit`; if it fails, release the inputs' claims, so a retry (after a
         503, say) finds its receipts current again."""
         try:
-            return await self._commit(deletes, enqueues, stale)
+            return await self._commit(deletes, enqueues, stale, busy)
         except DynaqError:
             await self._receipts.release(claimed)
             raise
@@ -228,6 +230,7 @@ class Transactions:
         deletes: Sequence[TxnDelete],
         enqueues: Sequence[TxnEnqueue],
         stale: set[tuple[str, int]],
+        busy: set[tuple[str, int]],
     ) -> TxnOutcome:
         per_queue: dict[int, tuple[QueueInfo, list[int]]] = {}
         for i, e in enumerate(enqueues):
@@ -249,11 +252,20 @@ class Transactions:
                 prepared.append((w, idx))
             self.crash.reached("prepared")
             enqueued = _placed(enqueues, prepared)
-            refused = stale | missing
+            refused = stale | busy | missing
             if refused:
                 if _is_replay(refused, missing, enqueues, enqueued):
                     return TxnOutcome(enqueued, 0, replayed=True)
-                names = [d.receipt for d in deletes if (d.info.name, d.message_id) in refused]
+                final = refused - busy
+                if not final:
+                    # Claimed by a transaction still committing (this one, sent again?):
+                    # only its outcome tells whether these inputs go; retry to learn it.
+                    raise ReceiptsInUse(
+                        "another transaction holds these receipts and may still commit "
+                        "them; nothing was applied: retry",
+                        [d.receipt for d in deletes if (d.info.name, d.message_id) in busy],
+                    )
+                names = [d.receipt for d in deletes if (d.info.name, d.message_id) in final]
                 raise StaleReceipts(
                     f"{len(names)} of the transaction's receipts are not current (received "
                     "again since, expired, unknown or already deleted); nothing was applied",
