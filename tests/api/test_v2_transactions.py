@@ -7,7 +7,10 @@ runs out exactly and a message is served twice.
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import struct
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -18,6 +21,7 @@ from dynaq.clock import ManualClock
 from dynaq.core.ids import MAX_ID
 from dynaq.core.receipts import decode_receipt
 from dynaq.node import Node
+from tests.fixtures.nodes import node_config
 
 TXN = "/v2/transactions"
 
@@ -382,3 +386,43 @@ async def test_receipts_another_transaction_claimed_are_in_use_until_released(
     await node.queues.receipts.release(claimed)
     status, out = await _call(http, "POST", TXN, txn)
     assert status == 200 and out["deleted"] == 1
+
+
+async def test_a_failed_write_keeps_its_claims_so_a_retry_cannot_commit_twice(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The store refuses the write (full: 507). The outcome of a failed write is unknown
+    in general, so the inputs stay claimed: a retry is told receipts_in_use, nothing is
+    applied, and once the hold runs out the input is served again."""
+    config = node_config(tmp_path, embedded={"map_size_mb": 2})
+    node = Node(config, clock=clock)
+    await node.start()
+    try:
+        async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{node.port}") as http:
+            await _queues(http, "in", "out")
+            await _enqueue(http, "in", "job")
+            [m] = await _receive(http, "in", vt=5)
+            big = "x" * 200_000
+            txn = {
+                "delete": [{"queue": "in", "receipt": m["receipt"]}],
+                "enqueue": [{"queue": "out", "body": big, "dedup_id": f"o{i}"} for i in range(15)],
+            }
+            raw = json.dumps(txn).encode()
+
+            async def send() -> tuple[int, Any]:
+                headers = {"Content-Type": "application/json"}
+                async with http.post(TXN, data=io.BytesIO(raw), headers=headers) as r:
+                    return r.status, await r.json()
+
+            status, out = await send()
+            assert (status, out["code"]) == (507, "insufficient_storage"), out
+            status, out = await send()
+            assert (status, out["code"]) == (409, "receipts_in_use")
+            assert await _stored(http, "in") == ["job"]
+            assert await _stored(http, "out") == []
+            clock.advance(31)
+            await asyncio.sleep(0.01)
+            [again] = await _receive(http, "in")
+            assert again["body"] == "job" and again["receive_count"] == 2
+    finally:
+        await node.stop()

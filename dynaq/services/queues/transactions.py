@@ -65,8 +65,12 @@ Guarantees:
 
 * A refused (or failed) transaction releases its claims: its current inputs
   are back to their own visibility timeout, and a corrected transaction can
-  commit them. Only a coordinator that dies between its claims and its write
-  leaves them claimed, invisible until the hold (30 s) runs out.
+  commit them. A coordinator that dies between its claims and its write, or
+  whose write fails (its outcome unknown), leaves them claimed until the hold
+  (30 s) runs out; retries meanwhile get ``receipts_in_use``. Left open: a
+  write of unknown outcome that lands later than that (a Riak batch finished
+  by the journal's replay): a retry after the hold is then answered
+  ``stale_receipt`` although the transaction is applied.
 
 A crash point (:class:`CrashPoint`) kills the node with SIGKILL at a named
 step, for tests; unset, it costs one comparison per step.
@@ -217,12 +221,17 @@ class Transactions:
         busy: set[tuple[str, int]],
         claimed: list[Claim],
     ) -> TxnOutcome:
-        """:meth:`_commit`; if it fails, release the inputs' claims, so a retry (after a
-        503, say) finds its receipts current again."""
+        """:meth:`_commit`; if it fails before its write, release the inputs' claims, so
+        a retry finds its receipts current again. A failed write keeps them: its
+        outcome is unknown (a timeout that applied, a Riak batch its journal will
+        finish), and a retry must see ``receipts_in_use`` until the hold runs out,
+        not commit a second time or be told its inputs are stale."""
+        writing: list[bool] = []
         try:
-            return await self._commit(deletes, enqueues, stale, busy)
+            return await self._commit(deletes, enqueues, stale, busy, writing)
         except DynaqError:
-            await self._receipts.release(claimed)
+            if not writing:
+                await self._receipts.release(claimed)
             raise
 
     async def _commit(
@@ -231,6 +240,7 @@ class Transactions:
         enqueues: Sequence[TxnEnqueue],
         stale: set[tuple[str, int]],
         busy: set[tuple[str, int]],
+        writing: list[bool],
     ) -> TxnOutcome:
         per_queue: dict[int, tuple[QueueInfo, list[int]]] = {}
         for i, e in enumerate(enqueues):
@@ -282,6 +292,7 @@ class Transactions:
             ]
             for w, _ in prepared:
                 ops += w.ops
+            writing.append(True)
             await self._store.write_batch(ops)
             self.crash.reached("written")
         for w, _ in prepared:
