@@ -32,6 +32,8 @@ codes.
     │   ├── PublisherFenced     409  a stream's publisher lease is held by another token
     │   ├── IndexTaken          409  a conditional append (``expect_index``) found the
     │   │                            stream at another size: that index is taken or not next
+    │   ├── StaleReceipts       409  a transaction's receipts are not current: nothing applied
+    │   ├── ReceiptsInUse       409  another request with these receipts is committing: retry
     │   └── ReplicaOutOfStep    409  a stream's copy sent entries for an index it is not at
     ├── ClusterFull             503  every writer slot is held by a live node
     ├── SlotLost                503  another node took this node's writer slot: stop
@@ -71,6 +73,10 @@ class DynaqError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+    def details(self) -> dict[str, Any]:
+        """Members the error body carries besides ``error`` and ``code`` (none here)."""
+        return {}
 
 
 class InvalidInput(DynaqError):
@@ -214,6 +220,37 @@ class OrderKeyDecreased(Conflict):
 
     code = "order_key_decreased"
     retriable = False
+
+
+class StaleReceipts(Conflict):
+    """A transaction named receipts that are not current (received again since, expired,
+    unknown, or their message already deleted); nothing of it was applied. Not
+    retriable as is: receive the messages again."""
+
+    code = "stale_receipt"
+    retriable = False
+
+    def __init__(self, message: str, receipts: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.receipts = list(receipts)
+
+    def details(self) -> dict[str, Any]:
+        return {"receipts": self.receipts}
+
+
+class ReceiptsInUse(Conflict):
+    """A transaction named receipts another transaction has claimed and may still commit
+    (the same transaction sent again while the first is running, say). Nothing of
+    this one was applied; retry it: the first's outcome decides the answer."""
+
+    code = "receipts_in_use"
+
+    def __init__(self, message: str, receipts: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.receipts = list(receipts)
+
+    def details(self) -> dict[str, Any]:
+        return {"receipts": self.receipts}
 
 
 class SchemaConflict(Conflict):
@@ -415,12 +452,14 @@ __all__ = [
     "PayloadTooLarge",
     "PublisherFenced",
     "QueueNotFound",
+    "ReceiptsInUse",
     "ReplicaOutOfStep",
     "ReplicationTimeout",
     "RequestTimeout",
     "SchemaConflict",
     "ServerUnavailable",
     "SlotLost",
+    "StaleReceipts",
     "StorageError",
     "StorageUnavailable",
     "StreamDeleting",

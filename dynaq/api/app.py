@@ -15,6 +15,7 @@ from dynaq.api import (
     queue_tasks,
     stream_copies,
     topics_v2,
+    transactions,
     v1,
     v2,
 )
@@ -115,6 +116,7 @@ def build_app(
     app.router.add_routes(internal.routes)
     app.router.add_routes(v1.routes)
     app.router.add_routes(v2.routes)
+    app.router.add_routes(transactions.routes)
     app.router.add_routes(batch_routes.routes)
     app.router.add_routes(bulk.routes)
     if streams is not None:

@@ -20,6 +20,7 @@ from dynaq.api.keys import CATALOG, QUEUES, VIEW
 from dynaq.core.hints import (
     HINTS_PATH,
     RECEIPT_DELETE_PATH,
+    RECEIPT_HOLD_PATH,
     STATS_PATH,
     VISIBILITY_PATH,
     decode_hints,
@@ -122,6 +123,23 @@ async def delete_receipts(request: web.Request) -> web.Response:
     pairs = list(zip(ids, deliveries, strict=True))
     deleted, stale = await request.app[QUEUES].receipts.delete_here(info, pairs)
     answer = {"deleted": deleted, "stale": stale}
+    return web.Response(body=msgpack.packb(answer), content_type="application/msgpack")
+
+
+@routes.post(RECEIPT_HOLD_PATH)
+async def hold_receipts(request: web.Request) -> web.Response:
+    """A transaction's receipts for messages this node served: check and claim them (or
+    release the claims of a transaction that did not commit)."""
+    body, ids, deliveries = _forwarded(await read_raw(request), "receipt hold")
+    if deliveries is None:
+        raise InvalidInput("malformed receipt hold: deliveries missing")
+    info = await request.app[CATALOG].queue(str(body.get("queue")))
+    release = body.get("release", False)
+    if not isinstance(release, bool):
+        raise InvalidInput("malformed receipt hold: release must be a boolean")
+    pairs = list(zip(ids, deliveries, strict=True))
+    stale, busy = request.app[QUEUES].receipts.hold_here(info, pairs, release=release)
+    answer = {"stale": stale, "busy": busy}
     return web.Response(body=msgpack.packb(answer), content_type="application/msgpack")
 
 

@@ -40,7 +40,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             log.warning(
                 "request failed", extra={"path": request.path, "code": exc.code, "error": str(exc)}
             )
-        resp = json_response({"error": exc.message, "code": exc.code}, exc.status)
+        resp = json_response({"error": exc.message, "code": exc.code, **exc.details()}, exc.status)
         if isinstance(exc, Unauthorized):
             resp.headers["WWW-Authenticate"] = exc.challenge
         return resp

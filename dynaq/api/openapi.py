@@ -22,6 +22,7 @@ from dynaq.api import (
     openapi_queues,
     openapi_streams,
     openapi_topics,
+    openapi_transactions,
     openapi_v1,
     openapi_v2,
 )
@@ -90,6 +91,7 @@ def build_spec(limits: SpecLimits | None = None) -> Obj:
         "paths": {
             **openapi_v1.paths(limits),
             **openapi_v2.paths(limits),
+            **openapi_transactions.paths(limits),
             **openapi_queues.paths(),
             **openapi_batches.paths(limits),
             **openapi_streams.paths(),
@@ -100,7 +102,7 @@ def build_spec(limits: SpecLimits | None = None) -> Obj:
         },
         "components": {
             "schemas": schemas(limits),
-            "responses": error_responses(),
+            "responses": {**error_responses(), **openapi_transactions.responses()},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         # Tokens are needed only when the node has some configured (see the README).

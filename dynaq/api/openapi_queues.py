@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dynaq.api.openapi_common import QUEUE, Obj, body, errors, nullable, operation, path_param, ref
-from dynaq.core.hints import RECEIPT_DELETE_PATH, STATS_PATH, VISIBILITY_PATH
+from dynaq.core.hints import RECEIPT_DELETE_PATH, RECEIPT_HOLD_PATH, STATS_PATH, VISIBILITY_PATH
 from dynaq.core.peer_receive import RECEIVE_PATH, WATCH_PATH
 from dynaq.services.queue_records import (
     MAX_DELAY_S,
@@ -162,7 +162,7 @@ def paths() -> Obj:
             "deliveries": {"type": "array", "items": {"type": "integer", "minimum": 1}},
         },
     }
-    by_receipt = {
+    by_receipt: Obj = {
         "type": "object",
         "required": ["queue", "ids", "deliveries"],
         "properties": {
@@ -248,6 +248,45 @@ def paths() -> Obj:
                 body=body(msgpack=by_receipt),
                 description="Checked and applied here, never forwarded again; signed like "
                 "every /internal/ route.",
+            )
+        },
+        RECEIPT_HOLD_PATH: {
+            "post": operation(
+                "internalReceiptHold",
+                "A transaction's receipts, checked and held by the node that served the "
+                "messages (node to node only)",
+                "internal",
+                {
+                    "200": {
+                        "description": "The ids whose receipt is not current; when none, "
+                        "every message is held invisible for the transaction.",
+                        "content": {
+                            "application/msgpack": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["stale"],
+                                    "properties": {"stale": int_list},
+                                }
+                            }
+                        },
+                    },
+                    **errors(404, 413, 422),
+                },
+                body=body(
+                    msgpack={
+                        **by_receipt,
+                        "properties": {
+                            **by_receipt["properties"],
+                            "release": {
+                                "type": "boolean",
+                                "description": "Release the claims instead (a transaction "
+                                "that did not commit).",
+                            },
+                        },
+                    }
+                ),
+                description="Checked here, never forwarded again; signed like every "
+                "/internal/ route.",
             )
         },
         STATS_PATH: {

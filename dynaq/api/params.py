@@ -138,29 +138,29 @@ def new_messages(body: Mapping[str, Any], binary: bool, max_batch: int) -> list[
         bodies = _plain_bodies(items)
         if bodies is not None:  # the hot path: every item is {"body": <bytes>}
             return [NewMessage(b) for b in bodies]
-    out: list[NewMessage] = []
-    for i, item in enumerate(items):
-        where = f"messages[{i}]"
-        if not isinstance(item, Mapping):
-            raise InvalidInput(f"{where} must be an object")
-        group = _tag(item, "group", where)
-        delay_s = _delay(item, where)
-        if group is not None and delay_s is not None:
-            # Group order is id order, drawn at the enqueue: a delay per message would
-            # let a later message of the group overtake it (SQS FIFO refuses it too).
-            raise InvalidInput(
-                f"{where}: a group message cannot carry its own delay_s; set the queue's"
-            )
-        out.append(
-            NewMessage(
-                body_from_wire(dict(item), binary, where),
-                _attributes(item, where),
-                group=group,
-                dedup_id=_tag(item, "dedup_id", where),
-                delay_s=delay_s,
-            )
+    return [new_message(item, binary, f"messages[{i}]") for i, item in enumerate(items)]
+
+
+def new_message(item: Any, binary: bool, where: str) -> NewMessage:
+    """One message object of a v2 enqueue, publish or transaction (``where`` names it
+    in errors)."""
+    if not isinstance(item, Mapping):
+        raise InvalidInput(f"{where} must be an object")
+    group = _tag(item, "group", where)
+    delay_s = _delay(item, where)
+    if group is not None and delay_s is not None:
+        # Group order is id order, drawn at the enqueue: a delay per message would
+        # let a later message of the group overtake it (SQS FIFO refuses it too).
+        raise InvalidInput(
+            f"{where}: a group message cannot carry its own delay_s; set the queue's"
         )
-    return out
+    return NewMessage(
+        body_from_wire(dict(item), binary, where),
+        _attributes(item, where),
+        group=group,
+        dedup_id=_tag(item, "dedup_id", where),
+        delay_s=delay_s,
+    )
 
 
 def ids_member(body: Mapping[str, Any], max_batch: int) -> list[int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from typing import Any
 
@@ -63,7 +64,8 @@ def run(args: argparse.Namespace) -> None:
         elif args.command == "server":
             from dynaq.node import run_node
 
-            asyncio.run(run_node(config))
+            # A test hook, read here where the environment is: SIGKILL at a transaction step.
+            asyncio.run(run_node(config, os.environ.get("DYNAQ_TESTING_CRASH_AT") or None))
     except DynaqError as exc:
         print(f"dynaq: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

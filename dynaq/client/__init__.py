@@ -44,6 +44,10 @@ from dynaq.client.types import (
     StreamEntry,
     StreamInfo,
     TaskInfo,
+    TxnDelete,
+    TxnEnqueue,
+    TxnOutput,
+    TxnResult,
 )
 from dynaq.client.wire import MSGPACK
 from dynaq.errors import DynaqError
@@ -76,6 +80,10 @@ __all__ = [
     "StreamEntry",
     "StreamInfo",
     "TaskInfo",
+    "TxnDelete",
+    "TxnEnqueue",
+    "TxnOutput",
+    "TxnResult",
 ]
 
 if TYPE_CHECKING:

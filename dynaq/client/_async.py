@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from dynaq.client import ops, ops_batches, ops_queues, ops_tasks, ops_topics
+from dynaq.client import ops, ops_queues, ops_tasks, ops_topics
+from dynaq.client._batches_async import AsyncBatches
 from dynaq.client._processors import AsyncProcessors
 from dynaq.client._streams_async import AsyncStreams
 from dynaq.client._sync import IDLE_REUSE_S, may_retry, one_message
@@ -26,11 +27,8 @@ from dynaq.client.ops import Call, Op
 from dynaq.client.policy import Endpoints, RetryPolicy, moves_on
 from dynaq.client.producer import Producer
 from dynaq.client.types import (
-    BatchCompletion,
-    BatchInfo,
     BrowsePage,
     Health,
-    ItemBlock,
     MessageLike,
     PartitionRange,
     PeekedMessage,
@@ -39,6 +37,9 @@ from dynaq.client.types import (
     ReceivedMessage,
     RingMember,
     TaskInfo,
+    TxnDelete,
+    TxnEnqueue,
+    TxnResult,
 )
 from dynaq.client.wire import MSGPACK, parse_lazily
 from dynaq.errors import ClientError, DynaqError, Unreachable
@@ -46,7 +47,7 @@ from dynaq.errors import ClientError, DynaqError, Unreachable
 T = TypeVar("T")
 
 
-class AsyncClient(AsyncStreams, AsyncProcessors):
+class AsyncClient(AsyncStreams, AsyncBatches, AsyncProcessors):
     """A dynaq client over one or more endpoints, for asyncio.
 
     Arguments and guarantees as :class:`dynaq.client.Client`. Use it as an
@@ -337,6 +338,17 @@ class AsyncClient(AsyncStreams, AsyncProcessors):
         """Stored messages from ``from_id`` on, in id order, without locking any."""
         return await self._run(ops_queues.browse(queue, from_id, limit, addr))
 
+    async def transact(
+        self, deletes: Sequence[TxnDelete] = (), enqueues: Sequence[TxnEnqueue] = ()
+    ) -> TxnResult:
+        """Delete received messages (by receipt) and enqueue outputs, all or nothing.
+
+        Raises :class:`~dynaq.errors.StaleReceipts` (its ``receipts``) when a receipt
+        is not current (received again since, expired, or deleted): nothing was
+        applied. Outputs whose ``dedup_id`` is already stored come back ``duplicate``.
+        """
+        return await self._run(ops_queues.transact(deletes, enqueues))
+
     # topics ------------------------------------------------------------------
 
     async def list_topics(self) -> list[str]:
@@ -362,40 +374,3 @@ class AsyncClient(AsyncStreams, AsyncProcessors):
     async def publish(self, topic: str, messages: Sequence[MessageLike]) -> dict[str, list[int]]:
         """Publish to every subscribed queue (all copies or none); ids per queue."""
         return await self._run(ops_topics.publish(topic, messages))
-
-    # batches -----------------------------------------------------------------
-
-    async def open_batch(self, mode: str = "exact", user_key: str | None = None) -> int:
-        return await self._run(ops_batches.open_batch(mode, user_key))
-
-    async def add_items(self, batch_id: int, items: int) -> list[ItemBlock]:
-        """Add ``items`` items to an exact batch; the blocks naming them."""
-        return await self._run(ops_batches.add_items(batch_id, items))
-
-    async def ack_items(self, item_ids: Sequence[str]) -> list[BatchCompletion]:
-        """Ack exact-batch items (twice is harmless); the batches this completed."""
-        return await self._run(ops_batches.ack_items(item_ids))
-
-    async def close_batch(self, batch_id: int, mode: str = "exact") -> bool:
-        """Close the batch; whether it is complete."""
-        return await self._run(ops_batches.close_batch(batch_id, mode))
-
-    async def describe_batch(self, batch_id: int, mode: str = "exact") -> BatchInfo:
-        return await self._run(ops_batches.describe_batch(batch_id, mode))
-
-    async def delete_batch(self, batch_id: int, mode: str = "exact") -> int:
-        """Delete a batch; how many items went with it."""
-        return await self._run(ops_batches.delete_batch(batch_id, mode))
-
-    async def remove_batches(self, mode: str, state: str, since_ms: int) -> tuple[int, int]:
-        """Remove ``open`` or ``closed`` batches last active before ``since_ms``;
-        ``(batches, items)`` removed."""
-        return await self._run(ops_batches.remove_batches(mode, state, since_ms))
-
-    async def incr_batch(self, batch_id: int, by: int = 1) -> BatchInfo:
-        """Estimated mode: add ``by`` to the pending count."""
-        return await self._run(ops_batches.incr_batch(batch_id, by))
-
-    async def decr_batches(self, acks: Mapping[int, int]) -> list[BatchCompletion]:
-        """Estimated mode: subtract ``{batch_id: by}``; the batches this completed."""
-        return await self._run(ops_batches.decr_batches(acks))

@@ -15,17 +15,15 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from dynaq.client import ops, ops_batches, ops_queues, ops_tasks, ops_topics
+from dynaq.client import ops, ops_queues, ops_tasks, ops_topics
+from dynaq.client._batches_sync import SyncBatches
 from dynaq.client._processors import SyncProcessors
 from dynaq.client._streams_sync import SyncStreams
 from dynaq.client.ops import Call, Op, Retry
 from dynaq.client.policy import Endpoints, RetryPolicy, moves_on
 from dynaq.client.types import (
-    BatchCompletion,
-    BatchInfo,
     BrowsePage,
     Health,
-    ItemBlock,
     MessageLike,
     NewMessage,
     PartitionRange,
@@ -35,6 +33,9 @@ from dynaq.client.types import (
     ReceivedMessage,
     RingMember,
     TaskInfo,
+    TxnDelete,
+    TxnEnqueue,
+    TxnResult,
 )
 from dynaq.client.wire import MSGPACK, parse_lazily
 from dynaq.errors import ClientError, DynaqError, NotServing, Unreachable
@@ -69,7 +70,7 @@ def may_retry(call: Call[Any], exc: DynaqError) -> bool:
     return isinstance(exc, Unreachable) and not exc.sent
 
 
-class Client(SyncStreams, SyncProcessors):
+class Client(SyncStreams, SyncBatches, SyncProcessors):
     """A dynaq client over one or more endpoints, blocking.
 
     ``endpoints``: ``"http://host:port"``, a comma-separated list, or a
@@ -340,6 +341,17 @@ class Client(SyncStreams, SyncProcessors):
         """Stored messages from ``from_id`` on, in id order, without locking any."""
         return self._run(ops_queues.browse(queue, from_id, limit, addr))
 
+    def transact(
+        self, deletes: Sequence[TxnDelete] = (), enqueues: Sequence[TxnEnqueue] = ()
+    ) -> TxnResult:
+        """Delete received messages (by receipt) and enqueue outputs, all or nothing.
+
+        Raises :class:`~dynaq.errors.StaleReceipts` (its ``receipts``) when a receipt
+        is not current (received again since, expired, or deleted): nothing was
+        applied. Outputs whose ``dedup_id`` is already stored come back ``duplicate``.
+        """
+        return self._run(ops_queues.transact(deletes, enqueues))
+
     # topics ------------------------------------------------------------------
 
     def list_topics(self) -> list[str]:
@@ -365,40 +377,3 @@ class Client(SyncStreams, SyncProcessors):
     def publish(self, topic: str, messages: Sequence[MessageLike]) -> dict[str, list[int]]:
         """Publish to every subscribed queue (all copies or none); ids per queue."""
         return self._run(ops_topics.publish(topic, messages))
-
-    # batches -----------------------------------------------------------------
-
-    def open_batch(self, mode: str = "exact", user_key: str | None = None) -> int:
-        return self._run(ops_batches.open_batch(mode, user_key))
-
-    def add_items(self, batch_id: int, items: int) -> list[ItemBlock]:
-        """Add ``items`` items to an exact batch; the blocks naming them."""
-        return self._run(ops_batches.add_items(batch_id, items))
-
-    def ack_items(self, item_ids: Sequence[str]) -> list[BatchCompletion]:
-        """Ack exact-batch items (twice is harmless); the batches this completed."""
-        return self._run(ops_batches.ack_items(item_ids))
-
-    def close_batch(self, batch_id: int, mode: str = "exact") -> bool:
-        """Close the batch; whether it is complete."""
-        return self._run(ops_batches.close_batch(batch_id, mode))
-
-    def describe_batch(self, batch_id: int, mode: str = "exact") -> BatchInfo:
-        return self._run(ops_batches.describe_batch(batch_id, mode))
-
-    def delete_batch(self, batch_id: int, mode: str = "exact") -> int:
-        """Delete a batch; how many items went with it."""
-        return self._run(ops_batches.delete_batch(batch_id, mode))
-
-    def remove_batches(self, mode: str, state: str, since_ms: int) -> tuple[int, int]:
-        """Remove ``open`` or ``closed`` batches last active before ``since_ms``;
-        ``(batches, items)`` removed."""
-        return self._run(ops_batches.remove_batches(mode, state, since_ms))
-
-    def incr_batch(self, batch_id: int, by: int = 1) -> BatchInfo:
-        """Estimated mode: add ``by`` to the pending count."""
-        return self._run(ops_batches.incr_batch(batch_id, by))
-
-    def decr_batches(self, acks: Mapping[int, int]) -> list[BatchCompletion]:
-        """Estimated mode: subtract ``{batch_id: by}``; the batches this completed."""
-        return self._run(ops_batches.decr_batches(acks))

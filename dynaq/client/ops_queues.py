@@ -12,6 +12,7 @@ from dynaq.client.ops import (
     MAX_WAIT_S,
     Call,
     Op,
+    Retry,
     chunked,
     flatten_ids,
     json_bytes,
@@ -28,6 +29,9 @@ from dynaq.client.types import (
     QueueInfo,
     QueueSettings,
     ReceivedMessage,
+    TxnDelete,
+    TxnEnqueue,
+    TxnResult,
 )
 from dynaq.client.wire import MSGPACK, pack
 
@@ -182,3 +186,16 @@ def peek(queue: str, ids: Sequence[int]) -> Op[list[PeekedMessage]]:
         if c
     ]
     return Op(calls, lambda results: [m for r in results for m in r])
+
+
+def transact(deletes: Sequence[TxnDelete], enqueues: Sequence[TxnEnqueue]) -> Op[TxnResult]:
+    """One ``POST /v2/transactions`` (never split: it is all or nothing).
+
+    Resent after any retriable failure only when every output has a dedup id (and
+    there is one): a retry of a transaction that committed is then answered as a
+    replay. Otherwise only when it never left (it could enqueue twice).
+    """
+    body = pack({"delete": [d.wire() for d in deletes], "enqueue": [e.wire() for e in enqueues]})
+    safe = bool(enqueues) and all(e.dedup_id is not None for e in enqueues)
+    retry = Retry.ALWAYS if safe else Retry.UNSENT
+    return single(Call("POST", "/v2/transactions", TxnResult.from_wire, body, MSGPACK, retry))

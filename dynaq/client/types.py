@@ -58,6 +58,9 @@ class ReceivedMessage:
     attributes: dict[str, str] | None
     group: str | None = None
     addr: str = ""
+    receipt: str | None = None
+    """Names this delivery: :meth:`~dynaq.client.Client.transact` deletes by it (and
+    refuses it once the message was served again)."""
 
     @classmethod
     def from_wire(cls, m: Mapping[str, Any], addr: str) -> ReceivedMessage:
@@ -77,6 +80,7 @@ class ReceivedMessage:
             attributes=m.get("attributes"),
             group=m.get("group"),
             addr=addr,
+            receipt=m.get("receipt"),
         )
         return msg
 
@@ -118,6 +122,72 @@ class NewMessage:
         if self.dedup_id is not None:
             out["dedup_id"] = self.dedup_id
         return out
+
+
+@dataclass(frozen=True)
+class TxnDelete:
+    """A transaction's input: a received message, by its queue and receipt."""
+
+    queue: str
+    receipt: str
+
+    @classmethod
+    def of(cls, queue: str, message: ReceivedMessage) -> TxnDelete:
+        """The input for ``message`` received from ``queue``."""
+        if message.receipt is None:
+            raise ValueError(f"message {message.id} carries no receipt (an old node served it)")
+        return cls(queue, message.receipt)
+
+    def wire(self) -> dict[str, Any]:
+        return {"queue": self.queue, "receipt": self.receipt}
+
+
+@dataclass(frozen=True)
+class TxnEnqueue:
+    """A transaction's output: a new message for ``queue``. A ``dedup_id`` (a
+    processor's delivery hash) makes a retried transaction store it once."""
+
+    queue: str
+    body: bytes | str
+    attributes: Mapping[str, str] | None = None
+    group: str | None = None
+    dedup_id: str | None = None
+    delay_s: float | None = None
+
+    def wire(self) -> dict[str, Any]:
+        out = NewMessage(self.body, self.attributes, self.group, self.dedup_id).wire()
+        out["queue"] = self.queue
+        if self.delay_s is not None:
+            out["delay_s"] = self.delay_s
+        return out
+
+
+@dataclass(frozen=True)
+class TxnOutput:
+    """Where an output went; ``duplicate``: its dedup id was stored already (this is
+    the first message's id)."""
+
+    queue: str
+    id: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class TxnResult:
+    """A committed transaction: its outputs in order, and how many inputs it deleted.
+    ``replayed``: it had committed before (a retry); nothing new was written."""
+
+    enqueued: list[TxnOutput]
+    deleted: int
+    replayed: bool = False
+
+    @classmethod
+    def from_wire(cls, got: Mapping[str, Any]) -> TxnResult:
+        outs = [
+            TxnOutput(str(e["queue"]), int(e["id"]), bool(e.get("duplicate", False)))
+            for e in got["enqueued"]
+        ]
+        return cls(outs, int(got["deleted"]), bool(got.get("replayed", False)))
 
 
 @dataclass(frozen=True)

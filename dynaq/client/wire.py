@@ -15,7 +15,13 @@ from typing import Any
 import msgpack
 
 from dynaq import errors
-from dynaq.errors import DecrIncomplete, DynaqError, UnexpectedResponse
+from dynaq.errors import (
+    DecrIncomplete,
+    DynaqError,
+    ReceiptsInUse,
+    StaleReceipts,
+    UnexpectedResponse,
+)
 
 MSGPACK = "application/msgpack"
 
@@ -69,6 +75,9 @@ def error_for(status: int, content_type: str, data: bytes, what: str) -> DynaqEr
     code, message = body["code"], f"{what}: {body.get('error', '')}"
     if code == DecrIncomplete.code:
         return DecrIncomplete(message, body.get("batchCompletions", []), body.get("failed", []))
+    for kind in (StaleReceipts, ReceiptsInUse):
+        if code == kind.code and status == kind.status:
+            return kind(message, [str(r) for r in body.get("receipts") or []])
     cls = CODES.get(code) or BY_STATUS.get(status)
     if cls is None or not issubclass(cls, DynaqError) or cls.status != status:
         # A code this client does not know with a status it does not expect.

@@ -29,6 +29,7 @@ import msgpack
 from dynaq.core.hints import (
     HINTS_PATH,
     RECEIPT_DELETE_PATH,
+    RECEIPT_HOLD_PATH,
     STATS_PATH,
     VISIBILITY_PATH,
     HandoverEntry,
@@ -140,6 +141,22 @@ class HttpPeerHints:
         body = {"queue": queue, "ids": [i for i, _ in pairs], "deliveries": [d for _, d in pairs]}
         answer = await self._call(owner, RECEIPT_DELETE_PATH, body)
         return [int(i) for i in answer["deleted"]], [int(i) for i in answer["stale"]]
+
+    async def hold_receipts(
+        self, owner: Member, queue: str, pairs: Sequence[tuple[int, int]], *, release: bool = False
+    ) -> tuple[list[int], list[int]]:
+        """Ask ``owner`` (which served them) to check and claim a transaction's receipts:
+        the ids whose receipt is not current, and those another transaction claimed
+        (none claimed then); ``release`` releases them instead."""
+        body: dict[str, object] = {
+            "queue": queue,
+            "ids": [i for i, _ in pairs],
+            "deliveries": [d for _, d in pairs],
+        }
+        if release:
+            body["release"] = True
+        answer = await self._call(owner, RECEIPT_HOLD_PATH, body)
+        return [int(i) for i in answer["stale"]], [int(i) for i in answer["busy"]]
 
     async def change_visibility_receipts(
         self,

@@ -39,6 +39,12 @@ with ``"deliveries": [int]`` (one per id: receipts) also ``"stale": [int]``."""
 RECEIPT_DELETE_PATH = "/internal/v1/receipts/delete"
 """A receipt-checked delete forwarded to the node that served the messages: msgpack
 ``{"queue": name, "ids": [int], "deliveries": [int]}`` → ``{"deleted": [int], "stale": [int]}``."""
+RECEIPT_HOLD_PATH = "/internal/v1/receipts/hold"
+"""A transaction's receipts, checked and held by the node that served the messages:
+msgpack ``{"queue": name, "ids": [int], "deliveries": [int]}`` →
+``{"stale": [int], "busy": [int]}`` (all claimed and held when both are empty, none
+otherwise; ``busy``: claimed by another transaction); with ``"release": true`` the
+claims of a transaction that did not commit are released."""
 
 
 @dataclass(frozen=True, slots=True)

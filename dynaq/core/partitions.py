@@ -48,6 +48,11 @@ class InFlight:
     """Kept so a delete on this node can tell listeners (batch item acks) without a read."""
     delivery: int = 0
     """The latest delivery's number (its receipt names it); 0 when unknown (handed over)."""
+    claimed: bool = False
+    """A transaction holds this delivery between its receipt check and its write: no
+    other transaction may claim it (until it is released or served again)."""
+    unclaimed_deadline: float = 0.0
+    """While claimed: the deadline before the claim, restored if the claim is released."""
 
 
 _deliveries = itertools.count(random.getrandbits(40) << 20 | 1)
@@ -268,6 +273,7 @@ class QueueState:
             f.deadline = deadline
             f.receive_count += 1
             f.delivery = next(_deliveries)
+            f.claimed = False
         self._push_deadline(deadline, message_id)
         return f
 
@@ -277,6 +283,45 @@ class QueueState:
         whose delivery is unknown (handed over), has no later delivery to protect."""
         f = self.inflight.get(message_id)
         return f is not None and f.delivery != 0 and f.delivery != delivery
+
+    def is_current(self, message_id: int, delivery: int, now: float) -> bool:
+        """Whether ``delivery`` is the message's live delivery here and free to claim: in
+        flight under that very delivery, its visibility not run out, not claimed by a
+        transaction. Stricter than :meth:`is_stale`: a transaction commits only on
+        deliveries nobody else can be holding, so an entry handed over by a leaving
+        node (its delivery unknown, its claim not carried) is not current."""
+        f = self.inflight.get(message_id)
+        return f is not None and f.deadline > now and f.delivery == delivery and not f.claimed
+
+    def is_claimed(self, message_id: int, delivery: int, now: float) -> bool:
+        """Whether a transaction has claimed ``delivery`` and may still commit it."""
+        f = self.inflight.get(message_id)
+        return f is not None and f.claimed and f.delivery == delivery and f.deadline > now
+
+    def claim(self, message_id: int, now: float, seconds: float) -> None:
+        """Claim a current delivery for a transaction and keep it invisible for at least
+        ``seconds`` more (never shortens its visibility)."""
+        f = self.inflight.get(message_id)
+        if f is None:
+            return
+        f.claimed = True
+        f.unclaimed_deadline = f.deadline
+        if f.deadline < now + seconds:
+            f.deadline = now + seconds
+            self._push_deadline(f.deadline, message_id)
+
+    def release_claim(self, message_id: int, delivery: int) -> None:
+        """A claiming transaction did not commit: the delivery may be claimed again, and
+        its visibility is what it was before the claim (visible at once if that ran
+        out meanwhile)."""
+        f = self.inflight.get(message_id)
+        if f is None or not f.claimed or f.delivery != delivery:
+            return
+        f.claimed = False
+        if f.deadline != f.unclaimed_deadline:
+            f.deadline = f.unclaimed_deadline
+            self._push_deadline(f.deadline, message_id)
+            self.signal.set()  # it may be visible now: wake a long poll
 
     def _push_deadline(self, deadline: float, message_id: int) -> None:
         """Track a deadline; rebuild the heap once stale entries (from deletes and

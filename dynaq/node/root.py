@@ -50,6 +50,7 @@ from dynaq.services.catalog import Catalog
 from dynaq.services.id_floor import IdFloor
 from dynaq.services.processors import ProcessorRegistry
 from dynaq.services.queues import Limits, QueueService
+from dynaq.services.queues.transactions import CrashPoint
 from dynaq.services.topics import TopicService
 from dynaq.storage.base import Store
 from dynaq.storage.embedded import LmdbStore
@@ -324,9 +325,13 @@ class Node:
         log.info("node stopped")
 
 
-async def run_node(config: Config) -> None:
-    """Run a node until SIGTERM or SIGINT, then shut it down gracefully."""
+async def run_node(config: Config, crash_at: str | None = None) -> None:
+    """Run a node until SIGTERM or SIGINT, then shut it down gracefully.
+
+    ``crash_at`` (tests only) names a transaction step at which the process kills
+    itself (:class:`~dynaq.services.queues.transactions.CrashPoint`)."""
     node = Node(config)
+    node.queues.transactions.crash = CrashPoint(crash_at)
     stop = node.stop_requested  # set by SIGTERM/SIGINT, or by losing the writer slot
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

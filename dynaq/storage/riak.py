@@ -8,11 +8,13 @@ the key layout and sibling rule :mod:`dynaq.storage.riak_layout`.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 from collections.abc import Sequence
 from typing import Any
 
+from dynaq.clock import SystemClock
 from dynaq.errors import InvalidInput, StorageUnavailable
 from dynaq.storage import riak_layout as lay
 from dynaq.storage.base import Delete, Item, Op, Put, Store
@@ -20,6 +22,7 @@ from dynaq.storage.riak_http import RiakHttp, RiakObject, gather_limited
 from dynaq.storage.riak_journal import Journal
 from dynaq.storage.riak_locks import KeyLocks
 from dynaq.storage.riak_scans import RiakScans
+from dynaq.tasks import cancel_and_wait, every
 
 _WRITE_TRIES = 20
 _SETTLE_TRIES = 10
@@ -44,6 +47,7 @@ class RiakStore(Store):
         pool_size: int = 64,
         request_timeout_s: float = 15.0,
         journal_replay_after_s: float = 60.0,
+        journal_replay_every_s: float = 60.0,
     ) -> None:
         if not bucket_prefix.replace("_", "").replace("-", "").isalnum():
             raise InvalidInput(f"invalid Riak bucket prefix {bucket_prefix!r}")
@@ -56,19 +60,36 @@ class RiakStore(Store):
         self._fanout = pool_size
         self._versions = lay.Versions(random.getrandbits(10) ^ os.getpid())
         self._journal = Journal(self._db, f"{bucket_prefix}_jr", journal_replay_after_s)
+        self._replay_every_s = journal_replay_every_s
+        self._replayer: asyncio.Task[None] | None = None
         self._locks = KeyLocks()
         self._scans = RiakScans(self._db, self._m, self._kv, self.get_many)
 
     # lifecycle and schema -------------------------------------------------
 
     async def open(self) -> None:
-        """Connect, check the bucket type exists, finish batches crashed writers left."""
+        """Connect, check the bucket type exists, finish batches crashed writers left.
+
+        Then, every ``journal_replay_every_s`` (0: never), finish again the batches
+        of writers that died since (any node's: the journal is shared), so a batch
+        a crash cut short ends up whole without waiting for a node to start.
+        """
         await self._db.open()
         try:
             await self._check_and_replay()
         except BaseException:
             await self._db.close()
             raise
+        if self._replay_every_s > 0 and self._replayer is None:
+            self._replayer = asyncio.create_task(
+                every(
+                    self._replay_every_s,
+                    lambda: self._journal.replay(self._apply),
+                    clock=SystemClock(),
+                    what="Riak journal replay",
+                ),
+                name="riak-journal-replay",
+            )
 
     async def _check_and_replay(self) -> None:
         if await self._db.props(self._journal.bucket) is None:
@@ -84,6 +105,8 @@ class RiakStore(Store):
         )
 
     async def close(self) -> None:
+        await cancel_and_wait(self._replayer)
+        self._replayer = None
         await self._db.close()
 
     def bucket_props(self) -> dict[str, dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""The v1 and v2 API suites again, on a node whose store is the session's Riak KV.
+"""The v1, v2 and transaction API suites again, on a node whose store is the session's Riak KV.
 
 Every test of ``test_v1`` and ``test_v2`` is collected here a second time
 (imported below); this module's ``node`` fixture overrides the LMDB one, so
@@ -18,6 +18,7 @@ from dynaq.node import Node
 from dynaq.testing.servers.riak import RiakServer
 from tests.api.test_v1 import *  # noqa: F403 - the suite, collected again on Riak
 from tests.api.test_v2 import *  # noqa: F403 - the suite, collected again on Riak
+from tests.api.test_v2_transactions import *  # noqa: F403 - the suite, collected again on Riak
 from tests.fixtures.nodes import node_config
 from tests.fixtures.riak import new_prefix
 

@@ -14,7 +14,7 @@ import pytest
 
 from dynaq.clock import ManualClock
 from dynaq.cluster.hints import post_signed
-from dynaq.core.hints import HINTS_PATH, HintsMessage, encode_hints
+from dynaq.core.hints import HINTS_PATH, RECEIPT_HOLD_PATH, HintsMessage, encode_hints
 from dynaq.core.peer_auth import PEER_AUTH_HEADER, PeerSigner, derive_peer_key
 from dynaq.core.stream_copies import (
     DECLARED_PATH,
@@ -164,3 +164,37 @@ async def test_malformed_stream_copy_requests_get_a_precise_4xx(
             f"http://127.0.0.1:{node.port}{SIZE_PATH}", data=body, headers=headers
         ) as r:
             assert r.status == 422 and (await r.json())["code"] == "invalid_input"
+
+
+async def test_malformed_receipt_holds_get_a_precise_4xx(node: Node, signer: PeerSigner) -> None:
+    """The transactions' receipt-hold route, signed but malformed: 422 (404 for a queue that
+    is not here); a well-formed hold of a delivery this node never served is stale."""
+    me = node.view.me.http_addr
+    await node.catalog.create_queue("q")
+    cases: list[tuple[object, int]] = [
+        ({"queue": "q", "ids": [1]}, 422),  # deliveries missing
+        ({"queue": "q", "ids": [1], "deliveries": [1, 2]}, 422),
+        ({"queue": "q", "ids": ["x"], "deliveries": [1]}, 422),
+        ({"queue": "q", "ids": [1], "deliveries": [1], "release": "yes"}, 422),
+        ({"queue": "nope", "ids": [1], "deliveries": [1]}, 404),
+        ([1, 2], 422),
+        ({"queue": "q", "ids": [1], "deliveries": [1]}, 200),
+        ({"queue": "q", "ids": [1], "deliveries": [1], "release": True}, 200),
+    ]
+    async with aiohttp.ClientSession() as s:
+        for message, want in cases:
+            body = bytes(msgpack.packb(message))
+            headers = {
+                PEER_AUTH_HEADER: signer.header("POST", me, RECEIPT_HOLD_PATH, body),
+                "Content-Type": "application/msgpack",
+            }
+            url = f"http://127.0.0.1:{node.port}{RECEIPT_HOLD_PATH}"
+            async with s.post(url, data=body, headers=headers) as r:
+                raw = await r.read()
+                assert r.status == want, (message, r.status, raw)
+                if want == 200:
+                    answer = msgpack.unpackb(raw)
+                    release = isinstance(message, dict) and message.get("release")
+                    assert answer == {"stale": [] if release else [1], "busy": []}
+                else:
+                    assert (await r.json())["code"]

@@ -4,6 +4,7 @@ tombstones, bucket properties and error translation, against the session's real 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -114,6 +115,33 @@ async def test_a_crashed_batch_is_finished_by_the_next_open(riak: RiakServer) ->
             assert (await again._db.fetch(f"{prefix}_jr", name)).live == []
     finally:
         await again.close()
+
+
+async def test_a_batch_a_writer_left_is_finished_by_the_periodic_replay(
+    riak: RiakServer,
+) -> None:
+    """No node has to start: the running store's periodic pass finishes it."""
+    prefix = new_prefix()
+    store = RiakStore(
+        [riak.http],
+        bucket_prefix=prefix,
+        n_val=1,
+        journal_replay_after_s=0.0,
+        journal_replay_every_s=0.2,
+    )
+    await store.open()
+    try:
+        await store.put(b"y/old", b"1")
+        # Another node journalled this batch and died before applying it.
+        await store._db.store(
+            f"{prefix}_jr", "0000000000000002dead", encode([Put(b"y/new", b"2"), Delete(b"y/old")])
+        )
+        deadline = time.monotonic() + 10
+        while await store.list_keys(b"y/", 10) != [b"y/new"]:
+            assert time.monotonic() < deadline, "the periodic replay never finished the batch"
+            await asyncio.sleep(0.1)
+    finally:
+        await store.close()
 
 
 async def test_migrate_sets_bucket_properties(riak: RiakServer) -> None:

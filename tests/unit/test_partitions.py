@@ -165,3 +165,27 @@ def test_a_revoked_writer_draws_no_more_ids() -> None:
         raise AssertionError("expected SlotLost")
     except SlotLost as exc:
         assert exc.status == 503
+
+
+def test_a_transaction_claims_a_current_delivery_exclusively() -> None:
+    st = QueueState(FULL_RANGE, 1, now=0.0)
+    mid = 3 << LANE_SHIFT
+    first = st.mark_served(mid, now=0.0, visibility_s=5).delivery
+    assert st.is_current(mid, first, now=1.0)
+    assert not st.is_current(mid, first + 1, now=1.0)  # a receipt no delivery handed out
+    st.claim(mid, now=1.0, seconds=30)
+    assert not st.is_current(mid, first, now=2.0)  # claimed: a second transaction is refused
+    assert list(st.expired(now=6.0, limit=10)) == []  # and it is held past its visibility
+    st.release_claim(mid, first + 1)  # not that delivery's: nothing happens
+    assert not st.is_current(mid, first, now=2.0)
+    st.release_claim(mid, first)
+    assert st.is_current(mid, first, now=2.0)
+    assert list(st.expired(now=6.0, limit=10)) == [mid]  # its own visibility again
+    assert not st.is_current(mid, first, now=6.0)
+    st.requeue_expired([mid])
+    st.claim(mid, now=2.0, seconds=30)
+    again = st.mark_served(mid, now=40.0, visibility_s=5).delivery  # served again
+    assert not st.is_current(mid, first, now=41.0)
+    assert st.is_current(mid, again, now=41.0)  # a new delivery starts unclaimed
+    st.forget(mid)
+    assert not st.is_current(mid, again, now=41.0)  # deleted

@@ -54,6 +54,10 @@ PUBLIC = {
         "StreamEntry",
         "StreamInfo",
         "TaskInfo",
+        "TxnDelete",
+        "TxnEnqueue",
+        "TxnOutput",
+        "TxnResult",
     ],
     "dynaq.processors": [
         "META",

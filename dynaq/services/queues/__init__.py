@@ -5,6 +5,7 @@
 * :mod:`.writes` -- limits, the dedup guard, id allocation, the three-phase
   write a topic's fanout shares (``prepare``/``note_written``).
 * :mod:`.receive` -- long poll, expired in-flight messages, partition scans.
+* :mod:`.transactions` -- delete received messages and enqueue outputs, all or nothing.
 * :mod:`.upkeep` -- the dedup sweeper and purges of deleted queues.
 * :mod:`.handover` -- hints to slice owners and the graceful-leave handover.
 """
@@ -12,6 +13,13 @@
 from dynaq.services.queues.handover import PeerHints
 from dynaq.services.queues.receive import MAX_WAIT_S
 from dynaq.services.queues.service import DeleteListener, QueueService
+from dynaq.services.queues.transactions import (
+    Enqueued,
+    Transactions,
+    TxnDelete,
+    TxnEnqueue,
+    TxnOutcome,
+)
 from dynaq.services.queues.writes import (
     MAX_TAG_BYTES,
     Limits,
@@ -23,9 +31,14 @@ __all__ = [
     "MAX_TAG_BYTES",
     "MAX_WAIT_S",
     "DeleteListener",
+    "Enqueued",
     "Limits",
     "PeerHints",
     "PreparedWrite",
     "QueueService",
+    "Transactions",
+    "TxnDelete",
+    "TxnEnqueue",
+    "TxnOutcome",
     "Writer",
 ]

@@ -20,12 +20,14 @@ answer. Guarantees:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from dynaq.clock import Clock
 from dynaq.core.ids import lane_of
 from dynaq.core.membership import Member, MembershipView
+from dynaq.errors import DynaqError, NotServing
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.queues.state import QueueStates
 
@@ -33,8 +35,19 @@ Pairs = Sequence[tuple[int, int]]
 """``(message_id, delivery)`` per receipt."""
 Outcome = tuple[list[int], list[int]]
 """Ids acted on, and ids whose receipt was stale."""
+Claim = tuple[QueueInfo, int, int]
+"""``(queue, message_id, delivery)``: one input of a transaction."""
+Refused = tuple[list[int], list[int]]
+"""Ids whose receipt is not current, and ids whose delivery another transaction has
+claimed (it is committing: its outcome decides)."""
+
+log = logging.getLogger(__name__)
 
 _DELETE_HOLD_S = 30.0
+TRANSACTION_HOLD_S = 30.0
+"""How long a transaction's inputs stay invisible (at least) from their check until
+its write: far longer than the write takes; a coordinator that dies in between
+leaves them to be served again after it."""
 
 
 class PeerReceipts(Protocol):
@@ -45,6 +58,15 @@ class PeerReceipts(Protocol):
     async def change_visibility_receipts(
         self, owner: Member, queue: str, pairs: Pairs, visibility_timeout_s: float
     ) -> Outcome: ...
+
+
+@runtime_checkable
+class PeerHolds(Protocol):
+    """Asks the node that served messages to check and hold receipts for a transaction."""
+
+    async def hold_receipts(
+        self, owner: Member, queue: str, pairs: Pairs, *, release: bool = False
+    ) -> Refused: ...
 
 
 class ReceiptActions:
@@ -91,6 +113,109 @@ class ReceiptActions:
             for i in ok:  # no receive may serve it between this check and the delete
                 st.hold(i, now, _DELETE_HOLD_S)
         return (await self._delete(info, ok) if ok else []), stale
+
+    async def hold(
+        self, pairs: Sequence[Claim]
+    ) -> tuple[set[tuple[str, int]], set[tuple[str, int]], list[Claim]]:
+        """Check a transaction's receipts, per owning node, and claim the current ones.
+
+        Returns ``(queue, id)`` of every receipt that is not current and of every
+        one another transaction has claimed (see :meth:`hold_here`), and the
+        receipts claimed (release them with
+        :meth:`release` if the transaction does not commit). An owner that does
+        not answer makes the call a :class:`~dynaq.errors.NotServing` (503,
+        retry), after the claims made elsewhere are released.
+        """
+        groups: list[tuple[Member | None, QueueInfo, list[tuple[int, int]]]] = []
+        for info, owned in self._by_queue(pairs).values():
+            local, remote = self._split(owned)
+            if local:
+                groups.append((None, info, local))
+            groups += [(m, info, p) for m, p in remote.items()]
+        answers = await asyncio.gather(
+            *(self._hold_at(owner, info, p) for owner, info, p in groups),
+            return_exceptions=True,
+        )
+        stale: set[tuple[str, int]] = set()
+        busy: set[tuple[str, int]] = set()
+        claimed: list[Claim] = []
+        failed: BaseException | None = None
+        for (_, info, p), answer in zip(groups, answers, strict=True):
+            if isinstance(answer, BaseException):
+                failed = failed or answer
+            elif answer[0] or answer[1]:
+                stale.update((info.name, i) for i in answer[0])
+                busy.update((info.name, i) for i in answer[1])
+            else:
+                claimed += [(info, i, d) for i, d in p]
+        if failed is not None:
+            await self.release(claimed)
+            raise failed
+        return stale, busy, claimed
+
+    async def _hold_at(
+        self, owner: Member | None, info: QueueInfo, pairs: list[tuple[int, int]]
+    ) -> Refused:
+        if owner is None:
+            return self.hold_here(info, pairs)
+        peers = self._peers()
+        if not isinstance(peers, PeerHolds):
+            raise NotServing("this node cannot reach the nodes that served the receipts")
+        return await peers.hold_receipts(owner, info.name, pairs)
+
+    async def release(self, claims: Sequence[Claim]) -> None:
+        """Release claims of a transaction that did not commit (best effort: a claim
+        that cannot be released ends with its hold)."""
+        calls: list[Awaitable[Refused]] = []
+        for info, owned in self._by_queue(claims).values():
+            local, remote = self._split(owned)
+            self.hold_here(info, local, release=True)
+            peers = self._peers()
+            if remote and isinstance(peers, PeerHolds):
+                calls += [
+                    peers.hold_receipts(m, info.name, p, release=True) for m, p in remote.items()
+                ]
+        for answer in await asyncio.gather(*calls, return_exceptions=True):
+            if isinstance(answer, DynaqError):
+                log.warning("could not release a transaction's claim: %s", answer)
+            elif isinstance(answer, BaseException):
+                raise answer
+
+    def hold_here(self, info: QueueInfo, pairs: Pairs, *, release: bool = False) -> Refused:
+        """Check receipts against this node's deliveries; if every one is current
+        (:meth:`~dynaq.core.partitions.QueueState.is_current`), claim them all and
+        hold them invisible for at least :data:`TRANSACTION_HOLD_S`, and return
+        ``([], [])``; else claim none and return the ids whose receipt is not
+        current, and apart those whose delivery another transaction has claimed.
+        Check and claim take no await in between, so no receive here can serve a
+        message, and no other transaction claim it, between them. ``release``:
+        release those claims instead."""
+        st = self._states.get(info.number)
+        if release:
+            if st is not None:
+                for i, d in pairs:
+                    st.release_claim(i, d)
+            return [], []
+        if st is None:
+            return [i for i, _ in pairs], []
+        now = self._clock.monotonic()
+        refused = [(i, d) for i, d in pairs if not st.is_current(i, d, now)]
+        if not refused:
+            for i, _ in pairs:
+                st.claim(i, now, TRANSACTION_HOLD_S)
+            return [], []
+        busy = [i for i, d in refused if st.is_claimed(i, d, now)]
+        taken = set(busy)
+        return [i for i, _ in refused if i not in taken], busy
+
+    @staticmethod
+    def _by_queue(
+        claims: Sequence[Claim],
+    ) -> dict[str, tuple[QueueInfo, list[tuple[int, int]]]]:
+        out: dict[str, tuple[QueueInfo, list[tuple[int, int]]]] = {}
+        for info, mid, delivery in claims:
+            out.setdefault(info.name, (info, []))[1].append((mid, delivery))
+        return out
 
     async def change_visibility(self, info: QueueInfo, pairs: Pairs, vt: float) -> Outcome:
         """Extend or release each receipt's delivery unless the receipt is stale."""

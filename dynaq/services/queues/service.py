@@ -15,7 +15,8 @@ Guarantees:
 
 The work is done by parts the facade composes and hands the store, clock and
 ring view: :class:`QueueStates` (serving state, depth), :class:`Writer`,
-:class:`Receiver`, :class:`Upkeep` (dedup sweeper, purges) and
+:class:`Receiver`, :class:`Transactions` (consume-produce, all or nothing),
+:class:`Upkeep` (dedup sweeper, purges) and
 :class:`HintRouter` (hints and handover).
 """
 
@@ -46,6 +47,7 @@ from dynaq.services.queues.ring_poll import RingPoll
 from dynaq.services.queues.state import QueueStates
 from dynaq.services.queues.stats import SliceStatistics
 from dynaq.services.queues.tasks import QueueTasks
+from dynaq.services.queues.transactions import Transactions
 from dynaq.services.queues.upkeep import Upkeep
 from dynaq.services.queues.writes import Limits, Writer
 from dynaq.services.snapshots import SnapshotPage, read_page
@@ -116,6 +118,9 @@ class QueueService:
             self.states, view, clock, self.delete, self.change_visibility_here,
             lambda: self._peer_visibility,
         )  # fmt: skip
+        self.transactions = Transactions(
+            store, self.writer, self.receipts, self.before_deleting, self.after_deleted
+        )
         serving = lambda: self.receiver.in_ring and not self.receiver.draining  # noqa: E731
         self.delays = DelayMover(store, catalog, clock, view, self.states, metrics, serving)
         self.retention = RetentionSweeper(
@@ -327,16 +332,30 @@ class QueueService:
         ids = list(dict.fromkeys(ids))
         if not ids:
             return []
-        st = self.states.get(info.number)
+        attrs = await self.before_deleting(info, ids)
+        existed = await self._store.write_batch([Delete(keys.message(info.number, i)) for i in ids])
+        removed = [i for i, e in zip(ids, existed, strict=True) if e]
+        await self.after_deleted(info, ids, removed, attrs)
+        return removed
+
+    async def before_deleting(self, info: QueueInfo, ids: list[int]) -> dict[int, dict[str, str]]:
+        """Run the :class:`BeforeDelete` listeners for ``ids`` (raising stops the delete);
+        return the attributes the after-delete listeners will need."""
         attrs: dict[int, dict[str, str]] = {}
         if self._delete_listeners or self._before_delete:
-            attrs = await self._attributes(info, st, ids)
+            attrs = await self._attributes(info, self.states.get(info.number), ids)
         if self._before_delete and attrs:
             doomed = [(i, attrs[i]) for i in ids if i in attrs]
             for listener in self._before_delete:
                 await listener(info, doomed)
-        existed = await self._store.write_batch([Delete(keys.message(info.number, i)) for i in ids])
-        removed = [i for i, e in zip(ids, existed, strict=True) if e]
+        return attrs
+
+    async def after_deleted(
+        self, info: QueueInfo, ids: list[int], removed: list[int], attrs: dict[int, dict[str, str]]
+    ) -> None:
+        """Account for a durable delete of ``ids`` (``removed``: those that existed):
+        in-flight state, depth, hints to the owners, metrics, delete listeners."""
+        st = self.states.get(info.number)
         if st is not None:
             st.note_deleted(ids)
             for i in ids:
@@ -350,7 +369,6 @@ class QueueService:
                 if deleted:
                     for listener in self._delete_listeners:
                         await listener(info, deleted)
-        return removed
 
     async def _attributes(
         self, info: QueueInfo, st: QueueState | None, ids: list[int]

@@ -60,6 +60,8 @@ class PreparedWrite:
     """Those of them that belong to a message group."""
     delayed: int = 0
     """How many more it adds as delayed messages (not visible, not in ``written``)."""
+    stored: list[int] = field(default_factory=list)
+    """Ids of every message this write stores (visible and delayed), in input order."""
 
 
 def dedup_bucket(wall_ms: int, window_s: float) -> int:
@@ -96,10 +98,10 @@ class Writer:
         drawing ids stalls against the mark."""
 
     async def run_to_completion(
-        self, write: Coroutine[Any, Any, T], messages: Sequence[NewMessage]
+        self, write: Coroutine[Any, Any, T], messages: Sequence[NewMessage], *, always: bool = False
     ) -> T:
-        """Await ``write``; if it carries dedup ids, finish it even when the caller is
-        cancelled.
+        """Await ``write``; if it carries dedup ids (or ``always``), finish it even when
+        the caller is cancelled.
 
         A cancelled caller (a client timeout) does not cancel a write already
         handed to the store, so the dedup lock must stay held until that write
@@ -108,7 +110,7 @@ class Writer:
         until they end, and :meth:`wait_finishing` lets shutdown wait for them
         before the store closes.
         """
-        if not any(m.dedup_id for m in messages):
+        if not always and not any(m.dedup_id for m in messages):
             return await write
         task = asyncio.ensure_future(write)
         self._finishing.add(task)
@@ -228,9 +230,11 @@ class Writer:
         written: list[int] = []
         grouped: list[int] = []
         delayed = 0
+        stored: list[int] = []
         for i, m in fresh:
             mid = ids[i]
             assert mid is not None
+            stored.append(mid)
             delay_s = default_delay if m.delay_s is None else m.delay_s
             if delay_s > 0:
                 # Waits under its due time; the slice owner's mover makes it a message
@@ -255,7 +259,7 @@ class Writer:
                 mid = ids[-1 - first] if first < 0 else first
             assert mid is not None and mid >= 0
             out.append(mid)
-        return PreparedWrite(info, out, ops, written, grouped, delayed)
+        return PreparedWrite(info, out, ops, written, grouped, delayed, stored)
 
     def _allocate(self, fresh: list[tuple[int, NewMessage]], ids: list[int | None]) -> None:
         """Draw ids for the messages to write: the plain ones share a lane, each
@@ -335,8 +339,8 @@ class Writer:
         self._hints.enqueued(info, lanes, w.grouped)
         self._metrics.incr(f"{info.name}.sent.count", len(w.written))
 
-    async def write(self, info: QueueInfo, messages: Sequence[NewMessage]) -> list[int]:
-        """Store ``messages`` durably in one queue; return their ids in order."""
+    def check_for_queue(self, info: QueueInfo, messages: Sequence[NewMessage]) -> None:
+        """Refuse messages ``info``'s own settings do not take (body size, FIFO groups)."""
         limit = info.settings.max_message_bytes
         for m in messages:
             if len(m.body) > limit:
@@ -347,6 +351,9 @@ class Writer:
             if info.settings.fifo and m.group is None:
                 raise InvalidInput(f"queue {info.name!r} is FIFO: every message needs a group")
 
+    async def write(self, info: QueueInfo, messages: Sequence[NewMessage]) -> list[int]:
+        """Store ``messages`` durably in one queue; return their ids in order."""
+        self.check_for_queue(info, messages)
         if not any(m.dedup_id for m in messages):
             # The common case, inline: no dedup lock to hold, and nothing a
             # cancelled caller must see finished (see run_to_completion).
