@@ -30,6 +30,8 @@ POINTS = (
     # at-least-once / at-most-once
     "position.written",
     "effect.done",
+    # exactly once over queues (one transaction per step)
+    "txn.committed",
 )
 
 _armed: tuple[str, int] | None = None

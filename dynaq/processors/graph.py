@@ -270,13 +270,19 @@ def _check(p: Processor) -> None:
     names = [e.name for e in p.inputs]
     if len(set(names)) != len(names):
         raise ValueError(f"processor {p.name!r}: an input is named twice")
-    if p.strategy is Strategy.EXACTLY_ONCE and any(isinstance(e, QueueRef) for e in p.endpoints()):
-        # The seam: exactly once over queues needs one atomic node call that deletes
-        # the inputs' receipts and enqueues the outputs with dedup ids (transact).
+    queues = [isinstance(e, QueueRef) for e in p.endpoints()]
+    # Exactly once over queues commits each step as one transaction (delete the inputs
+    # by receipt, enqueue the outputs): every endpoint must then be a queue.
+    if (
+        p.strategy is Strategy.EXACTLY_ONCE
+        and any(queues)
+        and (not all(queues) or p.kind in (Kind.SOURCE, Kind.IMPERATIVE))
+    ):
         raise ValueError(
-            f"processor {p.name!r}: exactly_once with queue inputs or outputs needs the "
-            "node's transact(deletes, enqueues), not available yet: use at_least_once "
-            "(outputs carry the delivery hash as dedup id) or at_most_once"
+            f"processor {p.name!r}: exactly_once mixes streams and queues (or is a "
+            f"{p.kind} over queues); exactly once runs over streams only or over "
+            "queues only (transform, join, fork, join_fork, alts, sink): use "
+            "at_least_once (outputs carry the delivery hash as dedup id) or at_most_once"
         )
     if p.kind in (Kind.SOURCE, Kind.IMPERATIVE) and p.strategy is not Strategy.EXACTLY_ONCE:
         raise ValueError(f"processor {p.name!r}: a {p.kind} runs exactly_once only")

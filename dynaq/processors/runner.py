@@ -24,7 +24,7 @@ from typing import Any
 from dynaq.client import AsyncClient, DynaqError
 from dynaq.processors import records
 from dynaq.processors.exactly_once import ExactlyOnce
-from dynaq.processors.graph import Graph, Processor, Strategy, StreamRef
+from dynaq.processors.graph import Graph, Processor, QueueRef, Strategy, StreamRef
 from dynaq.processors.io import (
     STREAM_NOT_FOUND,
     Backing,
@@ -34,6 +34,7 @@ from dynaq.processors.io import (
     StreamInput,
     code_of,
 )
+from dynaq.processors.queue_once import QueueOnce
 from dynaq.processors.relaxed import Relaxed
 from dynaq.processors.steps import Reader, Stats
 
@@ -70,7 +71,7 @@ class _Slot:
         self.stats = Stats()
         self.state = "starting"
         self.last_error: str | None = None
-        self.engine: ExactlyOnce | Relaxed | None = None
+        self.engine: ExactlyOnce | Relaxed | QueueOnce | None = None
         self.task: asyncio.Task[None] | None = None
 
 
@@ -200,8 +201,7 @@ class GraphRunner:
                 continue
             keeper = asyncio.create_task(lease.keep(), name=f"cues-lease-{p.id}")
             backing = Backing(self.client, p.backing, lease)
-            kind = ExactlyOnce if p.strategy is Strategy.EXACTLY_ONCE else Relaxed
-            engine = kind(p, self.client, backing, reader, slot.stats, self._stop)
+            engine = _engine(p)(p, self.client, backing, reader, slot.stats, self._stop)
             try:
                 slot.state = "recovering"
                 await engine.recover()
@@ -226,3 +226,11 @@ class GraphRunner:
                 if self._stop.is_set():
                     await lease.release()
         slot.state = "stopped"
+
+
+def _engine(p: Processor) -> type[ExactlyOnce | Relaxed | QueueOnce]:
+    """Which steps run ``p``: exactly once over streams, over queues (transactions),
+    or one of the relaxed strategies."""
+    if p.strategy is not Strategy.EXACTLY_ONCE:
+        return Relaxed
+    return QueueOnce if all(isinstance(e, QueueRef) for e in p.endpoints()) else ExactlyOnce

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dynaq.processors import Graph, Handles
+from dynaq.processors import Graph, Handles, queue
 
 
 def _t() -> str:
@@ -142,4 +142,19 @@ def source() -> Graph:
     t = _t()
     g = Graph(f"{t}-g")
     g.source("count", _count, f"{t}-out")
+    return g
+
+
+def queue_transform() -> Graph:
+    """``double`` from queue ``<t>-qin`` to queue ``<t>-qout``, errors to ``<t>-qerr``."""
+    t = _t()
+    g = Graph(f"{t}-qg")
+    g.transform(
+        "double",
+        double,
+        queue(f"{t}-qin"),
+        queue(f"{t}-qout"),
+        error=queue(f"{t}-qerr"),
+        strategy=_strategy(),
+    )
     return g

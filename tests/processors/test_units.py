@@ -40,8 +40,8 @@ def test_graph_shapes_are_checked() -> None:
         g.add("bad2", "sink", _f, ["a"], ["out"])
     with pytest.raises(ValueError, match="named twice"):
         g.join("j", _f, ["a", "a"], "out")
-    with pytest.raises(ValueError, match="transact"):
-        g.transform("q", _f, queue("jobs"), "out")  # exactly once over queues: the seam
+    with pytest.raises(ValueError, match="mixes streams and queues"):
+        g.transform("q", _f, queue("jobs"), "out")  # exactly once: all queues or all streams
     ok = g.transform("q2", _f, queue("jobs"), queue("done"), strategy="at_least_once")
     assert ok.strategy is Strategy.AT_LEAST_ONCE
     with pytest.raises(ValueError, match="exactly_once only"):
