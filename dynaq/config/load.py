@@ -106,7 +106,8 @@ def config_from_mapping(raw: Mapping[str, Any], env: Mapping[str, str] | None = 
 
 
 # DYNAQ_* variables that belong to other programs: the CLI and client
-# (endpoint, token), the test harness and benchmarks, and HAProxy's config.
+# (endpoint, token), a node's supervisor (its workers' role), the test harness
+# and benchmarks, and HAProxy's config.
 _OTHER_PROGRAMS = ("DYNAQ_ENDPOINT", "DYNAQ_TOKEN", "DYNAQ_CONFIG", "DYNAQ_WORKER_ROLE")
 _OTHER_PREFIXES = ("DYNAQ_TESTING_", "DYNAQ_BENCH_", "DYNAQ_LB_")
 
