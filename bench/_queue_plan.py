@@ -29,6 +29,9 @@ class Options:
     """With ``library``: each raw / library pair of phases runs this many times, with a
     share of the budget each time and the order alternating, so that both meet the
     same moments of a shared machine (see :func:`paired_ratios`)."""
+    tmp_dir: str = ""
+    """Where the run's files go (node data, JetStream's store, the disk probes); ""
+    = the system's temporary directory. ``/dev/shm`` takes the disk out of the run."""
     workers: int = 1
     """Worker processes of the dynaq node (``http.workers``); above 1 the run also
     measures a 1-worker node, phase by phase, for the scaling figures."""

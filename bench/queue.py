@@ -9,7 +9,8 @@ run too, each of its phases right after the N-worker one, and the JSON line adds
 ``workers``, the 1-worker figures (``w1_*``), ``scaling_*`` = N-worker / 1-worker
 rate, and the server's and client's cores in each (``server_cores_w1_*``,
 ``client_cores_w1_*``): on a 2-core machine the client's cores are cores the
-node did not get.
+node did not get. ``--tmp-dir /dev/shm`` runs everything on tmpfs (fsync is
+free there): the CPU-bound case, where workers can show what they scale.
 
 ``--client dynaq`` adds each dynaq phase a second time through the client
 library (``dynaq.client.AsyncClient``) right after the raw-HTTP one, and
@@ -125,6 +126,11 @@ def parse(argv: list[str]) -> Options:
         default=1,
         help="worker processes of the dynaq node (N > 1 also measures a 1-worker node)",
     )
+    p.add_argument(
+        "--tmp-dir",
+        default="",
+        help="where the run's files go (default: the system's temp dir; /dev/shm: no disk)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny smoke run (a few seconds)")
     p.add_argument(
         "--storage",
@@ -156,6 +162,7 @@ def parse(argv: list[str]) -> Options:
             storage,
             a.client == "dynaq",
             max(1, a.rounds),
+            a.tmp_dir,
             max(1, a.workers),
         )
     procs = max(1, min(a.procs, a.concurrency))
@@ -172,6 +179,7 @@ def parse(argv: list[str]) -> Options:
         storage,
         a.client == "dynaq",
         max(1, a.rounds),
+        a.tmp_dir,
         max(1, a.workers),
     )
 
@@ -255,7 +263,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         from bench._queue_backends import run
 
         return run(o, o.storage)
-    tmp = Path(tempfile.mkdtemp(prefix="dynaq-bench-"))
+    tmp = Path(tempfile.mkdtemp(prefix="dynaq-bench-", dir=o.tmp_dir or None))
     node = None
     base = None  # the 1-worker node, when the node has more
     peer: NatsServer | None = None
