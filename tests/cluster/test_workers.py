@@ -13,6 +13,7 @@ import signal
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from dynaq.client import AsyncClient, NewMessage, QueueSettings
@@ -211,3 +212,26 @@ def _listener_pid(port: int) -> int:
         except OSError:
             continue
     raise AssertionError(f"no process holds port {port}")
+
+
+async def test_a_stream_is_served_through_either_worker(tmp_path: Path) -> None:
+    """Streams keep working: one worker serves each stream (recorded in the store),
+    the other forwards to it, whichever worker a request reaches."""
+    schema = {
+        "schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+        "order_key": "n",
+    }
+    async with run_node(directory=tmp_path, http_workers=2) as node:
+        await wait_workers(node, 2)
+        urls = list((await worker_urls(node)).values())
+        async with aiohttp.ClientSession() as http:
+            async with http.put(f"{node.url}/v2/streams/s", json=schema) as r:
+                assert r.status == 201, await r.text()
+            for i in range(10):  # alternate the worker that takes each append
+                body = {"entries": [{"n": i}]}
+                async with http.post(f"{urls[i % 2]}/v2/streams/s/entries", json=body) as r:
+                    assert r.status == 200, await r.text()
+                    assert (await r.json())["first_index"] == i
+            for url in urls:
+                async with http.get(f"{url}/v2/streams/s?nowait=true&format=array") as r:
+                    assert [e["entry"]["n"] for e in await r.json()] == list(range(10))
