@@ -1,7 +1,8 @@
 """The supervisor of a node of several workers (see :mod:`dynaq.node.workers`).
 
 It opens no store and serves no request: it picks the workers' loopback ports
-and the secret of their ring once, starts each worker as ``python -m dynaq
+and the secret of their ring (new ports for a worker that exits soon after its
+start, in case another program took one), starts each worker as ``python -m dynaq
 server`` with its role in ``DYNAQ_WORKER_ROLE``, starts again a worker that
 exits (kill -9 of one worker: the others serve its lanes meanwhile, and it
 rejoins under the same name and addresses), and on SIGTERM or SIGINT stops every
@@ -11,8 +12,8 @@ worker gracefully (SIGTERM each, SIGKILL what has not exited after
 supervisor is a crash of the whole node, never orphans holding the port.
 
 The supervisor holds an unlistened ``SO_REUSEPORT`` socket on the public port
-for its lifetime: the port is known (also when ``http.port = 0``) and nothing
-but the workers can listen on it.
+for its lifetime: the port is known (also when ``http.port = 0``), and no program
+that does not ask for ``SO_REUSEPORT`` (as its own user) can take it meanwhile.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import secrets
 import signal
 import socket
@@ -42,17 +44,22 @@ _MAX_PAUSE_S = 10.0
 _KILL_AFTER_EXTRA_S = 30.0
 
 
+# Below the kernel's usual ephemeral range (32768-60999): a port picked there can
+# be taken by an outgoing connection between the check and the worker's bind.
+_PORT_RANGE = (20000, 32000)
+
+
 def _loopback_port() -> int:
     """A 127.0.0.1 port free for TCP and UDP now (a worker's gossip binds both)."""
-    for _ in range(200):
-        with socket.socket() as t:
-            t.bind(("127.0.0.1", 0))
-            port = int(t.getsockname()[1])
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-                try:
-                    u.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(*_PORT_RANGE)
+        try:
+            with socket.socket() as t, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+                t.bind(("127.0.0.1", port))
+                u.bind(("127.0.0.1", port))
+        except OSError:
+            continue
         return port
     raise OSError("no free 127.0.0.1 port for a worker")
 
@@ -92,7 +99,10 @@ class Supervisor:
         self.starts = [0] * self.count
         """How many times each worker was started (a restart counts)."""
         self._port_socket: socket.socket | None = None
-        self.role: WorkerRole | None = None
+        self._public = 0
+        self._key = secrets.token_hex(16)
+        self._gossip_ports: list[int] = []
+        self._peer_ports: list[int] = []
 
     def pids(self) -> dict[int, int]:
         """The running workers' process ids, by index."""
@@ -103,15 +113,9 @@ class Supervisor:
         then stop them all and return."""
         h = self.config.http
         self._port_socket = _hold_public_port(h.host, h.port)
-        public = int(self._port_socket.getsockname()[1])
-        ports = [_loopback_port() for _ in range(2 * self.count)]
-        self.role = WorkerRole(
-            index=0,
-            gossip_ports=tuple(ports[: self.count]),
-            peer_ports=tuple(ports[self.count :]),
-            public_port=public,
-            key=secrets.token_hex(16),
-        )
+        self._public = public = int(self._port_socket.getsockname()[1])
+        self._gossip_ports = [_loopback_port() for _ in range(self.count)]
+        self._peer_ports = [_loopback_port() for _ in range(self.count)]
         log.info("node supervisor starting workers", extra={"workers": self.count, "port": public})
         keepers = [
             asyncio.create_task(self._keep(i), name=f"worker-{i}") for i in range(self.count)
@@ -129,13 +133,12 @@ class Supervisor:
         log.info("node supervisor stopped")
 
     async def _spawn(self, index: int) -> asyncio.subprocess.Process:
-        assert self.role is not None
         role = WorkerRole(
             index,
-            self.role.gossip_ports,
-            self.role.peer_ports,
-            self.role.public_port,
-            self.role.key,
+            tuple(self._gossip_ports),
+            tuple(self._peer_ports),
+            self._public,
+            self._key,
             os.getpid(),
         )
         env = {**self._env, ROLE_ENV: role.encode()}
@@ -164,6 +167,10 @@ class Supervisor:
                 extra={"worker": name, "code": code, "lived_s": round(lived, 1)},
             )
             if lived < _QUICK_EXIT_S:
+                # Perhaps another program took one of its ports: new ones. The
+                # others learn its addresses from gossip when it joins them.
+                self._gossip_ports[index] = _loopback_port()
+                self._peer_ports[index] = _loopback_port()
                 await self._clock.sleep(pause)
                 pause = min(pause * 2, _MAX_PAUSE_S)
             else:
