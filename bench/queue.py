@@ -5,7 +5,8 @@
 
 ``--workers N`` runs the dynaq node with N worker processes (``http.workers``:
 one port, one LMDB environment). With N > 1 a 1-worker node runs in the same
-run too, each of its phases right after the N-worker one, and the JSON line adds
+run too, each of its phases next to the N-worker one (before it in two phases,
+after it in the other two), and the JSON line adds
 ``workers``, the 1-worker figures (``w1_*``), ``scaling_*`` = N-worker / 1-worker
 rate, and the server's and client's cores in each (``server_cores_w1_*``,
 ``client_cores_w1_*``): on a 2-core machine the client's cores are cores the
@@ -320,9 +321,12 @@ def main(argv: list[str]) -> dict[str, Any]:
                     # library in the other two): a phase that runs second meets a
                     # node the first one warmed or left tombstones in.
                     pair.reverse()
-                phases.extend(pair)
                 if base is not None and base.proc is not None:
-                    phases.append((f"w1_{what}", f"dq_{what}", base.proc.pid, share, conns, r, n))
+                    one = (f"w1_{what}", f"dq_{what}", base.proc.pid, share, conns, r, n)
+                    # The 1-worker node goes first in two phases of four, second
+                    # in the others: neither meets only a disk the other dirtied.
+                    pair = [one, *pair] if what in ("consume", "rtt") else [*pair, one]
+                phases.extend(pair)
             phases.append((f"js_{what}", f"js_{what}", 0, budget, conns, 0, 1))
             if what in ("single", "rtt"):
                 # The same client against bare aiohttp: the HTTP floor, this run.
