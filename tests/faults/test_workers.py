@@ -11,7 +11,9 @@ explains them).
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import signal
 import time
 from pathlib import Path
 
@@ -67,6 +69,35 @@ async def test_kill9_of_one_worker_loses_nothing(tmp_path: Path) -> None:
     # A request in progress on a killed worker fails (connection reset): never a 500.
     assert not server_errors(h), server_errors(h)
     await assert_verdict("2 workers: kill -9 of one worker", h, wall, artifacts=tmp_path)
+
+
+async def test_sigterm_of_one_worker_in_turn_loses_nothing(tmp_path: Path) -> None:
+    """Graceful stops of one worker at a time under load: each hands its in-flight
+    messages over and leaves; the supervisor starts it again."""
+    stops = 3
+    rng = random.Random(9)
+    async with run_node(
+        directory=tmp_path, http_workers=2, batches_completion_topic=COMPLETION_TOPIC
+    ) as node:
+        await wait_workers(node, 2)
+
+        async def faults(h: History) -> None:
+            for i in range(stops):
+                await asyncio.sleep(rng.uniform(2.0, 3.5))
+                pids = sorted(await pids_of(node))
+                victim = pids[i % len(pids)]
+                f = h.fault("SIGTERM", f"worker pid {victim}")
+                await asyncio.to_thread(os.kill, victim, signal.SIGTERM)
+                await _wait_gone(victim, within_s=60)
+                await wait_workers(node, 2, timeout_s=90)
+                f.ended = h.now()
+
+        t0 = time.monotonic()
+        h = await run_workload(_workload(node, 3_000, 20.0, seed=5), faults)
+        wall = time.monotonic() - t0
+    assert sum(f.kind == "SIGTERM" for f in h.faults) == stops
+    assert not server_errors(h), server_errors(h)
+    await assert_verdict("2 workers: SIGTERM of a worker in turn", h, wall, artifacts=tmp_path)
 
 
 async def test_kill9_of_the_whole_node_loses_nothing(tmp_path: Path) -> None:
