@@ -35,6 +35,9 @@ class Options:
     workers: int = 1
     """Worker processes of the dynaq node (``http.workers``); above 1 the run also
     measures a 1-worker node, phase by phase, for the scaling figures."""
+    layout: str = "shared"
+    """With ``workers`` > 1: ``shared`` (one LMDB environment) or ``own`` (see
+    ``bench/_own_envs.py``)."""
 
 
 async def setup_queue(url: str) -> None:

@@ -10,7 +10,9 @@ after it in the other two), and the JSON line adds
 ``workers``, the 1-worker figures (``w1_*``), ``scaling_*`` = N-worker / 1-worker
 rate, and the server's and client's cores in each (``server_cores_w1_*``,
 ``client_cores_w1_*``): on a 2-core machine the client's cores are cores the
-node did not get. ``--tmp-dir /dev/shm`` runs everything on tmpfs (fsync is
+node did not get. ``--layout own`` measures N independent processes on the one
+port with an LMDB environment each instead (``bench/_own_envs.py``: an upper
+bound for per-worker environments, not a configuration of dynaq). ``--tmp-dir /dev/shm`` runs everything on tmpfs (fsync is
 free there): the CPU-bound case, where workers can show what they scale.
 
 ``--client dynaq`` adds each dynaq phase a second time through the client
@@ -66,6 +68,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench._own_envs import OwnEnvs
 from bench._queue_clients import (
     BATCH,
     BODY_BYTES,
@@ -128,6 +131,14 @@ def parse(argv: list[str]) -> Options:
         help="worker processes of the dynaq node (N > 1 also measures a 1-worker node)",
     )
     p.add_argument(
+        "--layout",
+        choices=("shared", "own"),
+        default="shared",
+        help="with --workers N > 1: shared = a node of N workers on one LMDB environment; "
+        "own = N independent processes on one port, an environment each (an upper bound, "
+        "not a configuration: bench/_own_envs.py)",
+    )
+    p.add_argument(
         "--tmp-dir",
         default="",
         help="where the run's files go (default: the system's temp dir; /dev/shm: no disk)",
@@ -165,6 +176,7 @@ def parse(argv: list[str]) -> Options:
             max(1, a.rounds),
             a.tmp_dir,
             max(1, a.workers),
+            a.layout,
         )
     procs = max(1, min(a.procs, a.concurrency))
     return Options(
@@ -182,6 +194,7 @@ def parse(argv: list[str]) -> Options:
         max(1, a.rounds),
         a.tmp_dir,
         max(1, a.workers),
+        a.layout,
     )
 
 
@@ -274,9 +287,14 @@ def main(argv: list[str]) -> dict[str, Any]:
     runs: dict[str, list[PhaseResult]] = {}
     disk: dict[str, dict[str, float]] = {}
     try:
-        node = start_node(tmp, **{**o.node_env, "DYNAQ_HTTP_WORKERS": str(o.workers)})
+        node = (
+            OwnEnvs(tmp, o.workers, o.node_env)
+            if o.layout == "own" and o.workers > 1
+            else start_node(tmp, **{**o.node_env, "DYNAQ_HTTP_WORKERS": str(o.workers)})
+        )
         assert node.proc is not None
-        asyncio.run(setup_queue(node.url))
+        for url in node.worker_urls() if isinstance(node, OwnEnvs) else [node.url]:
+            asyncio.run(setup_queue(url))
         progress(
             f"dynaq node pid {node.proc.pid} at {node.url}, {o.workers} worker(s) "
             f"(data in {node.data_dir})"
@@ -479,6 +497,7 @@ def _summary(
     out.update(_floors(res, disk))
     if o.workers > 1:
         out.update(scaling(o.workers, res))
+        out["layout"] = o.layout
     out["counts"] = {k: r.count for k, r in res.items()}
     return out
 
