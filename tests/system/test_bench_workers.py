@@ -13,6 +13,7 @@ def test_queue_quick_with_two_workers_reports_the_scaling_against_one() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["workers"] == 2
+    assert result["layout"] == "shared"
     assert result["errors"] == 0
     for what in ("enqueue_batch", "receive_delete", "enqueue_single"):
         assert result[f"w1_{what}_msgs_per_s"] > 0, what
@@ -39,3 +40,15 @@ def test_lmdb_procs_reports_the_three_layouts() -> None:
         assert result[f"{layout}_commit_p50_ms"] > 0, layout
     assert result["ratio_shared_vs_one"] > 0
     assert result["ratio_own_vs_one"] > 0
+
+
+def test_queue_quick_with_own_environments_reports_its_layout() -> None:
+    _need_peer()
+    done = _run("queue", "--quick", "--workers", "2", "--layout", "own", "--no-peer")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["layout"] == "own"
+    # Enqueues land in whichever process's environment: none fails.
+    assert result["enqueue_batch_msgs_per_s"] > 0
+    assert result["scaling_enqueue_batch"] > 0
+    assert result["counts"]["dq_batch"] == result["counts"]["w1_batch"] > 0
