@@ -58,12 +58,18 @@ class OwnEnvs:
                 stderr=subprocess.STDOUT,
                 cwd=root,
             )
+        try:
+            self._wait(n)
+        except BaseException:
+            self.kill()  # never leave the processes running behind a failed start
+            raise
+
+    def _wait(self, n: int) -> None:
         deadline = time.monotonic() + 60
         want = {f"own{i}-w0" for i in range(n)}
         seen: set[str] = set()
         while seen != want:
             if time.monotonic() > deadline or self.proc.poll() is not None:
-                self.kill()
                 raise RuntimeError(f"own-environment workers did not start:\n{self.log()}")
             try:
                 code, body = http_get(f"{self.url}/health", 1.0)
