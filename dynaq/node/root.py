@@ -96,7 +96,9 @@ class Node:
         self.metrics = build_metrics(config, self.clock)
         self.state = "starting"
         h = config.http
-        scheme = "https" if self.ssl is not None else "http"
+        # A node's workers reach each other on loopback in plain HTTP (signed as
+        # ever): the node's certificate need not name 127.0.0.1.
+        scheme = "https" if self.ssl is not None and worker is None else "http"
         me = Member(config.node.name, advertised_http(config, h.port), scheme)
         self.view = MembershipView(me)
         # SWIM ring when gossip is on (or seeds are set), else a ring of one.
@@ -274,7 +276,7 @@ class Node:
         if self.worker is not None:
             # The worker's own address, for the other workers' node-to-node requests.
             peer_port = self.worker.peer_ports[self.worker.index]
-            peer = web.TCPSite(self._runner, "127.0.0.1", peer_port, ssl_context=self.ssl)
+            peer = web.TCPSite(self._runner, "127.0.0.1", peer_port)
             await peer.start()
         addrs = self._runner.addresses
         if addrs:
