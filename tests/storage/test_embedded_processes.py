@@ -87,3 +87,45 @@ async def test_versions_carry_the_process_tag_and_increase(tmp_path: Path) -> No
         await s.close()
     assert all(v % 3 == 2 for v in versions)
     assert versions[:50] == sorted(set(versions[:50]))
+
+
+# Opens the environment, takes LMDB's write lock (a write transaction left open),
+# says so, and waits to be killed.
+_LOCK_HOLDER = textwrap.dedent(
+    """
+    import sys, time, lmdb
+    env = lmdb.open(sys.argv[1], map_size=64 * 1024**2, max_dbs=4)
+    db = env.open_db(b"kv")
+    txn = env.begin(write=True, db=db)
+    txn.put(b"never", b"committed")
+    print("holding", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def _kill_while_holding_the_write_lock(path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _LOCK_HOLDER, str(path)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    with proc.stdout:
+        assert proc.stdout.readline() == b"holding\n"
+        proc.kill()
+        proc.wait(10)
+
+
+async def test_a_process_killed_holding_the_write_lock_does_not_block_the_others(
+    tmp_path: Path,
+) -> None:
+    """kill -9 of a worker in the middle of a commit: LMDB's robust mutex lets the
+    next writer in (no hang), and the dead writer's transaction left nothing."""
+    path = tmp_path / "lmdb"
+    s = LmdbStore(path, map_size=64 * 1024**2)
+    await s.open()
+    try:
+        await s.put(b"before", b"1")
+        await asyncio.to_thread(_kill_while_holding_the_write_lock, path)
+        await asyncio.wait_for(s.put(b"after", b"2"), timeout=10)
+        assert await s.get(b"never") is None
+        assert (await s.get(b"after")) is not None
+    finally:
+        await s.close()
