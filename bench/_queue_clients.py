@@ -22,7 +22,7 @@ from typing import Any
 
 import msgpack
 
-from bench.common import Deadline, percentiles, process_cpu_s, rate
+from bench.common import Deadline, percentiles, process_tree_cpu_s, rate
 
 BODY_BYTES = 256
 BATCH = 100
@@ -376,12 +376,12 @@ class ClientPool:
             pipe.send(spec)
         for pipe in self._pipes:
             self._recv(pipe, 60.0)  # "ready"
-        cpu0 = process_cpu_s(server_pid)
+        cpu0 = process_tree_cpu_s(server_pid)
         for pipe in self._pipes:
             pipe.send("go")
         bound = max(s.seconds for s in specs) * 2 + 60.0
         outs: list[Outcome] = [self._recv(pipe, bound) for pipe in self._pipes]
-        server_cpu = process_cpu_s(server_pid) - cpu0
+        server_cpu = process_tree_cpu_s(server_pid) - cpu0
         count = sum(o.count for o in outs)
         first = min(o.t_first for o in outs)
         last = max(o.t_last for o in outs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 from bench._queue_clients import QUEUE, ClientPool, PhaseResult, Spec
 from bench.common import progress
@@ -28,6 +29,15 @@ class Options:
     """With ``library``: each raw / library pair of phases runs this many times, with a
     share of the budget each time and the order alternating, so that both meet the
     same moments of a shared machine (see :func:`paired_ratios`)."""
+    tmp_dir: str = ""
+    """Where the run's files go (node data, JetStream's store, the disk probes); ""
+    = the system's temporary directory. ``/dev/shm`` takes the disk out of the run."""
+    workers: int = 1
+    """Worker processes of the dynaq node (``http.workers``); above 1 the run also
+    measures a 1-worker node, phase by phase, for the scaling figures."""
+    layout: str = "shared"
+    """With ``workers`` > 1: ``shared`` (one LMDB environment) or ``own`` (see
+    ``bench/_own_envs.py``)."""
 
 
 async def setup_queue(url: str) -> None:
@@ -108,3 +118,24 @@ def paired_ratios(library: list[PhaseResult], raw: list[PhaseResult]) -> tuple[l
         if lb.count and dq.count
     ]
     return ratios, round(statistics.median(ratios), 3) if ratios else 0.0
+
+
+def scaling(workers: int, res: dict[str, PhaseResult]) -> dict[str, Any]:
+    """The N-worker node against the 1-worker node of the same run (``w1_*`` phases)."""
+
+    def rate_of(key: str) -> float:
+        r = res.get(key)
+        return r.msgs_per_s if r else 0.0
+
+    out: dict[str, Any] = {"workers": workers}
+    for what, name in (
+        ("batch", "enqueue_batch"),
+        ("consume", "receive_delete"),
+        ("single", "enqueue_single"),
+    ):
+        one, many = rate_of(f"w1_{what}"), rate_of(f"dq_{what}")
+        out[f"w1_{name}_msgs_per_s"] = round(one, 1)
+        out[f"scaling_{name}"] = round(many / one, 3) if one > 0 else 0.0
+    r = res.get("w1_rtt")
+    out["w1_rtt_p50_ms"] = round(r.latency_ms["p50"], 3) if r else 0.0
+    return out

@@ -5,7 +5,8 @@ Kept small and stable because every ``bench/<scenario>.py`` imports it:
 * :func:`percentiles` -- p50/p90/p99/max of latency samples.
 * :class:`Timer` -- monotonic wall time plus this process's CPU time.
 * :class:`Deadline` -- the time bound every load loop must respect.
-* :func:`process_cpu_s` -- CPU seconds used so far by another process (Linux).
+* :func:`process_cpu_s` -- CPU seconds used so far by another process (Linux);
+  :func:`process_tree_cpu_s` with its children (a node's workers).
 * :func:`start_node` -- a real ``dynaq server`` process on a free port.
 * :func:`fsync_latency_ms` -- how slow the disk is right now (shared machines).
 * :func:`progress` -- a progress line on stderr (stdout ends with the JSON line).
@@ -31,6 +32,7 @@ __all__ = [
     "fsync_latency_ms",
     "percentiles",
     "process_cpu_s",
+    "process_tree_cpu_s",
     "progress",
     "rate",
     "start_node",
@@ -135,6 +137,17 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
+def process_tree_cpu_s(pid: int) -> float:
+    """:func:`process_cpu_s` of ``pid`` plus that of its running children (a node of
+    several workers: the supervisor and its worker processes). A child that exited
+    during a phase takes its CPU with it; workers do not exit during a run."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return process_cpu_s(pid) + sum(process_cpu_s(int(c)) for c in children)
+
+
 def fsync_latency_ms(directory: Path, samples: int = 200, seconds: float = 3.0) -> dict[str, float]:
     """Percentiles of write(4 KiB) + fdatasync latency in ``directory``, in ms.
 
@@ -164,8 +177,41 @@ def start_node(tmp: Path, name: str = "bench-1", **env: str) -> NodeProcess:
 
     Stats are off and logging is at ``warning`` unless ``env`` overrides
     them (keys are full variable names, e.g. ``DYNAQ_LOG_LEVEL="info"``).
+    With ``DYNAQ_HTTP_WORKERS`` > 1 in ``env`` (a node of that many worker
+    processes) it returns once every worker serves and sees the others.
     The caller must ``terminate()`` (or ``kill()``) the returned process.
     """
     full = {"DYNAQ_STATS_TYPE": "none", "DYNAQ_LOG_LEVEL": "warning"}
     full.update(env)
-    return node_process(tmp, name, env=full).start()
+    workers = int(full.get("DYNAQ_HTTP_WORKERS", "1"))
+    node = node_process(tmp, name, env=full).start()
+    if workers > 1:
+        try:
+            _wait_workers(node, workers, Deadline(60.0))
+        except RuntimeError:
+            node.kill()
+            raise
+    return node
+
+
+def _wait_workers(node: NodeProcess, workers: int, deadline: Deadline) -> None:
+    """Block until the node's ring lists ``workers`` members, each healthy and
+    seeing all of them."""
+    import json
+
+    from dynaq.testing.cluster import http_get
+
+    while not deadline.expired():
+        try:
+            status, body = http_get(f"{node.url}/v1/status/servers")
+            lines = [ln.split() for ln in body.decode().splitlines() if ln.startswith("Member:")]
+            ok = status == 200 and len(lines) == workers
+            for line in lines if ok else []:
+                code, health = http_get(f"http://{line[-1]}/health")
+                ok = ok and code == 200 and json.loads(health)["members"] == workers
+            if ok:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"the node's {workers} workers did not converge:\n{node.log()}")

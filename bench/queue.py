@@ -1,7 +1,19 @@
 """Queue throughput and latency: a real dynaq node against NATS JetStream, side by side.
 
 ``python -m bench queue [--quick] [--messages N] [--seconds S] [--concurrency C] [--procs P]
-[--client dynaq [--rounds R]]``
+[--client dynaq [--rounds R]] [--workers N]``
+
+``--workers N`` runs the dynaq node with N worker processes (``http.workers``:
+one port, one LMDB environment). With N > 1 a 1-worker node runs in the same
+run too, each of its phases next to the N-worker one (before it in two phases,
+after it in the other two), and the JSON line adds
+``workers``, the 1-worker figures (``w1_*``), ``scaling_*`` = N-worker / 1-worker
+rate, and the server's and client's cores in each (``server_cores_w1_*``,
+``client_cores_w1_*``): on a 2-core machine the client's cores are cores the
+node did not get. ``--layout own`` measures N independent processes on the one
+port with an LMDB environment each instead (``bench/_own_envs.py``: an upper
+bound for per-worker environments, not a configuration of dynaq). ``--tmp-dir /dev/shm`` runs everything on tmpfs (fsync is
+free there): the CPU-bound case, where workers can show what they scale.
 
 ``--client dynaq`` adds each dynaq phase a second time through the client
 library (``dynaq.client.AsyncClient``) right after the raw-HTTP one, and
@@ -56,6 +68,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench._own_envs import OwnEnvs
 from bench._queue_clients import (
     BATCH,
     BODY_BYTES,
@@ -71,6 +84,7 @@ from bench._queue_plan import (
     Options,
     combine,
     paired_ratios,
+    scaling,
     setup_queue,
     show,
     specs,
@@ -110,6 +124,25 @@ def parse(argv: list[str]) -> Options:
         help="with --client dynaq: run each raw/library pair this many times, alternating"
         " (the median of the paired ratios resists a shared machine's bursts)",
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes of the dynaq node (N > 1 also measures a 1-worker node)",
+    )
+    p.add_argument(
+        "--layout",
+        choices=("shared", "own"),
+        default="shared",
+        help="with --workers N > 1: shared = a node of N workers on one LMDB environment; "
+        "own = N independent processes on one port, an environment each (an upper bound, "
+        "not a configuration: bench/_own_envs.py)",
+    )
+    p.add_argument(
+        "--tmp-dir",
+        default="",
+        help="where the run's files go (default: the system's temp dir; /dev/shm: no disk)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny smoke run (a few seconds)")
     p.add_argument(
         "--storage",
@@ -141,6 +174,9 @@ def parse(argv: list[str]) -> Options:
             storage,
             a.client == "dynaq",
             max(1, a.rounds),
+            a.tmp_dir,
+            max(1, a.workers),
+            a.layout,
         )
     procs = max(1, min(a.procs, a.concurrency))
     return Options(
@@ -156,6 +192,9 @@ def parse(argv: list[str]) -> Options:
         storage,
         a.client == "dynaq",
         max(1, a.rounds),
+        a.tmp_dir,
+        max(1, a.workers),
+        a.layout,
     )
 
 
@@ -238,8 +277,9 @@ def main(argv: list[str]) -> dict[str, Any]:
         from bench._queue_backends import run
 
         return run(o, o.storage)
-    tmp = Path(tempfile.mkdtemp(prefix="dynaq-bench-"))
+    tmp = Path(tempfile.mkdtemp(prefix="dynaq-bench-", dir=o.tmp_dir or None))
     node = None
+    base = None  # the 1-worker node, when the node has more
     peer: NatsServer | None = None
     floor: FloorServer | None = None
     pool: ClientPool | None = None
@@ -247,10 +287,23 @@ def main(argv: list[str]) -> dict[str, Any]:
     runs: dict[str, list[PhaseResult]] = {}
     disk: dict[str, dict[str, float]] = {}
     try:
-        node = start_node(tmp, **o.node_env)
+        node = (
+            OwnEnvs(tmp, o.workers, o.node_env)
+            if o.layout == "own" and o.workers > 1
+            else start_node(tmp, **{**o.node_env, "DYNAQ_HTTP_WORKERS": str(o.workers)})
+        )
         assert node.proc is not None
-        asyncio.run(setup_queue(node.url))
-        progress(f"dynaq node pid {node.proc.pid} at {node.url} (data in {node.data_dir})")
+        for url in node.worker_urls() if isinstance(node, OwnEnvs) else [node.url]:
+            asyncio.run(setup_queue(url))
+        progress(
+            f"dynaq node pid {node.proc.pid} at {node.url}, {o.workers} worker(s) "
+            f"(data in {node.data_dir})"
+        )
+        if o.workers > 1:
+            base = start_node(tmp, "bench-1w", **{**o.node_env, "DYNAQ_HTTP_WORKERS": "1"})
+            assert base.proc is not None
+            asyncio.run(setup_queue(base.url))
+            progress(f"1-worker dynaq node pid {base.proc.pid} at {base.url} (the baseline)")
         if o.peer:
             peer = NatsServer(tmp)
             asyncio.run(_setup_nats(peer.url))
@@ -286,6 +339,11 @@ def main(argv: list[str]) -> dict[str, Any]:
                     # library in the other two): a phase that runs second meets a
                     # node the first one warmed or left tombstones in.
                     pair.reverse()
+                if base is not None and base.proc is not None:
+                    one = (f"w1_{what}", f"dq_{what}", base.proc.pid, share, conns, r, n)
+                    # The 1-worker node goes first in two phases of four, second
+                    # in the others: neither meets only a disk the other dirtied.
+                    pair = [one, *pair] if what in ("consume", "rtt") else [*pair, one]
                 phases.extend(pair)
             phases.append((f"js_{what}", f"js_{what}", 0, budget, conns, 0, 1))
             if what in ("single", "rtt"):
@@ -305,6 +363,8 @@ def main(argv: list[str]) -> dict[str, Any]:
                 pid, target = peer.pid, peer.url
             elif system == "fl":
                 target = floor.url
+            elif system == "w1" and base is not None:
+                target = base.url
             else:
                 target = dq
             if what == "consume":
@@ -322,9 +382,13 @@ def main(argv: list[str]) -> dict[str, Any]:
             got = pool.run(plan, pid)
             runs.setdefault(key, []).append(got)
             res[key] = combine(runs[key])
-            who = {"dq": "dynaq", "lb": "dynaq.client", "js": "jetstream", "fl": "bare aiohttp"}[
-                system
-            ]
+            who = {
+                "dq": "dynaq" if o.workers == 1 else f"dynaq {o.workers} workers",
+                "lb": "dynaq.client",
+                "js": "jetstream",
+                "fl": "bare aiohttp",
+                "w1": "dynaq 1 worker",
+            }[system]
             show(f"{who} {labels[what]}" + (f" ({r + 1}/{n})" if n > 1 else ""), got)
         disk["after"] = fsync_latency_ms(tmp, 50 if o.quick else 200)
         progress(
@@ -344,11 +408,12 @@ def main(argv: list[str]) -> dict[str, Any]:
             peer.stop()
         if floor is not None:
             floor.stop()
-        if node is not None:
-            try:
-                node.terminate()
-            except Exception:  # noqa: BLE001 - cleanup must reach the rmtree
-                node.kill()
+        for server in (node, base):
+            if server is not None:
+                try:
+                    server.terminate()
+                except Exception:  # noqa: BLE001 - cleanup must reach the rmtree
+                    server.kill()
         shutil.rmtree(tmp, ignore_errors=True)
     return _summary(o, res, disk, runs)
 
@@ -430,6 +495,9 @@ def _summary(
         out[f"fsync_{when}_p50_ms"] = round(disk[when]["p50"], 3)
         out[f"fsync_{when}_p99_ms"] = round(disk[when]["p99"], 3)
     out.update(_floors(res, disk))
+    if o.workers > 1:
+        out.update(scaling(o.workers, res))
+        out["layout"] = o.layout
     out["counts"] = {k: r.count for k, r in res.items()}
     return out
 

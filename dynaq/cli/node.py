@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import sys
 from typing import Any
 
 from dynaq import __version__
-from dynaq.config import Config, load_config
+from dynaq.config import Config, check_ranges, load_config
 from dynaq.errors import DynaqError
 from dynaq.logs import setup_logging
 from dynaq.outbox import cli as outbox_cli
@@ -23,6 +24,12 @@ def add_parsers(sub: Any) -> None:
     """Add the node commands to the ``dynaq`` parser's subcommands."""
     server = sub.add_parser("server", help="run a node in the foreground")
     server.add_argument("--config", "-c", help="TOML config file (DYNAQ_* env vars override it)")
+    server.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes serving this node through one port (overrides http.workers; "
+        "0 = one per core)",
+    )
     mig = sub.add_parser("migrate", help="create or upgrade the store, then exit")
     mig.add_argument("--config", "-c", help="TOML config file")
     sub.add_parser("version", help="print the version")
@@ -49,6 +56,33 @@ async def _migrate(config: Config) -> None:
     print("store initialised" if changed else "store is up to date")
 
 
+def _serve(config: Config, args: argparse.Namespace) -> None:
+    """Run the node: itself, one worker of it (started by its supervisor), or the
+    supervisor of its workers (``http.workers`` > 1)."""
+    from dynaq.node import run_node
+    from dynaq.node.supervisor import die_with_parent, run_supervisor
+    from dynaq.node.workers import check_workers, role_from_env, worker_count
+
+    # A test hook, read here where the environment is: SIGKILL at a transaction step.
+    crash_at = os.environ.get("DYNAQ_TESTING_CRASH_AT") or None
+    role = role_from_env()
+    if role is not None:
+        die_with_parent(role.parent)
+        asyncio.run(run_node(config, worker=role, crash_at=crash_at))
+        return
+    if args.workers is not None:
+        config = dataclasses.replace(
+            config, http=dataclasses.replace(config.http, workers=args.workers)
+        )
+        check_ranges(config)
+    if worker_count(config) == 1:
+        asyncio.run(run_node(config, crash_at=crash_at))
+        return
+    check_workers(config)
+    argv = ["server"] + ([] if args.config is None else ["--config", args.config])
+    asyncio.run(run_supervisor(config, argv))
+
+
 def run(args: argparse.Namespace) -> None:
     """Run a parsed node command (exits with its status)."""
     if args.command == "version":
@@ -62,10 +96,7 @@ def run(args: argparse.Namespace) -> None:
         if args.command == "migrate":
             asyncio.run(_migrate(config))
         elif args.command == "server":
-            from dynaq.node import run_node
-
-            # A test hook, read here where the environment is: SIGKILL at a transaction step.
-            asyncio.run(run_node(config, os.environ.get("DYNAQ_TESTING_CRASH_AT") or None))
+            _serve(config, args)
     except DynaqError as exc:
         print(f"dynaq: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

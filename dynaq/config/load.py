@@ -106,8 +106,9 @@ def config_from_mapping(raw: Mapping[str, Any], env: Mapping[str, str] | None = 
 
 
 # DYNAQ_* variables that belong to other programs: the CLI and client
-# (endpoint, token), the test harness and benchmarks, and HAProxy's config.
-_OTHER_PROGRAMS = ("DYNAQ_ENDPOINT", "DYNAQ_TOKEN", "DYNAQ_CONFIG")
+# (endpoint, token), a node's supervisor (its workers' role), the test harness
+# and benchmarks, and HAProxy's config.
+_OTHER_PROGRAMS = ("DYNAQ_ENDPOINT", "DYNAQ_TOKEN", "DYNAQ_CONFIG", "DYNAQ_WORKER_ROLE")
 _OTHER_PREFIXES = ("DYNAQ_TESTING_", "DYNAQ_BENCH_", "DYNAQ_LB_")
 
 
@@ -127,6 +128,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "http.shutdown_timeout_s": (0, 3_600),
     "http.keepalive_timeout_s": (0.1, 3_600),
     "http.body_timeout_s": (0.1, 3_600),
+    "http.workers": (0, 16),
     "embedded.map_size_mb": (1, 64 * 1024 * 1024),
     "embedded.max_commit_ops": (1, 10_000_000),
     "embedded.read_threads": (1, 256),

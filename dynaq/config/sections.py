@@ -43,6 +43,9 @@ class HttpConfig:
     """PEM private key of ``tls_cert``."""
     tls_ca: str = ""
     """PEM CA bundle peers' HTTPS certificates are verified against ("" = the system's)."""
+    workers: int = 1
+    """Worker processes serving this node's slice through one port (0 = one per core, at
+    most 16): see :mod:`dynaq.node.workers`. Embedded store, no ring of machines."""
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,11 @@ SCHEMA_VERSION = b"1"
 _ANY_HOST = ("", "0.0.0.0", "::", "[::]")
 
 
-def build_store(config: Config) -> Store:
-    """The store the config names (backends are imported only when chosen)."""
+def build_store(config: Config, *, version_tag: int = 0, version_tags: int = 1) -> Store:
+    """The store the config names (backends are imported only when chosen).
+
+    ``version_tag`` of ``version_tags``: which of a node's workers opens the
+    embedded store (see :class:`~dynaq.storage.embedded.LmdbStore`)."""
     backend = config.storage.backend
     if backend == "embedded":
         from dynaq.storage.embedded import LmdbStore
@@ -45,6 +48,8 @@ def build_store(config: Config) -> Store:
             fill_limit=e.fill_limit_percent / 100,
             min_free_disk=e.min_free_disk_mb * 1024 * 1024,
             growth_prefixes=keys.GROWTH_PREFIXES,
+            version_tag=version_tag,
+            version_tags=version_tags,
         )
     if backend == "memory":
         from dynaq.storage.memory import MemoryStore

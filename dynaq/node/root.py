@@ -44,6 +44,7 @@ from dynaq.node.builders import (
     migrate,
 )
 from dynaq.node.streams import build_streams
+from dynaq.node.workers import WorkerRole, worker_config
 from dynaq.services.batches import BatchService
 from dynaq.services.batches.hooks import batch_acks, batch_failures, completion_publisher
 from dynaq.services.catalog import Catalog
@@ -68,8 +69,18 @@ class Node:
     """One dynaq node: store, services, HTTP API and background tasks."""
 
     def __init__(
-        self, config: Config, *, clock: Clock | None = None, store: Store | None = None
+        self,
+        config: Config,
+        *,
+        clock: Clock | None = None,
+        store: Store | None = None,
+        worker: WorkerRole | None = None,
     ) -> None:
+        # A worker of a node of several (dynaq.node.workers): a ring member on
+        # loopback sharing the node's port and store.
+        self.worker = worker
+        if worker is not None:
+            config = worker_config(config, worker)
         check_ring_store(config, store_given=store is not None)
         # Before anything opens: a node others can reach refuses to run without
         # tokens (unless told it may); the TLS files must load.
@@ -78,11 +89,17 @@ class Node:
         self.config = config
         self.clock = clock or SystemClock()
         self.peer_auth = build_peer_auth(config, self.clock)
-        self.store = store or build_store(config)
+        self.store = store or (
+            build_store(config)
+            if worker is None
+            else build_store(config, version_tag=worker.index, version_tags=worker.count)
+        )
         self.metrics = build_metrics(config, self.clock)
         self.state = "starting"
         h = config.http
-        scheme = "https" if self.ssl is not None else "http"
+        # A node's workers reach each other on loopback in plain HTTP (signed as
+        # ever): the node's certificate need not name 127.0.0.1.
+        scheme = "https" if self.ssl is not None and worker is None else "http"
         me = Member(config.node.name, advertised_http(config, h.port), scheme)
         self.view = MembershipView(me)
         # SWIM ring when gossip is on (or seeds are set), else a ring of one.
@@ -132,7 +149,7 @@ class Node:
             self.batches.on_completion(
                 completion_publisher(self.store, self.topics, b.completion_topic, self.batches)
             )
-        self.streams = build_streams(config, self.clock)
+        self.streams = build_streams(config, self.clock, 0 if worker is None else worker.index)
         self.app = build_app(
             catalog=self.catalog,
             queues=self.queues,
@@ -161,6 +178,8 @@ class Node:
             self.hints = HttpPeerHints(self.peer_auth[0], self.peer_ssl)
         if self.hints is not None:
             self.queues.set_peer_hints(self.hints)
+        # A node's workers answer as one node: an empty slice asks the others.
+        self.queues.ring_receive_nowait = worker is not None
         # In a ring each stream is served by one node, recorded in the store; the
         # others forward its requests there.
         self.stream_forwarder: StreamForwarder | None = None
@@ -245,8 +264,21 @@ class Node:
         )
         await self._runner.setup()
         h = self.config.http
-        site = web.TCPSite(self._runner, h.host, h.port, backlog=1024, ssl_context=self.ssl)
+        # A node's workers all listen on its port: the kernel spreads connections.
+        site = web.TCPSite(
+            self._runner,
+            h.host,
+            h.port,
+            backlog=1024,
+            ssl_context=self.ssl,
+            reuse_port=self.worker is not None,
+        )
         await site.start()
+        if self.worker is not None:
+            # The worker's own address, for the other workers' node-to-node requests.
+            peer_port = self.worker.peer_ports[self.worker.index]
+            peer = web.TCPSite(self._runner, "127.0.0.1", peer_port)
+            await peer.start()
         addrs = self._runner.addresses
         if addrs:
             self.port = int(addrs[0][1])
@@ -325,12 +357,13 @@ class Node:
         log.info("node stopped")
 
 
-async def run_node(config: Config, crash_at: str | None = None) -> None:
-    """Run a node until SIGTERM or SIGINT, then shut it down gracefully.
-
-    ``crash_at`` (tests only) names a transaction step at which the process kills
-    itself (:class:`~dynaq.services.queues.transactions.CrashPoint`)."""
-    node = Node(config)
+async def run_node(
+    config: Config, worker: WorkerRole | None = None, crash_at: str | None = None
+) -> None:
+    """Run a node (or one ``worker`` of a node) until SIGTERM or SIGINT, then shut it
+    down gracefully. ``crash_at`` (tests only) names a transaction step at which the
+    process kills itself (:class:`~dynaq.services.queues.transactions.CrashPoint`)."""
+    node = Node(config, worker=worker)
     node.queues.transactions.crash = CrashPoint(crash_at)
     stop = node.stop_requested  # set by SIGTERM/SIGINT, or by losing the writer slot
     loop = asyncio.get_running_loop()

@@ -59,6 +59,11 @@ class LmdbStore(Store):
     (:class:`InsufficientStorage`) past ``fill_limit`` (a fraction) of the map
     or when less than ``min_free_disk`` bytes are left on the disk: the rest is
     the reserve deletes need.
+
+    Several processes may open one ``path`` (a node's workers: LMDB's lock file
+    serializes their writers, robust mutexes recover from one killed mid-commit);
+    they must use the same ``map_size``, and each its own ``version_tag`` out of
+    ``version_tags`` (see :mod:`dynaq.storage.embedded_commits`).
     """
 
     def __init__(
@@ -71,6 +76,8 @@ class LmdbStore(Store):
         fill_limit: float = 0.9,
         min_free_disk: int = 64 * 1024**2,
         growth_prefixes: tuple[bytes, ...] = (),
+        version_tag: int = 0,
+        version_tags: int = 1,
     ) -> None:
         if not 0 < fill_limit <= 1:
             raise ValueError("fill_limit must be in (0, 1]")
@@ -81,6 +88,8 @@ class LmdbStore(Store):
         self._max_commit_ops = max_commit_ops
         self._read_threads = read_threads
         self._growth_prefixes = growth_prefixes
+        self._version_tag = version_tag
+        self._version_tags = version_tags
         self._env: Any = None
         self._db: Any = None
         self._writer: GroupCommitter | None = None
@@ -106,6 +115,9 @@ class LmdbStore(Store):
                 readahead=False,
                 max_readers=256,
             )
+            # Reader slots left by a process killed mid-read (another worker of the
+            # node, or this one before a crash) would pin old pages forever.
+            await asyncio.to_thread(self._env.reader_check)
             self._db = await asyncio.to_thread(self._env.open_db, b"kv")
         except lmdb.Error as exc:
             raise StorageUnavailable(f"cannot open LMDB store at {self._path}: {exc}") from exc
@@ -120,6 +132,8 @@ class LmdbStore(Store):
             max_commit_ops=self._max_commit_ops,
             growth_prefixes=self._growth_prefixes,
             on_commit=lambda seconds: self.on_commit(seconds) if self.on_commit else None,
+            version_tag=self._version_tag,
+            version_tags=self._version_tags,
         )
         self._writer.start()
 

@@ -9,7 +9,9 @@ the reserve that deletes need (see :mod:`dynaq.storage.embedded`).
 Every value is stored as an 8-byte big-endian version followed by the payload.
 Versions come from a per-process hybrid clock (wall-clock microseconds, bumped
 to stay strictly increasing), so a key's version changes on every write, even
-across restarts.
+across restarts. Several processes sharing one environment (a node's workers)
+each stamp versions with their own residue modulo ``version_tags``, so two of
+them never write the same version of a key within one microsecond.
 """
 
 from __future__ import annotations
@@ -83,7 +85,13 @@ class GroupCommitter:
         max_commit_ops: int,
         growth_prefixes: tuple[bytes, ...] = (),
         on_commit: Callable[[float], None] | None = None,
+        version_tag: int = 0,
+        version_tags: int = 1,
     ) -> None:
+        if not 0 <= version_tag < version_tags:
+            raise ValueError("version_tag must be in [0, version_tags)")
+        self._version_tag = version_tag
+        self._version_tags = version_tags
         self._env = env
         self._on_commit = on_commit
         self._growth_prefixes = growth_prefixes
@@ -150,6 +158,10 @@ class GroupCommitter:
     def _next_version(self) -> int:
         # Only the writer thread calls this, so no lock is needed.
         v = max(self._last_version + 1, time.time_ns() // 1000)
+        tags = self._version_tags
+        if tags > 1:
+            # The next value at or above v that carries this process's tag.
+            v += (self._version_tag - v) % tags
         self._last_version = v
         return v
 

@@ -110,6 +110,9 @@ class QueueService:
         )
         self.receiver.dead_letter = self.dead_letters.move
         self.ring_poll = RingPoll(self.receiver, view, clock)
+        self.ring_receive_nowait = False
+        """Whether a receive that does not wait also asks the other members when this
+        one's slice has nothing (a node's workers: clients see one node)."""
         self.statistics = SliceStatistics(
             store, clock, view, self.states, metrics, catalog.cached_queues
         )
@@ -286,10 +289,12 @@ class QueueService:
         """Serve up to ``max_messages`` visible messages (see :meth:`Receiver.receive`).
 
         A long poll in a ring waits on every node's slice (:mod:`.ring_poll`);
-        a receive that does not wait serves this node's slice only.
+        a receive that does not wait serves this node's slice only (unless
+        :attr:`ring_receive_nowait`: then it asks the others once when empty).
         """
         peers = self._peer_visibility
-        if wait_time_s > 0 and peers is not None and len(self._view.members) > 1:
+        ring = wait_time_s > 0 or self.ring_receive_nowait
+        if ring and peers is not None and len(self._view.members) > 1:
             return await self.ring_poll.receive(
                 peers, queue, max_messages, visibility_timeout_s, wait_time_s
             )

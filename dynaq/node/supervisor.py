@@ -1,0 +1,215 @@
+"""The supervisor of a node of several workers (see :mod:`dynaq.node.workers`).
+
+It opens no store and serves no request: it picks the workers' loopback ports
+and the secret of their ring (new ports for a worker that exits soon after its
+start, in case another program took one), starts each worker as ``python -m dynaq
+server`` with its role in ``DYNAQ_WORKER_ROLE``, starts again a worker that
+exits (kill -9 of one worker: the others serve its lanes meanwhile, and it
+rejoins under the same name and addresses), and on SIGTERM or SIGINT stops every
+worker gracefully (SIGTERM each, SIGKILL what has not exited after
+``http.shutdown_timeout_s`` + 30 s). Workers die with the supervisor (Linux
+``PR_SET_PDEATHSIG``, set by each worker at start), so a kill -9 of the
+supervisor is a crash of the whole node, never orphans holding the port.
+
+The supervisor holds an unlistened ``SO_REUSEPORT`` socket on the public port
+for its lifetime: the port is known (also when ``http.port = 0``), and no program
+that does not ask for ``SO_REUSEPORT`` (as its own user) can take it meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import secrets
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+
+from dynaq.clock import Clock, SystemClock
+from dynaq.config import Config
+from dynaq.node.workers import ROLE_ENV, WorkerRole, worker_count, worker_name
+from dynaq.tasks import cancel_all
+
+log = logging.getLogger(__name__)
+
+_QUICK_EXIT_S = 5.0
+"""A worker that exits sooner than this after its start is started again only
+after a pause (doubling up to :data:`_MAX_PAUSE_S`): a worker that cannot start
+must not spin."""
+_MAX_PAUSE_S = 10.0
+_KILL_AFTER_EXTRA_S = 30.0
+
+
+# Below the kernel's usual ephemeral range (32768-60999): a port picked there can
+# be taken by an outgoing connection between the check and the worker's bind.
+_PORT_RANGE = (20000, 32000)
+
+
+def _loopback_port() -> int:
+    """A 127.0.0.1 port free for TCP and UDP now (a worker's gossip binds both)."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(*_PORT_RANGE)
+        try:
+            with socket.socket() as t, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+                t.bind(("127.0.0.1", port))
+                u.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return port
+    raise OSError("no free 127.0.0.1 port for a worker")
+
+
+def _hold_public_port(host: str, port: int) -> socket.socket:
+    """Bind (not listen) ``host:port`` with ``SO_REUSEPORT``; the socket's port is the node's."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host or "0.0.0.0", port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class Supervisor:
+    """Runs and restarts the worker processes of one node until told to stop."""
+
+    def __init__(
+        self,
+        config: Config,
+        argv: Sequence[str],
+        *,
+        clock: Clock | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        self.count = worker_count(config)
+        self._argv = list(argv)
+        self._clock = clock or SystemClock()
+        self._env = dict(os.environ if env is None else env)
+        self._procs: dict[int, asyncio.subprocess.Process] = {}
+        self.stopping = asyncio.Event()
+        self.starts = [0] * self.count
+        """How many times each worker was started (a restart counts)."""
+        self._port_socket: socket.socket | None = None
+        self._public = 0
+        self._key = secrets.token_hex(16)
+        self._gossip_ports: list[int] = []
+        self._peer_ports: list[int] = []
+
+    def pids(self) -> dict[int, int]:
+        """The running workers' process ids, by index."""
+        return {i: p.pid for i, p in self._procs.items() if p.returncode is None}
+
+    async def run(self) -> None:
+        """Start every worker and keep them running until :attr:`stopping` is set;
+        then stop them all and return."""
+        h = self.config.http
+        self._port_socket = _hold_public_port(h.host, h.port)
+        self._public = public = int(self._port_socket.getsockname()[1])
+        self._gossip_ports = [_loopback_port() for _ in range(self.count)]
+        self._peer_ports = [_loopback_port() for _ in range(self.count)]
+        log.info("node supervisor starting workers", extra={"workers": self.count, "port": public})
+        keepers = [
+            asyncio.create_task(self._keep(i), name=f"worker-{i}") for i in range(self.count)
+        ]
+        try:
+            await self.stopping.wait()
+            await self._stop_all()
+        finally:
+            await cancel_all(keepers)
+            for proc in self._procs.values():
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+            self._port_socket.close()
+        log.info("node supervisor stopped")
+
+    async def _spawn(self, index: int) -> asyncio.subprocess.Process:
+        role = WorkerRole(
+            index,
+            tuple(self._gossip_ports),
+            tuple(self._peer_ports),
+            self._public,
+            self._key,
+            os.getpid(),
+        )
+        env = {**self._env, ROLE_ENV: role.encode()}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "dynaq", *self._argv, env=env
+        )
+        self._procs[index] = proc
+        self.starts[index] += 1
+        name = worker_name(self.config.node.name, index)
+        log.info("worker started", extra={"worker": name, "pid": proc.pid})
+        return proc
+
+    async def _keep(self, index: int) -> None:
+        """Run worker ``index``, starting it again whenever it exits before the stop."""
+        pause = 1.0
+        name = worker_name(self.config.node.name, index)
+        while not self.stopping.is_set():
+            started = self._clock.monotonic()
+            proc = await self._spawn(index)
+            code = await proc.wait()
+            if self.stopping.is_set():
+                return
+            lived = self._clock.monotonic() - started
+            log.warning(
+                "worker exited; starting it again",
+                extra={"worker": name, "code": code, "lived_s": round(lived, 1)},
+            )
+            if lived < _QUICK_EXIT_S:
+                # Perhaps another program took one of its ports: new ones. The
+                # others learn its addresses from gossip when it joins them.
+                self._gossip_ports[index] = _loopback_port()
+                self._peer_ports[index] = _loopback_port()
+                await self._clock.sleep(pause)
+                pause = min(pause * 2, _MAX_PAUSE_S)
+            else:
+                pause = 1.0
+
+    async def _stop_all(self) -> None:
+        """SIGTERM every worker (each drains and leaves), then wait; SIGKILL stragglers."""
+        running = [p for p in self._procs.values() if p.returncode is None]
+        for proc in running:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        waits = asyncio.gather(*(p.wait() for p in running))
+        limit = self.config.http.shutdown_timeout_s + _KILL_AFTER_EXTRA_S
+        try:
+            await asyncio.wait_for(waits, limit)
+        except TimeoutError:
+            log.warning("workers did not stop in time; killing them", extra={"after_s": limit})
+            for proc in running:
+                if proc.returncode is None:
+                    proc.kill()
+
+
+def die_with_parent(parent: int) -> None:
+    """In a worker: be killed when the supervisor (process ``parent``) dies (Linux),
+    and exit at once if it is already gone."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if parent and os.getppid() != parent:
+        raise SystemExit("dynaq worker: its supervisor is gone")
+
+
+async def run_supervisor(config: Config, argv: Sequence[str]) -> None:
+    """Run a node of several workers until SIGTERM or SIGINT."""
+    sup = Supervisor(config, argv)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, sup.stopping.set)
+    await sup.run()

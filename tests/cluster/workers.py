@@ -1,0 +1,87 @@
+"""Helpers for tests of a node of several workers (``http.workers``): find the
+workers of a running node and wait until they all serve it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import aiohttp
+
+from dynaq.testing.runners import NodeServer
+
+
+def worker_pids(node: NodeServer) -> list[int]:
+    """The supervisor's children (its workers), from ``/proc`` (Linux)."""
+    proc = node.process.proc
+    assert proc is not None
+    path = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    text = path.read_text() if path.exists() else ""
+    return [int(p) for p in text.split()]
+
+
+async def pids_of(node: NodeServer) -> list[int]:
+    """:func:`worker_pids`, read in a worker thread."""
+    return await asyncio.to_thread(worker_pids, node)
+
+
+async def health_nodes(url: str, tries: int) -> set[str]:
+    """The worker names answering ``/health`` over ``tries`` fresh connections."""
+    seen: set[str] = set()
+    for _ in range(tries):
+        # A fresh connection each time: SO_REUSEPORT picks a worker per connection.
+        async with aiohttp.ClientSession() as http, http.get(f"{url}/health") as r:
+            if r.status == 200:
+                seen.add((await r.json())["node"])
+    return seen
+
+
+async def wait_workers(node: NodeServer, count: int, timeout_s: float = 60.0) -> None:
+    """Wait until ``count`` workers run, each serving and seeing all ``count``
+    members (the ring of workers converged)."""
+    deadline = time.monotonic() + timeout_s
+    want = {f"{node.name}-w{i}" for i in range(count)}
+    while True:
+        pids = await pids_of(node)
+        if len(pids) == count and await _converged(node.url, want):
+            return
+        assert time.monotonic() < deadline, f"workers never converged:\n{node.log()}"
+        await asyncio.sleep(0.2)
+
+
+async def _converged(url: str, want: set[str]) -> bool:
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{url}/v1/status/servers") as r:
+                text = await r.text()
+            addrs = [line.split()[-1] for line in text.splitlines() if line.startswith("Member:")]
+            names = {line.split()[1] for line in text.splitlines() if line.startswith("Member:")}
+            if names != want:
+                return False
+            # Each worker's own view (through its private address) must agree.
+            for addr in addrs:
+                async with http.get(f"http://{addr}/health") as r:
+                    body = await r.json()
+                    if r.status != 200 or body["members"] != len(want):
+                        return False
+    except (aiohttp.ClientError, KeyError, ValueError):
+        return False
+    return True
+
+
+async def worker_urls(node: NodeServer) -> dict[str, str]:
+    """Each worker's private URL (it serves the whole API too), by worker name."""
+    async with aiohttp.ClientSession() as http, http.get(f"{node.url}/v1/status/servers") as r:
+        text = await r.text()
+    return {
+        line.split()[1]: f"http://{line.split()[-1]}"
+        for line in text.splitlines()
+        if line.startswith("Member:")
+    }
+
+
+def kill9(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
