@@ -85,8 +85,8 @@ class StreamRef:
 @dataclass(frozen=True)
 class QueueRef:
     """A dynaq queue as an input (receive, then delete) or output (enqueue); entries
-    travel as JSON message bodies. Only ``at_least_once`` and ``at_most_once``
-    for now: exactly once needs the node's ``transact(deletes, enqueues)``."""
+    travel as JSON message bodies. Exactly once needs every endpoint of the processor
+    to be a queue (each step is one transaction: :mod:`dynaq.processors.queue_once`)."""
 
     name: str
 

@@ -7,9 +7,8 @@
 - :class:`Lease`: takes that lease and keeps renewing it from a supervised task.
 - :class:`QueueInput` / queue outputs (:func:`enqueue`): receive and delete, enqueue.
 
-The seam for exactly once over queues: an atomic node call
-``transact(deletes=[receipts], enqueues=[(queue, message with dedup id)])`` would
-take the place of an attempt record + conditional append (see :class:`Transact`).
+Exactly once over queues commits each step with the node's transactions instead
+(:mod:`dynaq.processors.queue_once`).
 """
 
 from __future__ import annotations
@@ -17,9 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from dynaq.client import AsyncClient, DynaqError, NewMessage, ReceivedMessage
 from dynaq.processors import records
@@ -43,16 +41,6 @@ class LeaseLost(Exception):
 
 class Stopping(Exception):
     """The runner is stopping: abandon a step that has not delivered anything yet."""
-
-
-class Transact(Protocol):
-    """The node call exactly-once queue→queue processing will use (being built):
-    delete ``deletes`` (receipts: queue, id) and enqueue ``enqueues`` (with dedup
-    ids from the delivery hash) in one atomic step."""
-
-    async def transact(
-        self, deletes: Sequence[tuple[str, int]], enqueues: Sequence[tuple[str, NewMessage]]
-    ) -> None: ...
 
 
 @dataclass
