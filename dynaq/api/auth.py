@@ -129,6 +129,11 @@ ROUTES: dict[tuple[str, str], tuple[Need, ...] | None] = {
     ("POST", "/v2/streams/{name}/publisher"): _s(WRITE),
     ("DELETE", "/v2/streams/{name}/publisher"): _s(WRITE),
     ("DELETE", "/v2/streams/{name}/subscriptions/{id}"): _s(READ),
+    # processor status: workers report (write), operators read; dropping one is admin
+    ("GET", "/v2/processors"): ANY_TOKEN,
+    ("GET", "/v2/processors/{name}"): (Need(READ, "processor", "{name}"),),
+    ("PUT", "/v2/processors/{name}"): (Need(WRITE, "processor", "{name}"),),
+    ("DELETE", "/v2/processors/{name}"): (Need(ADMIN, "processor", "{name}"),),
     # dead letters and background tasks. A redrive writes into the queues its messages
     # came from (or to_queue): write on every queue besides admin on the one it empties.
     ("GET", "/v2/queues/{queue}/dead_letter_sources"): _q(READ),

@@ -6,7 +6,8 @@ variable, ``DYNAQ_AUTH_TOKENS``, comma-separated)::
     NAME:SECRET:GRANT[;GRANT...]
     GRANT    = PERMS=RESOURCE            e.g. read+write=queue/jobs-*
     PERMS    = read | write | admin, joined by "+"   (admin implies read and write)
-    RESOURCE = [KIND/]PATTERN            KIND: queue, topic, batch or stream; none = every kind
+    RESOURCE = [KIND/]PATTERN            KIND: queue, topic, batch, stream or processor;
+                                         none = every kind
     PATTERN  = a name with * (any run) and ? (one character); batches are named by
                their mode (exact, estimated)
     SECRET   = 16+ characters of A-Z a-z 0-9 . _ ~ + / = -   (the bearer token itself)
@@ -33,7 +34,7 @@ from dynaq.errors import InvalidInput
 
 READ, WRITE, ADMIN = "read", "write", "admin"
 PERMS = (READ, WRITE, ADMIN)
-KINDS = ("queue", "topic", "batch", "stream")
+KINDS = ("queue", "topic", "batch", "stream", "processor")
 MAX_PRESENTED = 1024
 """Longest bearer token looked at (longer ones are refused unhashed)."""
 
@@ -90,7 +91,7 @@ def _grant(text: str, where: str) -> Grant:
         kind, _, resource = resource.partition("/")
         if kind not in KINDS:
             raise InvalidInput(
-                f"{where}: unknown resource kind {kind!r}; use queue, topic, batch, stream"
+                f"{where}: unknown resource kind {kind!r}; use queue, topic, batch, stream, processor"
             )
     if not _PATTERN.fullmatch(resource):
         raise InvalidInput(f"{where}: bad name pattern {resource!r} (names with * and ?)")
