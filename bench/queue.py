@@ -61,20 +61,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import socket
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
+from bench._nats import NatsServer, setup_nats
 from bench._own_envs import OwnEnvs
 from bench._queue_clients import (
     BATCH,
     BODY_BYTES,
-    DURABLE,
-    STREAM,
-    SUBJECT,
     ClientPool,
     PhaseResult,
     Spec,
@@ -83,21 +78,17 @@ from bench._queue_floor import FloorServer, lmdb_commit_ms, settle_disk
 from bench._queue_plan import (
     Options,
     combine,
-    paired_ratios,
-    scaling,
     setup_queue,
     show,
     specs,
     split,
 )
+from bench._queue_summary import summary
 from bench.common import (
-    Deadline,
-    free_port,
     fsync_latency_ms,
     progress,
     start_node,
 )
-from dynaq.testing.process import stop_process
 
 # --------------------------------------------------------------------------- options
 
@@ -198,77 +189,7 @@ def parse(argv: list[str]) -> Options:
     )
 
 
-# --------------------------------------------------------------------------- servers
-
-
-class NatsServer:
-    """A real ``nats-server -js`` on 127.0.0.1, file storage in a temp dir."""
-
-    def __init__(self, tmp: Path) -> None:
-        exe = shutil.which("nats-server") or "/usr/sbin/nats-server"
-        if not Path(exe).exists():
-            raise RuntimeError("nats-server not found: run scripts/deps/nats.sh")
-        self.port = free_port()
-        store = tmp / "jetstream"
-        store.mkdir()
-        self.log_path = tmp / "nats.log"
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [exe, "-js", "-sd", str(store), "-a", "127.0.0.1", "-p", str(self.port)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = Deadline(15.0)
-        while not deadline.expired():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"nats-server exited:\n{self.log_path.read_text()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("nats-server did not start listening")
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def stop(self) -> None:
-        stop_process(self.proc)
-
-
-async def _setup_nats(url: str) -> None:
-    import nats
-    from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
-
-    nc = await nats.connect(url)
-    try:
-        js = nc.jetstream()
-        await js.add_stream(StreamConfig(name=STREAM, subjects=[SUBJECT], storage=StorageType.FILE))
-        await js.add_consumer(
-            STREAM,
-            ConsumerConfig(
-                durable_name=DURABLE,
-                ack_policy=AckPolicy.EXPLICIT,
-                max_ack_pending=-1,
-                max_waiting=1024,
-                ack_wait=60.0,
-            ),
-        )
-    finally:
-        await nc.close()
-
-
 # --------------------------------------------------------------------------- the run
-
-
-def _ratio(a: float, b: float) -> float:
-    return round(a / b, 3) if b > 0 else 0.0
 
 
 def main(argv: list[str]) -> dict[str, Any]:
@@ -306,7 +227,7 @@ def main(argv: list[str]) -> dict[str, Any]:
             progress(f"1-worker dynaq node pid {base.proc.pid} at {base.url} (the baseline)")
         if o.peer:
             peer = NatsServer(tmp)
-            asyncio.run(_setup_nats(peer.url))
+            asyncio.run(setup_nats(peer.url))
             progress(f"nats-server -js pid {peer.pid} at {peer.url} (file storage)")
         floor = FloorServer(tmp)
         progress(f"bare aiohttp floor server pid {floor.pid} at {floor.url}")
@@ -415,123 +336,4 @@ def main(argv: list[str]) -> dict[str, Any]:
                 except Exception:  # noqa: BLE001 - cleanup must reach the rmtree
                     server.kill()
         shutil.rmtree(tmp, ignore_errors=True)
-    return _summary(o, res, disk, runs)
-
-
-def _summary(
-    o: Options,
-    res: dict[str, PhaseResult],
-    disk: dict[str, dict[str, float]],
-    runs: dict[str, list[PhaseResult]],
-) -> dict[str, Any]:
-    def fig(key: str) -> float:
-        r = res.get(key)
-        return round(r.msgs_per_s, 1) if r else 0.0
-
-    def lat(key: str, p: str) -> float:
-        r = res.get(key)
-        return round(r.latency_ms[p], 3) if r else 0.0
-
-    def cores(key: str, who: str) -> float:
-        r = res.get(key)
-        if r is None:
-            return 0.0
-        return round((r.server_cpu_s if who == "server" else r.client_cpu_s) / r.wall_s, 2)
-
-    out: dict[str, Any] = {
-        "scenario": "queue",
-        "quick": o.quick,
-        "body_bytes": BODY_BYTES,
-        "batch_size": BATCH,
-        "concurrency": o.concurrency,
-        "client_procs": o.procs,
-        "enqueue_batch_msgs_per_s": fig("dq_batch"),
-        "receive_delete_msgs_per_s": fig("dq_consume"),
-        "enqueue_single_msgs_per_s": fig("dq_single"),
-        "rtt_p50_ms": lat("dq_rtt", "p50"),
-        "rtt_p99_ms": lat("dq_rtt", "p99"),
-        "peer": "nats-jetstream" if "js_batch" in res else "none",
-        "peer_publish_batch_msgs_per_s": fig("js_batch"),
-        "peer_consume_ack_msgs_per_s": fig("js_consume"),
-        "peer_publish_single_msgs_per_s": fig("js_single"),
-        "peer_rtt_p50_ms": lat("js_rtt", "p50"),
-        "peer_rtt_p99_ms": lat("js_rtt", "p99"),
-        "ratio_vs_peer": _ratio(fig("dq_batch"), fig("js_batch")),
-        "ratio_receive_delete_vs_peer": _ratio(fig("dq_consume"), fig("js_consume")),
-        "ratio_single_vs_peer": _ratio(fig("dq_single"), fig("js_single")),
-        # Latency: > 1 means dynaq's round trip is that many times JetStream's.
-        "ratio_rtt_p50_vs_peer": _ratio(lat("dq_rtt", "p50"), lat("js_rtt", "p50")),
-        "ratio_rtt_p99_vs_peer": _ratio(lat("dq_rtt", "p99"), lat("js_rtt", "p99")),
-        "errors": sum(r.errors for r in res.values()),
-    }
-    if o.library:
-        out["client"] = "dynaq"
-        out["client_enqueue_batch_msgs_per_s"] = fig("lb_batch")
-        out["client_receive_delete_msgs_per_s"] = fig("lb_consume")
-        out["client_enqueue_single_msgs_per_s"] = fig("lb_single")
-        out["client_rtt_p50_ms"] = lat("lb_rtt", "p50")
-        out["client_ratio_batch"] = _ratio(fig("lb_batch"), fig("dq_batch"))
-        out["client_ratio_receive_delete"] = _ratio(fig("lb_consume"), fig("dq_consume"))
-        out["client_ratio_single"] = _ratio(fig("lb_single"), fig("dq_single"))
-        if o.rounds > 1:
-            for what, name in (
-                ("batch", "batch"),
-                ("consume", "receive_delete"),
-                ("single", "single"),
-            ):
-                if f"lb_{what}" in runs:
-                    ratios, median = paired_ratios(runs[f"lb_{what}"], runs[f"dq_{what}"])
-                    out[f"client_ratio_{name}_rounds"] = ratios
-                    out[f"client_ratio_{name}_median"] = median
-    for key, r in res.items():
-        # The client's own cost, whatever the shared machine did to the server.
-        out[f"client_cpu_us_per_msg_{key}"] = (
-            round(r.client_cpu_s / r.count * 1e6, 2) if r.count else 0.0
-        )
-    for key in res:
-        out[f"server_cores_{key}"] = cores(key, "server")
-        out[f"client_cores_{key}"] = cores(key, "client")
-    for when in ("before", "after"):
-        out[f"fsync_{when}_p50_ms"] = round(disk[when]["p50"], 3)
-        out[f"fsync_{when}_p99_ms"] = round(disk[when]["p99"], 3)
-    out.update(_floors(res, disk))
-    if o.workers > 1:
-        out.update(scaling(o.workers, res))
-        out["layout"] = o.layout
-    out["counts"] = {k: r.count for k, r in res.items()}
-    return out
-
-
-RTT_SLACK_MS = 0.3
-"""What issue 18 allows a single enqueue's round trip over its floor."""
-
-
-def _floors(res: dict[str, PhaseResult], disk: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """The same-run floors and dynaq's distance to them (see the module docstring)."""
-
-    def p50(key: str) -> float:
-        r = res.get(key)
-        return r.latency_ms["p50"] if r else 0.0
-
-    def rate_of(key: str) -> float:
-        r = res.get(key)
-        return r.msgs_per_s if r else 0.0
-
-    # The median of the three probes (start, just before the round trips, end):
-    # one probe caught in a neighbour's write burst must not move the floor.
-    probes = sorted(disk[k]["p50"] for k in ("before", "rtt", "after") if k in disk)
-    fsync = probes[len(probes) // 2]
-    http = p50("fl_rtt")
-    floor = fsync + http + RTT_SLACK_MS
-    return {
-        "floor_fdatasync_p50_ms": round(fsync, 3),
-        "fsync_rtt_p50_ms": round(disk["rtt"]["p50"], 3) if "rtt" in disk else 0.0,
-        "floor_lmdb_commit_p50_ms": round(disk["lmdb_commit"]["p50"], 3),
-        "floor_http_rtt_p50_ms": round(http, 3),
-        "floor_http_single_msgs_per_s": round(rate_of("fl_single"), 1),
-        "rtt_floor_ms": round(floor, 3),
-        "rtt_p50_over_floor_ms": round(p50("dq_rtt") - floor, 3),
-        "rtt_within_floor": 0 < p50("dq_rtt") <= floor,
-        "ratio_single_vs_http_floor": _ratio(rate_of("dq_single"), rate_of("fl_single")),
-        "ratio_http_floor_single_vs_peer": _ratio(rate_of("fl_single"), rate_of("js_single")),
-    }
+    return summary(o, res, disk, runs)

@@ -29,8 +29,8 @@ from typing import Any
 
 import msgpack
 
+from bench._nats import NatsServer
 from bench.common import fsync_latency_ms, process_cpu_s, progress, rate, start_node
-from bench.queue import NatsServer
 
 ENTRY_BYTES = 256
 STREAM = "bench"
