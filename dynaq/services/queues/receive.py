@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from dynaq.clock import Clock
 from dynaq.core import keys
@@ -23,6 +22,7 @@ from dynaq.core.partitions import Partition, QueueState
 from dynaq.errors import InvalidInput, NotServing
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import Catalog, QueueInfo
+from dynaq.services.queues.lane_probe import LaneProbe, probe_lane
 from dynaq.services.queues.state import QueueStates
 from dynaq.storage.base import Store
 from dynaq.tasks import wait_event
@@ -41,9 +41,6 @@ _MAX_EXAMINED = 8192
 the scan stops there and the next receive goes on from the cursor, so a long
 blocked backlog costs each receive a bounded slice of the event loop."""
 _MAINTAIN_EVERY_S = 1.0
-_PROBE_ROWS = 1024
-"""Rows a probe of a lane's start reads; past that every group found there waits
-for a scan that reads the lane from its start."""
 
 MAX_WAIT_S = 20.0
 """Longest long poll (SQS's limit)."""
@@ -299,9 +296,9 @@ class Receiver:
                 )
                 # The page's first lane, when the page starts inside it: a group message
                 # found there is served only once a read begun after this page (a probe)
-                # shows no earlier message of its group before the page (see _probe).
+                # shows no earlier message of its group before the page (see :mod:`.lane_probe`).
                 partial = lane_of(start) if start != lane_start(lane_of(start)) else None
-                probe: _Probe | None = None
+                probe: LaneProbe | None = None
                 now = self._clock.monotonic()
                 last = start
                 for k, v in rows:
@@ -325,7 +322,7 @@ class Receiver:
                         continue
                     if g is not None and partial is not None and lane_of(last) == partial:
                         if probe is None:
-                            probe = await self._probe(info, st, partial, start)
+                            probe = await probe_lane(self._store, info.number, st, partial, start)
                             examined += probe.rows
                             now = self._clock.monotonic()
                             if st.deleted_since(last, token) or st.is_invisible(last, now):
@@ -369,53 +366,6 @@ class Receiver:
             p.last_used = self._clock.monotonic()
             p.locked_until = p.last_used + vt
         return out
-
-    async def _probe(self, info: QueueInfo, st: QueueState, lane: int, before: int) -> _Probe:
-        """Read ``lane`` from its start up to ``before`` again, after a scan page
-        (starting at ``before``) returned a group message of that lane.
-
-        Why: a page read sees the lane's start only if it began there. A scan
-        that began mid-lane may have read the lane's start earlier, before a
-        group's first message was committed behind its cursor; a later message of
-        the group, sent after the first was acknowledged, would then be served
-        first. Hints rewind scans over such writes, but a hint can be late (it
-        may reach a node after the next write) or lost during a slice change.
-        The first message was committed before the later one was written, so a
-        read begun after the page saw the later one sees it: a group with a
-        message here that is not served yet waits, and the next scan reads the
-        lane from its start."""
-        token = st.begin_read()
-        try:
-            rows = await self._store.scan(
-                keys.message(info.number, lane_start(lane)),
-                keys.message(info.number, before),
-                _PROBE_ROWS,
-            )
-        finally:
-            st.end_read(token)
-        groups: set[str] = set()
-        for k, v in rows:
-            mid = keys.message_id(k)
-            if st.deleted_since(mid, token):
-                continue
-            f = st.inflight.get(mid)
-            g = f.group if f is not None else decode(mid, v).group
-            if g is not None:
-                groups.add(g)
-        return _Probe(frozenset(groups), len(rows) < _PROBE_ROWS, len(rows))
-
-
-@dataclass(frozen=True, slots=True)
-class _Probe:
-    """What a probe of a lane's start found: the groups with a message there not
-    yet served, and whether it read the whole range (else every group waits)."""
-
-    groups: frozenset[str]
-    complete: bool
-    rows: int
-
-    def blocks(self, group: str) -> bool:
-        return not self.complete or group in self.groups
 
 
 def _over_limit(st: QueueState, message_id: int, limit: int) -> bool:
