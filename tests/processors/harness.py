@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dynaq.client import Client
+from dynaq.testing.cluster import ClusterNode
 from dynaq.testing.process import NodeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,9 +64,10 @@ class Worker:
 
 @dataclass
 class Harness:
-    """Starts workers of one app against one node, with the test's stream prefix."""
+    """Starts workers of one app against one node (of a ring, or alone), with the
+    test's stream prefix."""
 
-    node: NodeProcess
+    node: NodeProcess | ClusterNode
     app: str
     prefix: str
     tmp: Path
