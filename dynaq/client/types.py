@@ -386,9 +386,13 @@ class StreamInfo:
     segments: int = 0
     fsyncs: int = 0
     schema: Mapping[str, Any] | None = field(default=None, compare=False)
+    copies: Mapping[str, int] | None = field(default=None, compare=False)
+    """In a ring, in a listing: the size each follower's copy reported (fsync'd) to the
+    stream's authority; ``None`` on a node alone."""
 
     @classmethod
     def from_wire(cls, got: Mapping[str, Any]) -> StreamInfo:
+        copies = got.get("copies")
         return cls(
             str(got["name"]),
             got.get("order_key"),
@@ -397,6 +401,7 @@ class StreamInfo:
             int(got.get("segments", 0)),
             int(got.get("fsyncs", 0)),
             got.get("schema"),
+            None if copies is None else {str(k): int(v) for k, v in copies.items()},
         )
 
 

@@ -79,6 +79,52 @@ nothing outside the backing stream, so running it again (same tailers, same
 alts input, so same entries and same hash) delivers it once. (f) ``next``
 tailers come from the same record as the plan, so a delivered step is never
 taken again.
+
+**In a ring.** Each stream has one authority; a worker may talk to any node, which
+forwards every request of this algorithm to it unchanged (``expect_index``, the
+publisher token, reads, the hidden listing), so the conditional append and the
+lease are decided in one place, as on a node alone. When an authority fails, its
+most complete live copy takes over under a new epoch and every other copy cuts its
+tail back to that size; the new epoch's publisher tokens start above every earlier
+one, so the worker's next backing append is fenced (``LeaseLost``): it takes the
+lease again and recovers. What a failover may cut is only
+what was never acknowledged, **with** ``streams.acks = "quorum"`` (the default):
+an acknowledged append is on a majority of the copies, so on the most complete
+survivor of one failure. Then:
+
+- *An output cut away* was an append whose answer the worker never got (a
+  connection error, 503 ``stream_unavailable`` or ``replication_timeout``). Its
+  attempt record names ``N``; after the failover ``N`` is either the size (unsettled:
+  the retry goes exactly there), above the size (a new attempt at the size; the
+  old append cannot land any more: it was only on the dead authority, a forwarding
+  node never resends it, and a node that comes back cuts its tail and refuses
+  requests for a stream it no longer serves), or below it, holding another entry
+  (settled: a new attempt). (c) holds for every index the survivors hold.
+- *A backing record cut away* was never acknowledged, so nothing after it was sent:
+  a cut attempt record sent no output ((b): outputs go after their record's 200),
+  a cut snapshot leaves the step to run again as a first attempt, as in (e).
+- *Reads see more than the quorum holds*: an authority serves an entry as soon as
+  it has it, before its followers confirm it. A decision taken from such a read
+  could be undone by a failover — a backing tail recovery finishes (then cut: the
+  step runs again, a duplicate), one of its own outputs recovery finds landed (then
+  cut: lost), an input entry a step takes (then cut, and another entry takes its
+  index: that one is skipped). So recovery reads the backing stream, and counts an
+  output as landed, only once a majority of the copies reports them
+  (:func:`~dynaq.processors.io.durable`, from the ring's listing of each stream's
+  copies; else :class:`~dynaq.processors.io.NotDurable`, an interruption), and an
+  input entry is taken only below the size a majority of its copies holds
+  (:class:`~dynaq.processors.io.StreamInput`). A node alone answers without copies:
+  its fsync is final, and nothing is waited for.
+
+With ``acks = "leader"`` an append is acknowledged after the authority's fsync
+alone, and a ``kill -9`` of the authority can cut acknowledged entries: an output
+(the step recorded as delivered, the output gone: lost) or backing records (the
+step runs again from an earlier snapshot while its output stands: a duplicate).
+The guarantee in a ring needs ``quorum``. Beyond one failure at a time (a second
+authority lost before its copies caught up, a network split) a ring can lose
+acknowledged entries, and the guarantee with them.
+``tests/processors/test_ring.py`` runs a worker through a node serving none of its
+streams, and kills -9 the authority of its output and backing streams under load.
 """
 
 from __future__ import annotations
@@ -91,7 +137,7 @@ from typing import Any
 from dynaq.client import AsyncClient, DynaqError
 from dynaq.processors import faults, records
 from dynaq.processors.graph import Kind, Processor
-from dynaq.processors.io import INDEX_TAKEN, Backing, code_of
+from dynaq.processors.io import INDEX_TAKEN, Backing, code_of, durable
 from dynaq.processors.steps import (
     Handles,
     Reader,
@@ -135,7 +181,10 @@ class ExactlyOnce:
     async def recover(self) -> None:
         """Bring the tailers to the first step not yet delivered (see the module)."""
         faults.point("recovery.start")
-        recs = await self.backing.since_last_snapshot()
+        # In a ring, read only what a quorum of the copies holds (see "In a ring").
+        end = await self.client.stream_size(self.backing.name)
+        await durable(self.client, self.backing.name, end)
+        recs = await self.backing.since_last_snapshot(end)
         faults.point("recovery.read")
         self.replay = None
         if not recs or recs[0]["t"] != records.SNAPSHOT:
@@ -270,6 +319,7 @@ class ExactlyOnce:
             for i in sorted(known - settled):
                 if i < size:
                     if await self._holds(stream, i, h, slot):
+                        await durable(self.client, stream, i + 1)  # landed for good
                         return False
                     settled.add(i)
             if size not in known:

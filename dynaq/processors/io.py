@@ -28,11 +28,54 @@ PUBLISHER_FENCED = "publisher_fenced"
 INDEX_TAKEN = "index_taken"
 STREAM_NOT_FOUND = "stream_not_found"
 READ_CHUNK = 100
+HIDDEN_PREFIX = "_cues."
 
 
 def code_of(exc: BaseException) -> str | None:
     """The node's error code (``index_taken``, ``publisher_fenced``...)."""
     return exc.code if isinstance(exc, DynaqError) else None
+
+
+DURABLE_WAIT_S = 10.0
+"""How long recovery waits for a quorum of a stream's copies to confirm what it read."""
+
+
+class NotDurable(Exception):
+    """Entries recovery read are not (yet) on a quorum of the stream's copies: an
+    interruption (a failover may still cut them away); recovery runs again."""
+
+
+async def durable(client: AsyncClient, stream: str, end: int, wait_s: float | None = None) -> None:
+    """Return once the entries of ``stream`` below ``end`` are on a majority of its copies
+    (the authority's and its followers' reported sizes, as the ring's listing shows
+    them; at once on a node alone); :class:`NotDurable` after ``wait_s``.
+
+    In a ring, a stream's authority serves an entry as soon as it holds it, before the
+    followers confirm it; an append that answered 503 ``replication_timeout`` (or whose
+    answer was lost) may be on the authority alone, and a failover cuts it away. What
+    recovery decides from a read (an output landed, an attempt was recorded) must hold
+    after any single failure, so it waits for what the quorum holds."""
+    deadline = asyncio.get_running_loop().time() + (DURABLE_WAIT_S if wait_s is None else wait_s)
+    delay = 0.05
+    while True:
+        infos = await client.list_streams(hidden=stream.startswith(HIDDEN_PREFIX))
+        info = next((i for i in infos if i.name == stream), None)
+        # Not listed: its authority did not answer the listing (a failover under way).
+        have, copies = 0, 0
+        if info is not None:
+            if not info.copies:  # a node alone (or one copy): its fsync is the whole story
+                return
+            copies = 1 + len(info.copies)
+            have = 1 + sum(1 for size in info.copies.values() if size >= end)
+            if have >= copies // 2 + 1:
+                return
+        if asyncio.get_running_loop().time() + delay > deadline:
+            raise NotDurable(
+                f"{stream}: the entries below index {end} are on {have} of its "
+                f"{copies} copies known, not a majority"
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.5)
 
 
 class LeaseLost(Exception):
@@ -52,17 +95,44 @@ class StreamInput:
     stream: str
     cache: dict[int, Any] = field(default_factory=dict)
     size: int = 0
+    confirmed: int = 0
+    """In a ring: the entries below this are on a majority of the stream's copies."""
+    alone: bool = False
+    """The node answers alone (no ring): what it serves is fsync'd, and final."""
 
     async def entry_at(self, index: int) -> tuple[bool, Any]:
         """``(True, entry)`` for the entry at ``index``, ``(False, None)`` if the stream
-        does not hold it yet."""
+        does not hold it yet (in a ring: not on a majority of its copies yet)."""
         if index not in self.cache:
             got = await self.client.read_stream(self.stream, index, READ_CHUNK)
             for item in got:
                 self.cache[int(item["index"])] = item["entry"]
             if index not in self.cache:
                 return False, None
+        if index >= self.confirmed and not self.alone:
+            await self._confirm()
+            if index >= self.confirmed and not self.alone:
+                return False, None
         return True, self.cache[index]
+
+    async def _confirm(self) -> None:
+        """Learn how much of the stream a majority of its copies holds. An authority
+        serves an entry before its followers confirm it; if it fails first, the entry
+        is cut away at failover and another takes its index, so a step must never
+        take it (its output would stand for an entry that is not there, and the one
+        that is would be skipped)."""
+        hidden = self.stream.startswith(HIDDEN_PREFIX)
+        info = next(
+            (i for i in await self.client.list_streams(hidden=hidden) if i.name == self.stream),
+            None,
+        )
+        if info is None:  # its authority did not answer the listing: nothing more is known
+            return
+        if info.copies is None:
+            self.alone = True
+            return
+        sizes = sorted([info.size, *info.copies.values()], reverse=True)
+        self.confirmed = max(self.confirmed, sizes[len(sizes) // 2])
 
     def forget_before(self, index: int) -> None:
         if len(self.cache) > 4 * READ_CHUNK:
@@ -102,10 +172,12 @@ class Backing:
         self.appends += 1
         return got.first_index + len(batch) - 1
 
-    async def since_last_snapshot(self) -> list[dict[str, Any]]:
+    async def since_last_snapshot(self, end: int | None = None) -> list[dict[str, Any]]:
         """The last ``snapshot`` record and every record after it (``[]`` if none), or,
-        with no snapshot at all, every ``position`` record's last one."""
-        end = await self.client.stream_size(self.name)
+        with no snapshot at all, every ``position`` record's last one; only the records
+        below ``end``, if given."""
+        if end is None:
+            end = await self.client.stream_size(self.name)
         tail: list[dict[str, Any]] = []
         while end > 0:
             start = max(0, end - 256)

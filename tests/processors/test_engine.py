@@ -5,16 +5,17 @@ a graceful stop that finishes its step, and a second runner waiting for the leas
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
 
-from dynaq.client import AsyncClient
+from dynaq.client import AsyncClient, StreamInfo
 from dynaq.errors import IndexTaken, StreamNotFound
-from dynaq.processors import META, STATUS_KEYS, Graph, GraphRunner, Handles, delivery_hash
+from dynaq.processors import META, STATUS_KEYS, Graph, GraphRunner, Handles, delivery_hash, io
 from dynaq.processors.exactly_once import ExactlyOnce
-from dynaq.processors.io import Backing, Lease, LeaseLost, StreamInput
+from dynaq.processors.io import Backing, Lease, LeaseLost, NotDurable, StreamInput
 from dynaq.processors.records import attempt, snapshot, stamped
 from dynaq.processors.steps import Reader, Stats
 from dynaq.testing.process import NodeProcess
@@ -102,6 +103,66 @@ async def test_recorded_index_taken_by_another_writer_moves_the_attempt(
         ("attempt-output", 0),
         ("attempt-output", 1),
     ]
+
+
+class _RingView(AsyncClient):
+    """A client of a node alone whose listing shows the copies a ring would: two
+    followers, one reporting ``confirmed[stream]`` entries (all by default), the other
+    none; so what a quorum holds is exactly ``confirmed``."""
+
+    confirmed: dict[str, int]
+
+    async def list_streams(self, *, hidden: bool = False) -> list[StreamInfo]:
+        return [
+            dataclasses.replace(i, copies={"f1": self.confirmed.get(i.name, i.size), "f2": 0})
+            for i in await super().list_streams(hidden=hidden)
+        ]
+
+
+async def test_recovery_trusts_only_what_a_quorum_of_the_copies_holds(
+    node: NodeProcess, client: AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a ring an authority serves entries its followers have not confirmed yet (an
+    append that answered 503 ``replication_timeout``); a failover may cut them away.
+    Recovery neither reads such a backing tail nor counts such an output as landed: it
+    is interrupted (:class:`NotDurable`) until the copies confirm them."""
+    monkeypatch.setattr(io, "DURABLE_WAIT_S", 0.3)
+    entry, _ = await _stale_worker(client, "quorum1")
+    await client.append("quorum1-out", [entry], expect_index=0)  # landed, not confirmed
+    ring = _RingView(node.url)
+    async with ring:
+        ring.confirmed = {"_cues.quorum1.p": 0, "quorum1-out": 0}
+        b = await _worker_b(ring, "quorum1")
+        with pytest.raises(NotDurable, match=r"_cues\.quorum1\.p"):  # the attempt record
+            await b.recover()
+        ring.confirmed["_cues.quorum1.p"] = 2
+        with pytest.raises(NotDurable, match="quorum1-out"):  # the output at index 0
+            await b.recover()
+        assert b.tailers == {"quorum1-in": 0} and b.stats.delivered == 0
+        ring.confirmed["quorum1-out"] = 1
+        await b.recover()
+        assert b.tailers == {"quorum1-in": 1} and b.stats.attempts == 0
+    assert len(await _outputs(client, "quorum1-out")) == 1
+
+
+async def test_an_input_entry_is_taken_once_a_quorum_of_the_copies_holds_it(
+    node: NodeProcess, client: AsyncClient
+) -> None:
+    """An input entry its authority serves but its followers have not confirmed may be
+    cut at failover (another entry then takes its index): a step waits for it."""
+    await client.declare_stream("quorum2-in", {"type": "object"})
+    await client.append("quorum2-in", [{"n": 1}, {"n": 2}])
+    ring = _RingView(node.url)
+    async with ring:
+        ring.confirmed = {"quorum2-in": 1}
+        inp = StreamInput(ring, "quorum2-in")
+        assert await inp.entry_at(0) == (True, {"n": 1})
+        assert await inp.entry_at(1) == (False, None)  # there, not confirmed yet
+        ring.confirmed["quorum2-in"] = 2
+        assert await inp.entry_at(1) == (True, {"n": 2})
+        assert not inp.alone
+    alone = StreamInput(client, "quorum2-in")  # a node alone: what it serves is final
+    assert await alone.entry_at(1) == (True, {"n": 2}) and alone.alone
 
 
 async def test_a_fenced_worker_writes_nothing_to_the_backing_stream(client: AsyncClient) -> None:
