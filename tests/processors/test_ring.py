@@ -54,7 +54,10 @@ def _authorities(node: ClusterNode) -> dict[str, str]:
     """Every stream (hidden ones too) and the node serving it, as ``node`` lists them."""
     status, body = http_get(node.url + "/v2/streams?hidden=true", timeout_s=10.0)
     assert status == 200, body
-    return {e["name"]: e["node"] for e in json.loads(body)["streams"]}
+    listed = json.loads(body)["streams"]
+    # The copies' sizes the worker's quorum checks read (io.durable, StreamInput).
+    assert all(isinstance(e.get("copies"), dict) for e in listed), listed
+    return {e["name"]: e["node"] for e in listed}
 
 
 def _streams(t: str) -> dict[str, str]:
@@ -97,6 +100,8 @@ class Feeder:
         self.stop = threading.Event()
 
     def batch(self, c: Client, size: int) -> None:
+        """Inputs (retried as they are: the tests never kill the input stream's
+        authority, so an input append has no unknown outcome), then a foreign entry."""
         ns = [next(self.counter) for _ in range(size)]
         while True:
             try:
