@@ -1,6 +1,8 @@
 """Estimated mode: one counter per batch, moved by N (see :mod:`dynaq.services.batches`).
 
 Cheap, but an item acked twice is counted twice, so a batch can complete early.
+Decrements of one batch on one node are coalesced into one header update
+(:mod:`~dynaq.services.batches.decrements`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dynaq.errors import (
     InvalidInput,
     WrongBatchMode,
 )
+from dynaq.services.batches.decrements import DecrCoalescer
 from dynaq.services.batches.headers import Headers
 from dynaq.services.batches.records import ESTIMATED, BatchHeader, Completion
 
@@ -36,6 +39,11 @@ class EstimatedBatches:
     def __init__(self, headers: Headers, max_items: int) -> None:
         self._headers = headers
         self._max_items = max_items
+        self.decrements = DecrCoalescer(headers)
+
+    async def drain(self) -> None:
+        """Wait until every decrement waiting or in flight is answered."""
+        await self.decrements.drain()
 
     async def incr(self, batch_id: int, by: int) -> BatchHeader:
         """Add ``by`` expected items to an open estimated batch."""
@@ -59,7 +67,8 @@ class EstimatedBatches:
         All or nothing for what can be known up front: every step is checked,
         and every batch read and checked to exist in estimated mode, before any
         is applied; one bad entry fails the request and changes nothing. The
-        entries of one batch are applied together (one conditional put). If the
+        entries of one batch are applied together (in one conditional put, with
+        other requests' decrements of that batch on this node). If the
         store fails some batches' updates after others applied, the call raises
         :class:`DecrIncomplete` with the completions made and the entries to retry.
         """
@@ -74,7 +83,7 @@ class EstimatedBatches:
             if header.mode != ESTIMATED:
                 raise WrongBatchMode(f"batch {batch_id} is an {header.mode} batch")
         results = await asyncio.gather(
-            *(self._apply(batch_id, by) for batch_id, by in totals.items()),
+            *(self.decrements.decr(batch_id, by) for batch_id, by in totals.items()),
             return_exceptions=True,
         )
         out: list[Completion] = []
@@ -84,8 +93,8 @@ class EstimatedBatches:
                 failed.append(DecrFailure(batch_id, by, result))
             elif isinstance(result, BaseException):
                 raise result  # a cancellation or a bug: not a per-entry outcome
-            elif result is not None:
-                out.append(result)
+            elif result.completion is not None:
+                out.append(result.completion)
         if failed:
             raise DecrIncomplete(
                 f"{len(failed)} of the request's batches were not decremented: retry only those",
@@ -93,16 +102,6 @@ class EstimatedBatches:
                 failed,
             )
         return out
-
-    async def _apply(self, batch_id: int, by: int) -> Completion | None:
-        def change(h: BatchHeader) -> Completion | None:
-            if h.mode != ESTIMATED:
-                raise WrongBatchMode(f"batch {batch_id} is an {h.mode} batch")
-            h.pending -= by
-            return self._headers.complete_if_done(batch_id, h)
-
-        _, done = await self._headers.update(batch_id, change)
-        return done
 
     def _check_step(self, by: int) -> None:
         # The API has checked that ``by`` is an int; its range is the service's own.
