@@ -66,7 +66,9 @@ class EstimatedBatches:
 
         All or nothing for what can be known up front: every step is checked,
         and every batch read and checked to exist in estimated mode, before any
-        is applied; one bad entry fails the request and changes nothing. The
+        is applied (a request naming one batch is checked by its update, which
+        applies nothing if it refuses); one bad entry fails the request and
+        changes nothing. The
         entries of one batch are applied together (in one conditional put, with
         other requests' decrements of that batch on this node). If the
         store fails some batches' updates after others applied, the call raises
@@ -77,6 +79,8 @@ class EstimatedBatches:
         totals: dict[int, int] = {}
         for batch_id, by in acks:
             totals[batch_id] = totals.get(batch_id, 0) + by
+        if len(totals) == 1:
+            return await self._decr_one(*next(iter(totals.items())))
         for batch_id, header in zip(totals, await self._headers.read_many(totals), strict=True):
             if header is None:
                 raise BatchNotFound(f"batch {batch_id} does not exist")
@@ -96,12 +100,19 @@ class EstimatedBatches:
             elif result.completion is not None:
                 out.append(result.completion)
         if failed:
-            raise DecrIncomplete(
-                f"{len(failed)} of the request's batches were not decremented: retry only those",
-                out,
-                failed,
-            )
+            raise _incomplete(out, failed)
         return out
+
+    async def _decr_one(self, batch_id: int, by: int) -> list[Completion]:
+        # No read up front: the header update reads and checks the batch itself,
+        # and a refusal (absent, wrong mode) applies nothing.
+        try:
+            result = await self.decrements.decr(batch_id, by)
+        except (BatchNotFound, WrongBatchMode):
+            raise
+        except DynaqError as exc:
+            raise _incomplete([], [DecrFailure(batch_id, by, exc)]) from exc
+        return [] if result.completion is None else [result.completion]
 
     def _check_step(self, by: int) -> None:
         # The API has checked that ``by`` is an int; its range is the service's own.
@@ -109,3 +120,11 @@ class EstimatedBatches:
             raise InvalidInput("by must be a positive integer")
         if by > self._max_items:
             raise InvalidInput(f"by must be at most {self._max_items}")
+
+
+def _incomplete(done: list[Completion], failed: list[DecrFailure]) -> DecrIncomplete:
+    return DecrIncomplete(
+        f"{len(failed)} of the request's batches were not decremented: retry only those",
+        done,
+        failed,
+    )
