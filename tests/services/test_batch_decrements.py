@@ -17,9 +17,9 @@ import pytest
 from dynaq.clock import ManualClock
 from dynaq.core import keys
 from dynaq.core.membership import Member, MembershipView
-from dynaq.errors import StorageUnavailable
+from dynaq.errors import BatchNotFound, StorageUnavailable, WrongBatchMode
 from dynaq.metrics import NullMetrics
-from dynaq.services.batches import ESTIMATED, BatchService, Completion, DecrIncomplete
+from dynaq.services.batches import ESTIMATED, EXACT, BatchService, Completion, DecrIncomplete
 from dynaq.services.batches.decrements import DecrCoalescer, DecrResult
 from dynaq.services.batches.headers import Headers
 from dynaq.storage.memory import MemoryStore
@@ -185,3 +185,22 @@ async def test_two_nodes_coalescing_on_one_store_count_every_decrement_once() ->
     assert (await a.get(e)).pending == 0
     assert [c.batch_id for c in seen] == [e] and events == seen
     assert store.flips[e] == 1
+
+
+async def test_a_request_naming_one_batch_is_refused_or_failed_as_before() -> None:
+    plain = MemoryStore()
+    svc = _service(plain, ManualClock())
+    e = await _closed_batch(svc, 3)
+    x = await svc.open(EXACT, None)
+    with pytest.raises(BatchNotFound):  # checked by the update itself: nothing applied
+        await svc.decr([(e + 1, 1)])
+    with pytest.raises(WrongBatchMode):
+        await svc.decr([(x, 1)])
+    store = FaultyStore(plain, prefix=keys.batch_header(e))
+    store.fault = Fault("put_if_version", 1, "fail")
+    svc = _service(store, ManualClock())
+    with pytest.raises(DecrIncomplete) as info:
+        await svc.decr([(e, 1), (e, 2)])
+    assert [(f.batch_id, f.by) for f in info.value.failed] == [(e, 3)]
+    assert (await svc.get(e)).pending == 3
+    assert [c.batch_id for c in await svc.decr([(e, 1), (e, 2)])] == [e]
