@@ -32,7 +32,10 @@ block by block.
 
 **Estimated mode** keeps one counter (incr by N, decr by N): cheap, but an
 item acked twice is counted twice, so a batch can complete early. A ``decr``
-is checked whole before any of it applies.
+is checked whole before any of it applies. On one node, concurrent decrements
+of a batch are **coalesced**: those that arrive while its header's update is
+in flight are applied together in the next one (one conditional put), and
+each caller is answered, once that put is durable, with what its own part did.
 
 Storage never mixes plain and conditional writes on a key (Cassandra orders
 the two with different clocks): headers, blocks, markers and completion
@@ -41,7 +44,8 @@ with ``delete``.
 
 Where each part lives: :class:`BatchService` (``service``) is the facade;
 ``records`` holds the stored formats, ``headers`` the versioned header
-updates, ``exact`` and ``estimated`` the two modes, ``settle`` exact mode's
+updates, ``exact`` and ``estimated`` the two modes (``decrements`` the
+latter's coalescing), ``settle`` exact mode's
 recoverable multi-record steps, ``relay`` completion delivery, ``reaper``
 the removal of idle batches and ``reconcile`` its repair pass, and ``hooks``
 the wiring to queues (item acks before deletes) and topics (completion events).

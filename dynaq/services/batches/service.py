@@ -131,6 +131,7 @@ class BatchService:
     async def stop(self) -> None:
         await self._reaper.stop()
         await self._exact.drain()
+        await self._estimated.drain()
         await self._relay.stop()
 
     # both modes ----------------------------------------------------------
@@ -244,6 +245,10 @@ class BatchService:
     @property
     def _combiners(self) -> Mapping[int, object]:
         return self._exact.acks.active
+
+    @property
+    def _decrement_groups(self) -> Mapping[int, object]:
+        return self._estimated.decrements.active
 
     @property
     def _reaper_lane(self) -> int:
