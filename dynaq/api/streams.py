@@ -124,6 +124,9 @@ async def list_streams(request: web.Request) -> web.Response:
     unknown = sorted(set(request.query) - {"hidden"})
     if unknown:
         raise InvalidInput(f"unknown query parameter {unknown[0]!r}")
+    if request.query.get("hidden") == "":
+        # Unlike Sherlock's bare ?nowait, hidden has no short form: say true or false.
+        raise InvalidInput("query parameter hidden must be true or false")
     hidden = _flag(request.query, "hidden")
     svc = _service(request)
     fwd = request.app.get(FORWARDER)
