@@ -258,9 +258,13 @@ async def test_event_loop_stays_responsive(cassandra_store: CassandraStore) -> N
         await task
     # A query run on the loop would stall it for the whole burst; one scheduling
     # hiccup on a busy 2-core machine is not that (it made this test flaky).
-    assert lags
+    # A burst run on the loop would leave no tick in between; with ticks, the 90th
+    # percentile is judged only over enough of them (over five, it is the maximum).
+    assert len(lags) >= 2, lags
     lags.sort()
-    assert lags[len(lags) * 9 // 10] < 0.1 and lags[-1] < 2.0, lags[-5:]
+    if len(lags) >= 10:
+        assert lags[len(lags) * 9 // 10] < 0.1, lags[-5:]
+    assert lags[-1] < 2.0, lags[-5:]
 
 
 async def _enqueue(s: Store, queue: int, lanes: range, per_lane: int, batch: int) -> list[int]:
