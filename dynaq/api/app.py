@@ -21,13 +21,13 @@ from dynaq.api import (
 )
 from dynaq.api import processors as processor_routes
 from dynaq.api import streams as stream_routes
-from dynaq.api.auth import ACCESS, auth_middleware
+from dynaq.api.auth import ACCESS
 from dynaq.api.aws import sqs_messages, sqs_queues  # noqa: F401  (they register the actions)
 from dynaq.api.aws.endpoint import endpoint as aws_endpoint
 from dynaq.api.aws.sqs import SQS, SqsSettings
 from dynaq.api.batches import BATCHES
 from dynaq.api.codec import BODY_TIMEOUT, json_response
-from dynaq.api.internal import PEER_VERIFIER, peer_auth_middleware
+from dynaq.api.internal import PEER_VERIFIER
 from dynaq.api.keys import (
     CATALOG,
     METRICS,
@@ -38,7 +38,7 @@ from dynaq.api.keys import (
     TOPICS,
     VIEW,
 )
-from dynaq.api.middleware import errors_middleware, serve_metrics, timing_middleware
+from dynaq.api.middleware import front_middleware, serve_metrics
 from dynaq.api.openapi import OPENAPI, OPENAPI_PATH, SpecLimits, build_spec
 from dynaq.core.access import AccessPolicy
 from dynaq.core.membership import MembershipView
@@ -82,10 +82,7 @@ def build_app(
     ``metrics``: where request latencies go and what ``/metrics`` shows; ``sqs``: the
     SQS wire protocol on ``POST /`` (``None``: not served); ``processors``: where
     workers report processor status (``None``: not served)."""
-    # Timing outermost (it sees the final status); errors next, so 401/403 from
-    # the checks inside get the JSON shape.
-    middlewares = [timing_middleware, errors_middleware, peer_auth_middleware, auth_middleware]
-    app = web.Application(middlewares=middlewares, client_max_size=max_request_bytes)
+    app = web.Application(middlewares=[front_middleware], client_max_size=max_request_bytes)
     if access is not None:
         app[ACCESS] = access
     if peer_verifier is not None:

@@ -15,7 +15,7 @@ everything (fail closed), and a test fails until it is classified.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -31,7 +31,6 @@ ACCESS = web.AppKey("access", AccessPolicy)
 TOKEN = web.RequestKey("token", Token)
 """The token a request was admitted with (absent when no policy is configured)."""
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _CHALLENGE = 'Bearer realm="dynaq"'
 _INVALID = 'Bearer realm="dynaq", error="invalid_token"'
@@ -198,14 +197,15 @@ def _presented(request: web.Request) -> str:
     return value.strip()
 
 
-@web.middleware
-async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    policy = request.app.get(ACCESS)
-    if policy is None or request.path.startswith(INTERNAL_PREFIX):
-        return await handler(request)
+def check_access(request: web.Request, policy: AccessPolicy) -> None:
+    """Refuse the request (:class:`Unauthorized`, :class:`Forbidden`) unless its
+    bearer token allows what its route needs; remember the token for
+    :func:`require`. ``/internal/`` routes are the peer check's, not this one's."""
+    if request.path.startswith(INTERNAL_PREFIX):
+        return
     needs = needs_of(request)
     if needs is OPEN:
-        return await handler(request)
+        return
     token = policy.find(_presented(request))
     if token is None:
         raise Unauthorized("unknown bearer token", _INVALID)
@@ -215,7 +215,6 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         if not token.allows(need.perm, kind, name):
             raise Forbidden(f"token {token.name!r} may not {need.perm} {need.kind} {name!r}")
     request[TOKEN] = token
-    return await handler(request)
 
 
 def require(request: web.Request, perm: str, kind: str, name: str) -> None:

@@ -1,7 +1,7 @@
 """Node-to-node routes (never exposed through HAProxy): hints and the in-flight handover.
 
 Every request under ``/internal/`` must carry a valid, fresh, unreplayed MAC
-(:mod:`dynaq.core.peer_auth`), checked by :func:`peer_auth_middleware` before
+(:mod:`dynaq.core.peer_auth`), checked by :func:`check_peer` (from the front middleware) before
 any handler runs, whatever the client-token settings. A node without a cluster
 secret (``gossip.key``) refuses them all: only ring members need them, and a
 ring member without the secret could not prove it is one.
@@ -9,7 +9,6 @@ ring member without the secret could not prove it is one.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgpack
@@ -36,7 +35,6 @@ from dynaq.errors import InvalidInput, Unauthorized
 
 PEER_VERIFIER = web.AppKey("peer_verifier", PeerVerifier)
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 routes = web.RouteTableDef()
 MAX_WATCH_S = 20.0
@@ -48,11 +46,13 @@ def _is_internal(request: web.Request) -> bool:
     return request.path.startswith(INTERNAL_PREFIX) or canonical.startswith(INTERNAL_PREFIX)
 
 
-@web.middleware
-async def peer_auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Refuse any ``/internal/`` request that a ring member did not sign for this node."""
-    if not _is_internal(request):
-        return await handler(request)
+def is_internal(request: web.Request) -> bool:
+    """Whether ``request`` is for a node-to-node route (see :func:`check_peer`)."""
+    return _is_internal(request)
+
+
+async def check_peer(request: web.Request) -> None:
+    """Refuse an ``/internal/`` request that a ring member did not sign for this node."""
     verifier = request.app.get(PEER_VERIFIER)
     if verifier is None:
         raise Unauthorized(
@@ -63,7 +63,6 @@ async def peer_auth_middleware(request: web.Request, handler: Handler) -> web.St
     stamp = verifier.check_stamp(request.headers.get(PEER_AUTH_HEADER), audience)
     body = await read_raw(request)  # cached: the handler reads the same bytes
     verifier.verify(stamp, request.method, audience, request.raw_path, body)
-    return await handler(request)
 
 
 @routes.post(HINTS_PATH)

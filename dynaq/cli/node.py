@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import os
 import sys
+from collections.abc import Coroutine
 from typing import Any
 
 from dynaq import __version__
@@ -68,7 +69,7 @@ def _serve(config: Config, args: argparse.Namespace) -> None:
     role = role_from_env()
     if role is not None:
         die_with_parent(role.parent)
-        asyncio.run(run_node(config, worker=role, crash_at=crash_at))
+        run_loop(run_node(config, worker=role, crash_at=crash_at), config.http.event_loop)
         return
     if args.workers is not None:
         config = dataclasses.replace(
@@ -76,11 +77,26 @@ def _serve(config: Config, args: argparse.Namespace) -> None:
         )
         check_ranges(config)
     if worker_count(config) == 1:
-        asyncio.run(run_node(config, crash_at=crash_at))
+        run_loop(run_node(config, crash_at=crash_at), config.http.event_loop)
         return
     check_workers(config)
     argv = ["server"] + ([] if args.config is None else ["--config", args.config])
     asyncio.run(run_supervisor(config, argv))
+
+
+def run_loop(main: Coroutine[Any, Any, None], event_loop: str) -> None:
+    """Run ``main`` to completion on a new event loop of the kind ``http.event_loop``
+    names (uvloop, where it is installed; else the standard library's)."""
+    if event_loop == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            print("dynaq: uvloop is not installed; using asyncio's event loop", file=sys.stderr)
+        else:
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(main)
+            return
+    asyncio.run(main)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -131,7 +131,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "http.workers": (0, 16),
     "embedded.map_size_mb": (1, 64 * 1024 * 1024),
     "embedded.max_commit_ops": (1, 10_000_000),
-    "embedded.read_threads": (1, 256),
+    "embedded.read_threads": (0, 256),
     "embedded.fill_limit_percent": (10, 100),
     "embedded.min_free_disk_mb": (0, 1024 * 1024),
     "cassandra.replication_factor": (1, 32),
@@ -208,6 +208,10 @@ def check_ranges(config: Config) -> None:
     if config.storage.backend == "riak" and not config.riak.http:
         raise InvalidInput("setting riak.http needs at least one host:port (the store speaks HTTP)")
     h = config.http
+    if h.event_loop not in ("uvloop", "asyncio"):
+        raise InvalidInput(
+            f"setting http.event_loop must be uvloop or asyncio, got {h.event_loop!r}"
+        )
     if bool(h.tls_cert) != bool(h.tls_key):
         raise InvalidInput(
             "settings http.tls_cert and http.tls_key go together: set both or neither"

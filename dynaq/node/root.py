@@ -308,6 +308,7 @@ class Node:
                 "port": self.port,
                 "backend": self.config.storage.backend,
                 "tls": self.ssl is not None,
+                "event_loop": type(asyncio.get_running_loop()).__module__.partition(".")[0],
                 # How many, never which: token names and secrets stay out of logs.
                 "client_tokens": 0 if self.access is None else len(self.access.tokens),
             },

@@ -6,9 +6,14 @@ does not. LMDB allows one writer at a time, so all writes go through a single
 thread (:mod:`dynaq.storage.embedded_commits`) that drains every pending
 request into one transaction and commits it with one fsync (group commit):
 many concurrent enqueues share one durable commit, and each caller is answered
-only after that commit returned. Reads run
-on a small thread pool with a fresh read transaction each (cheap in LMDB), so
-no LMDB call ever runs on the event loop.
+only after that commit returned. Reads take a fresh read transaction each
+(cheap in LMDB). By default (``read_threads = 0``) they run on the event loop
+itself: a read of a memory-mapped B-tree whose pages are in memory takes
+microseconds, while handing it to a thread and back costs tens (two wake-ups
+and the GIL changing hands twice), which made a receive + delete cycle pay
+more for the handoffs than for the reads. A store far larger than memory,
+whose reads may wait on the disk, can give them ``read_threads`` threads
+instead, so a page fault never stalls the loop.
 
 **A full store.** LMDB copies on write: even a delete needs free pages for
 the new copies of the pages it changes, so a store filled to the last page
@@ -49,6 +54,9 @@ from dynaq.storage.embedded_commits import (
     GroupCommitter,
 )
 
+# Inline reads yield to the event loop once per this many (see LmdbStore._read).
+_YIELD_EVERY = 8
+
 
 class LmdbStore(Store):
     """LMDB-backed :class:`~dynaq.storage.base.Store` with group commit.
@@ -72,7 +80,7 @@ class LmdbStore(Store):
         *,
         map_size: int = 64 * 1024**3,
         max_commit_ops: int = 50_000,
-        read_threads: int = 4,
+        read_threads: int = 0,
         fill_limit: float = 0.9,
         min_free_disk: int = 64 * 1024**2,
         growth_prefixes: tuple[bytes, ...] = (),
@@ -94,6 +102,7 @@ class LmdbStore(Store):
         self._db: Any = None
         self._writer: GroupCommitter | None = None
         self._readers: ThreadPoolExecutor | None = None
+        self._inline_reads = 0
         self.on_commit: Callable[[float], None] | None = None
         """Told each group commit's duration in seconds, fsync included (from the
         writer thread: it must be thread-safe and quick)."""
@@ -121,7 +130,8 @@ class LmdbStore(Store):
             self._db = await asyncio.to_thread(self._env.open_db, b"kv")
         except lmdb.Error as exc:
             raise StorageUnavailable(f"cannot open LMDB store at {self._path}: {exc}") from exc
-        self._readers = ThreadPoolExecutor(self._read_threads, thread_name_prefix="lmdb-read")
+        if self._read_threads > 0:
+            self._readers = ThreadPoolExecutor(self._read_threads, thread_name_prefix="lmdb-read")
         self._writer = GroupCommitter(
             self._env,
             self._db,
@@ -161,7 +171,7 @@ class LmdbStore(Store):
 
     async def _read(self, fn: Callable[[Any], Any]) -> Any:
         env = self._env
-        if env is None or self._readers is None:
+        if env is None:
             raise StorageUnavailable("store is closed")
         db = self._db
 
@@ -170,7 +180,17 @@ class LmdbStore(Store):
                 return fn(txn)
 
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._readers, run)
+            if self._readers is not None:
+                return await asyncio.get_running_loop().run_in_executor(self._readers, run)
+            self._inline_reads += 1
+            if self._inline_reads % _YIELD_EVERY == 0:
+                # An inline read does not suspend its caller: a task that only
+                # reads (a scan over many empty partitions) yields here now and
+                # then, so it cannot hold the loop for long.
+                await asyncio.sleep(0)
+                if self._env is None:
+                    raise StorageUnavailable("store is closed")
+            return run()
         except lmdb.Error as exc:
             raise StorageError(f"LMDB read failed: {exc}") from exc
 

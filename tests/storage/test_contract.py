@@ -13,7 +13,8 @@ from dynaq.storage.base import Delete, Put, Store, prefix_end
 from dynaq.storage.embedded import LmdbStore
 from dynaq.storage.memory import MemoryStore
 
-BACKENDS = ["memory", "embedded", "cassandra", "riak"]
+# embedded: reads on the event loop (the default); embedded-threads: on a pool.
+BACKENDS = ["memory", "embedded", "embedded-threads", "cassandra", "riak"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -34,7 +35,8 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         # Started (first time: ~20 s) off the loop: the session fixture blocks.
         s = await open_riak_store(await asyncio.to_thread(request.getfixturevalue, "riak"))
     else:
-        s = LmdbStore(tmp_path / "lmdb", map_size=256 * 1024**2)
+        threads = 2 if request.param == "embedded-threads" else 0
+        s = LmdbStore(tmp_path / "lmdb", map_size=256 * 1024**2, read_threads=threads)
     if request.param != "riak":
         await s.open()
     try:
@@ -206,3 +208,29 @@ async def test_last_key_is_the_greatest_key_in_a_range(store: Store) -> None:
     assert await store.last_key(*last_lane) is None
     assert await store.last_key(b"c/", b"c0") == b"c/z"  # any range, not only one lane
     assert await store.last_key(b"c0", b"c/") is None
+
+
+async def test_inline_reads_let_other_tasks_run(tmp_path: Path) -> None:
+    """Reads on the event loop do not suspend their caller, so a task that only
+    reads yields now and then: another task still gets the loop."""
+    s = LmdbStore(tmp_path / "inline", map_size=64 * 1024**2)
+    await s.open()
+    try:
+        await s.put(b"k", b"v")
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        try:
+            for _ in range(200):
+                assert await s.get(b"k") is not None
+        finally:
+            task.cancel()
+        assert ticks >= 10
+    finally:
+        await s.close()

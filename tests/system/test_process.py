@@ -253,3 +253,21 @@ def test_the_harness_runs_a_ring_that_requires_tokens(tmp_path: Path) -> None:
         assert http_get(node.url + "/v1/status/servers")[0] == 401
         status, body = http_get(node.url + "/v1/status/servers", token=token)
         assert status == 200 and body.decode().count("Member:") == 2
+
+
+@pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
+def test_the_node_runs_on_the_event_loop_its_config_names(tmp_path: Path, event_loop: str) -> None:
+    """``http.event_loop``: uvloop by default, the standard library's on request;
+    the node says which in its "node serving" line and serves either way."""
+    env = {"DYNAQ_LOG_LEVEL": "info"}
+    if event_loop == "asyncio":
+        env["DYNAQ_HTTP_EVENT_LOOP"] = "asyncio"
+    p = node_process(tmp_path, f"loop-{event_loop}", env=env)
+    try:
+        p.start()
+        status, _ = http_get(f"{p.url}/v1/queues")
+        assert status == 200
+        serving = [line for line in p.log().splitlines() if "node serving" in line]
+        assert serving and f'"event_loop": "{event_loop}"' in serving[0], p.log()
+    finally:
+        p.kill()
