@@ -18,22 +18,34 @@ nodes, one after the other, in one session):
    last node, time until the survivors drop it (failure detection with
    ``--preset``), then restart it and time until every node lists it again.
 
-Every phase reports msgs/s and request latency p50/p99; the JSON line holds
-the figures of the largest ring at the top level, every ring under
-``by_nodes`` and the scaling ratios largest/smallest. Cassandra is started
-for the run (dynaq/testing/servers/cassandra.py) unless ``--cassandra`` names one.
+Every phase reports msgs/s and request latency p50/p99 (measured wall
+figures) and ``<phase>_cpu_us_per_msg``: the CPU µs per message each process
+spent over the timed phase only (every node's process tree, Cassandra's JVM,
+HAProxy, the client, and ``others``: the rest of the machine's busy time),
+with what follows from it (bench/_cluster_model.py). The JSON line holds the
+figures of the largest ring at the top level, every ring under ``by_nodes``,
+the measured scaling ratios largest/smallest, and ``projection``: the
+node-bound rates of the smallest and the largest ring if each node had a core
+of its own, their ratio, and Cassandra's cap per core. Cassandra is started
+for the run (dynaq/testing/servers/cassandra.py) unless ``--cassandra`` names
+one (its CPU is then counted if it listens on this machine and is visible).
 Every loop is bounded by ``--seconds``.
 
 What one 2-core machine can show: Cassandra, every node, HAProxy and the load
 generator share two cores, so more nodes add parallel receivers (each serves
-its own slice) but no CPU; the ratios say how the design scales when the
-cores are not the limit only as far as the cores allow.
+its own slice) but no CPU, and the wall ratios stay flat. CPU time per
+message does not depend on who else holds the cores, hence the projection.
+``--pin`` puts the nodes on the last CPU and everything else (Cassandra,
+HAProxy, client) on the others, so a run whose node core is saturated shows
+the node-bound rate of one core by wall clock too. ``--idle-s`` first samples
+every process idle, to show the background (gossip, Cassandra's own work).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import tempfile
 import time
 import urllib.request
@@ -42,8 +54,10 @@ from typing import Any
 
 import aiohttp
 
+from bench._cluster_cpu import CpuMeter, listener_pid, pin
+from bench._cluster_model import project, summarize
 from bench.common import Deadline, percentiles, progress, rate
-from dynaq.testing.cluster import LocalCluster, http_get, start_haproxy
+from dynaq.testing.cluster import HaproxyProcess, LocalCluster, http_get, start_haproxy
 
 BATCH = 100
 
@@ -74,12 +88,16 @@ async def _enqueue(
 
 async def _consume(
     urls: list[str], total: int, concurrency: int, deadline: Deadline, lat: list[float]
-) -> float:
-    deleted = 0
+) -> tuple[float, int]:
+    """Receive 100 and delete them until ``total`` are deleted; (seconds, empty receives).
+
+    An empty receive (the node's own slice drained while others still hold
+    messages) costs CPU too: counted so the CPU per message can be read."""
+    deleted = empty = 0
     t0 = time.monotonic()
 
     async def client(s: aiohttp.ClientSession, url: str) -> None:
-        nonlocal deleted
+        nonlocal deleted, empty
         while deleted < total and not deadline.expired():
             t = time.monotonic()
             async with s.post(
@@ -87,6 +105,7 @@ async def _consume(
             ) as r:
                 got = [m["id"] for m in (await r.json())["messages"]]
             if not got:
+                empty += 1
                 await asyncio.sleep(0.02)
                 continue
             async with s.post(f"{url}/v2/queues/bench/messages/delete", json={"ids": got}) as r:
@@ -97,7 +116,7 @@ async def _consume(
 
     async with aiohttp.ClientSession() as s:
         await asyncio.gather(*(client(s, u) for u in urls for _ in range(concurrency)))
-    return time.monotonic() - t0
+    return time.monotonic() - t0, empty
 
 
 def _create_queue(cluster: LocalCluster, deadline: Deadline) -> None:
@@ -122,8 +141,90 @@ def _failover(cluster: LocalCluster) -> dict[str, float]:
     return {"failure_detection_s": round(detect_s, 3), "rejoin_s": round(time.monotonic() - t0, 3)}
 
 
+def _pin_cpus(args: argparse.Namespace) -> tuple[set[int], set[int]] | None:
+    """With ``--pin``: (the nodes' CPU, everyone else's CPUs), else ``None``."""
+    if not args.pin:
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
+    return {cpus[-1]}, set(cpus[:-1])
+
+
+def _meters(
+    cluster: LocalCluster, lb: HaproxyProcess | None, cassandra_pid: int | None
+) -> CpuMeter:
+    procs: dict[str, int] = {}
+    for n in cluster.nodes:
+        assert n.proc.proc is not None
+        procs[n.name] = n.proc.proc.pid
+    if lb is not None:
+        procs["haproxy"] = lb.proc.pid
+    if cassandra_pid is not None:
+        procs["cassandra"] = cassandra_pid
+    return CpuMeter(procs, trees={n.name for n in cluster.nodes})
+
+
+def _phases(
+    args: argparse.Namespace,
+    cluster: LocalCluster,
+    urls: list[str],
+    meter: CpuMeter,
+    deadline: Deadline,
+) -> dict[str, Any]:
+    """The two timed phases; wall figures and CPU per message of each."""
+    out: dict[str, Any] = {}
+    nodes = len(cluster.nodes)
+    names = [n.name for n in cluster.nodes]
+    if args.idle_s > 0:  # the background every process burns with no load
+        meter.start()
+        time.sleep(args.idle_s)
+        out["idle_cores"] = meter.stop(0)[1]
+    total = args.messages // BATCH * BATCH
+    enq_lat: list[float] = []
+    meter.start()
+    enq_s = asyncio.run(_enqueue(urls, total, args.concurrency, deadline, enq_lat))
+    out.update(summarize("enqueue", *meter.stop(total)[:2], names))
+    out["enqueue_msgs_per_s"] = round(rate(total, enq_s))
+    p = percentiles(enq_lat)
+    out["enqueue_p50_ms"], out["enqueue_p99_ms"] = round(p["p50"], 2), round(p["p99"], 2)
+    cpu = out["enqueue_cpu_us_per_msg"]
+    progress(
+        f"{nodes} nodes: enqueued {total} in {enq_s:.2f} s, p99 {p['p99']:.1f} ms; "
+        f"CPU µs/msg nodes {cpu['nodes']}, cassandra {cpu.get('cassandra')}, "
+        f"haproxy {cpu.get('haproxy')}, client {cpu['client']}, others {cpu['others']}"
+    )
+    # Receivers per node, through the balancer: every node serves its slice.
+    con_lat: list[float] = []
+    con_urls = urls * nodes if len(urls) == 1 else urls
+    meter.start()
+    con_s, empty = asyncio.run(_consume(con_urls, total, args.concurrency, deadline, con_lat))
+    out.update(summarize("receive_delete", *meter.stop(total)[:2], names))
+    out["receive_delete_msgs_per_s"] = round(rate(total, con_s))
+    out["receive_delete_empty_receives"] = empty
+    p = percentiles(con_lat)
+    out["receive_delete_p50_ms"] = round(p["p50"], 2)
+    out["receive_delete_p99_ms"] = round(p["p99"], 2)
+    cpu = out["receive_delete_cpu_us_per_msg"]
+    progress(
+        f"{nodes} nodes: received and deleted {total} in {con_s:.2f} s ({empty} empty); "
+        f"CPU µs/msg nodes {cpu['nodes']}, cassandra {cpu.get('cassandra')}, "
+        f"haproxy {cpu.get('haproxy')}, client {cpu['client']}, others {cpu['others']}"
+    )
+    return out
+
+
+def _failover_figures(out: dict[str, Any]) -> dict[str, Any]:
+    return {k: out[k] for k in ("failure_detection_s", "rejoin_s")}
+
+
 def _one_ring(
-    args: argparse.Namespace, tmp: Path, hosts: list[str], nodes: int, failover: bool
+    args: argparse.Namespace,
+    tmp: Path,
+    hosts: list[str],
+    cassandra_pid: int | None,
+    nodes: int,
+    failover: bool,
 ) -> dict[str, Any]:
     deadline = Deadline(args.seconds)
     out: dict[str, Any] = {"nodes": nodes}
@@ -138,6 +239,7 @@ def _one_ring(
         preset=args.preset,
         sync_interval_s=1.0,
     )
+    pinning = _pin_cpus(args)
     t0 = time.monotonic()
     with cluster:
         out["converge_s"] = round(time.monotonic() - t0, 3)
@@ -145,32 +247,27 @@ def _one_ring(
         lb = None
         if not args.direct:
             lb = start_haproxy(ring_dir, [n.url.removeprefix("http://") for n in cluster.nodes])
+        mine = os.sched_getaffinity(0)
         try:
             urls = cluster.urls if lb is None else [lb.url]
             out["via"] = "direct" if lb is None else "haproxy"
+            meter = _meters(cluster, lb, cassandra_pid)
+            if pinning is not None:
+                node_cpus, rest = pinning
+                for name, pid in meter.procs.items():
+                    pin(pid, node_cpus if name in meter.trees else rest)
+                pin(os.getpid(), rest, tree=False)  # the client
+                out["pinned"] = {"nodes": sorted(node_cpus), "rest": sorted(rest)}
             _create_queue(cluster, deadline)
-            total = args.messages // BATCH * BATCH
-            enq_lat: list[float] = []
-            enq_s = asyncio.run(_enqueue(urls, total, args.concurrency, deadline, enq_lat))
-            out["enqueue_msgs_per_s"] = round(rate(total, enq_s))
-            p = percentiles(enq_lat)
-            out["enqueue_p50_ms"], out["enqueue_p99_ms"] = round(p["p50"], 2), round(p["p99"], 2)
-            progress(f"{nodes} nodes: enqueued {total} in {enq_s:.2f} s, p99 {p['p99']:.1f} ms")
-            # Receivers per node, through the balancer: every node serves its slice.
-            con_lat: list[float] = []
-            con_urls = urls * nodes if lb is not None else urls
-            con_s = asyncio.run(_consume(con_urls, total, args.concurrency, deadline, con_lat))
-            out["receive_delete_msgs_per_s"] = round(rate(total, con_s))
-            p = percentiles(con_lat)
-            out["receive_delete_p50_ms"] = round(p["p50"], 2)
-            out["receive_delete_p99_ms"] = round(p["p99"], 2)
-            progress(f"{nodes} nodes: received and deleted {total} in {con_s:.2f} s")
+            out.update(_phases(args, cluster, urls, meter, deadline))
         finally:
+            if pinning is not None:
+                pin(os.getpid(), mine, tree=False)
             if lb is not None:
                 lb.stop()
         if failover and nodes >= 2:
             out.update(_failover(cluster))
-            progress(f"failover: {out}")
+            progress(f"failover: {_failover_figures(out)}")
     return out
 
 
@@ -180,6 +277,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         raise SystemExit("--nodes takes ring sizes >= 1, e.g. 3 or 1,3")
     server = None
     hosts = [args.cassandra] if args.cassandra else []
+    cassandra_pid = listener_pid(int(args.cassandra.rsplit(":", 1)[1])) if hosts else None
     if not hosts:
         from dynaq.testing.servers import cassandra as cassandra_server
 
@@ -189,11 +287,12 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         progress("starting Cassandra")
         server = cassandra_server.start_cassandra(tmp / "cassandra")
         hosts = [server.host]
+        cassandra_pid = server.proc.pid
     by_nodes: dict[str, dict[str, Any]] = {}
     try:
         for n in sizes:
             failover = not args.no_failover and n == max(sizes)
-            by_nodes[str(n)] = _one_ring(args, tmp, hosts, n, failover)
+            by_nodes[str(n)] = _one_ring(args, tmp, hosts, cassandra_pid, n, failover)
     finally:
         if server is not None:
             server.stop()
@@ -204,7 +303,10 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         for figure in ("enqueue_msgs_per_s", "receive_delete_msgs_per_s"):
             base = smallest[figure]
             result[f"scaling_{figure}"] = round(largest[figure] / base, 2) if base else 0.0
+    result["projection"] = project(by_nodes)
     result["messages"] = args.messages
+    result["cpus"] = len(os.sched_getaffinity(0))
+    result["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
     return result
 
 
@@ -218,6 +320,12 @@ def main(argv: list[str]) -> dict[str, Any]:
     p.add_argument("--direct", action="store_true", help="skip HAProxy: clients hit the nodes")
     p.add_argument("--no-failover", action="store_true")
     p.add_argument("--seconds", type=float, default=300.0, help="bound on every load phase")
+    p.add_argument(
+        "--pin", action="store_true", help="nodes on the last CPU, the rest on the others"
+    )
+    p.add_argument(
+        "--idle-s", type=float, default=2.0, help="sample every process idle first (0: skip)"
+    )
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
         return run(args, Path(tmp))
