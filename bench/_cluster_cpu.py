@@ -88,9 +88,16 @@ def pin(pid: int, cpus: set[int], tree: bool = True) -> None:
         pin(child, cpus, tree)
 
 
+Window = tuple[dict[str, float], dict[str, float], float]
+"""(µs of CPU per message of every process, the cores each used on average, wall
+seconds) over a window of a phase. ``others`` is the rest of the machine's busy
+time: other people's work on the box."""
+
+
 @dataclass
 class CpuMeter:
-    """CPU seconds of named processes over one phase: ``start()``, run, ``stop(messages)``.
+    """CPU seconds of named processes over one phase: ``start()``, run (calling
+    ``mark(done)`` once the steady part is over), ``stop(messages)``.
 
     ``trees`` are processes whose children count too (a node of several
     worker processes); the load generator is this process (``client``)."""
@@ -99,6 +106,7 @@ class CpuMeter:
     trees: set[str] = field(default_factory=set)
     _before: dict[str, float] = field(default_factory=dict)
     _t0: float = 0.0
+    _mark: tuple[dict[str, float], float, int] | None = None
 
     def _sample(self) -> dict[str, float]:
         out = {
@@ -112,16 +120,27 @@ class CpuMeter:
     def start(self) -> None:
         self._before = self._sample()
         self._t0 = time.monotonic()
+        self._mark = None
 
-    def stop(self, messages: int) -> tuple[dict[str, float], dict[str, float], float]:
-        """(µs of CPU per message of every process, the cores each used on average
-        over the phase, the phase's wall seconds). ``others`` is the rest of the
-        machine's busy time: other people's work on the box."""
-        after = self._sample()
-        wall = time.monotonic() - self._t0
+    def mark(self, messages: int) -> None:
+        """End the steady window here, ``messages`` done (the first call of a phase
+        counts): reading /proc takes well under a millisecond, fine inside a loop."""
+        if self._mark is None:
+            self._mark = (self._sample(), time.monotonic(), messages)
+
+    def _window(self, after: dict[str, float], t1: float, messages: int) -> Window:
+        wall = t1 - self._t0
         used = {k: max(0.0, after[k] - self._before[k]) for k in after}
         ours = sum(v for k, v in used.items() if k != MACHINE)
         used["others"] = max(0.0, used.pop(MACHINE) - ours)
         us = {k: round(v / messages * 1e6, 2) if messages else 0.0 for k, v in used.items()}
         cores = {k: round(v / wall, 3) if wall > 0 else 0.0 for k, v in used.items()}
         return us, cores, wall
+
+    def stop(self, messages: int) -> Window:
+        """The whole phase, ``messages`` done."""
+        return self._window(self._sample(), time.monotonic(), messages)
+
+    def steady(self) -> Window | None:
+        """From the start to :meth:`mark`, if it was called."""
+        return None if self._mark is None else self._window(*self._mark)

@@ -1,7 +1,12 @@
 """From measured CPU per message to what a ring would do with a core per node.
 
 Measured (by :mod:`bench._cluster_cpu`, per phase of every ring): the µs of
-CPU each process spent per message. Projected here, from those alone:
+CPU each process spent per message, over the steady part of the phase (the
+first :data:`STEADY` of its messages) and over the whole phase. The end of a
+drain is not steady: one node's slice empties before the others' and its
+receivers poll it empty (each empty receive rescans the slice in Cassandra),
+which a ring under continuous load does not do. Projected here, from the
+steady figures alone:
 
 * ``node_bound_msgs_per_s``: the rate if every node had a core to itself and
   nothing else were the limit, ``1e6 / max(µs per message of one node)``. A
@@ -20,23 +25,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench._cluster_cpu import Window
+
 PHASES = ("enqueue", "receive_delete")
+STEADY = 0.9
+"""The steady window of a phase: until this share of its messages is done."""
 
 
 def _cap(us: float) -> int:
     return round(1e6 / us) if us > 0 else 0
 
 
-def summarize(
-    phase: str, us: dict[str, float], cores: dict[str, float], node_names: list[str]
-) -> dict[str, Any]:
+def summarize(phase: str, steady: Window, whole: Window, node_names: list[str]) -> dict[str, Any]:
     """The figures of one phase of one ring, keyed ``<phase>_...``: the measured µs of
-    CPU per message and cores used per process (plus ``nodes``, their sum over the
-    ring's nodes), and what they project (see the module docs)."""
+    CPU per message and cores used per process over the steady window (plus
+    ``nodes``, their sum over the ring's nodes), the µs per message over the whole
+    phase (with the drain's tail), and what the steady figures project."""
+    us, cores, _ = steady
     per_node = [us.get(n, 0.0) for n in node_names]
     us = {**us, "nodes": round(sum(per_node), 2)}
     cores = {**cores, "nodes": round(sum(cores.get(n, 0.0) for n in node_names), 3)}
+    whole_us = {**whole[0], "nodes": round(sum(whole[0].get(n, 0.0) for n in node_names), 2)}
     out: dict[str, Any] = {f"{phase}_cpu_us_per_msg": us, f"{phase}_cores": cores}
+    out[f"{phase}_cpu_us_per_msg_whole"] = whole_us
     out[f"{phase}_node_bound_msgs_per_s"] = _cap(max(per_node, default=0.0))
     for proc in ("cassandra", "haproxy"):
         if proc in us:

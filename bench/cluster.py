@@ -1,7 +1,8 @@
 """Cluster scaling and failover: N real nodes on one Cassandra, behind HAProxy, measured.
 
 ``python -m bench cluster [--nodes 1,3] [--messages M] [--concurrency C]
-[--preset lan|local] [--cassandra HOST:PORT] [--direct] [--no-failover] [--seconds S]``
+[--preset lan|local] [--cassandra HOST:PORT] [--direct] [--no-failover] [--seconds S]
+[--enqueue-total] [--pin] [--idle-s S]``
 
 For each ring size in ``--nodes`` (default ``1,3``: the same load on 1 and 3
 nodes, one after the other, in one session):
@@ -10,8 +11,9 @@ nodes, one after the other, in one session):
    every node a seed of every other) on a fresh Cassandra keyspace, and
    Debian's HAProxy in front with ``config/haproxy.cfg``; the time until every
    node lists all N in ``/v1/status/servers``.
-2. **enqueue**: M messages in v2 JSON batches of 100, C concurrent clients
-   through HAProxy (``--direct``: round-robin over the nodes themselves).
+2. **enqueue**: M messages in v2 JSON batches of 100, C concurrent clients per
+   node (``--enqueue-total``: C in all) through HAProxy (``--direct``:
+   round-robin over the nodes themselves).
 3. **receive + delete**: C clients per node through HAProxy, receiving 100 and
    deleting what they got, until all M are deleted.
 4. **failover** on the largest ring (unless ``--no-failover``): kill -9 the
@@ -20,16 +22,18 @@ nodes, one after the other, in one session):
 
 Every phase reports msgs/s and request latency p50/p99 (measured wall
 figures) and ``<phase>_cpu_us_per_msg``: the CPU µs per message each process
-spent over the timed phase only (every node's process tree, Cassandra's JVM,
-HAProxy, the client, and ``others``: the rest of the machine's busy time),
-with what follows from it (bench/_cluster_model.py). The JSON line holds the
-figures of the largest ring at the top level, every ring under ``by_nodes``,
-the measured scaling ratios largest/smallest, and ``projection``: the
-node-bound rates of the smallest and the largest ring if each node had a core
-of its own, their ratio, and Cassandra's cap per core. Cassandra is started
-for the run (dynaq/testing/servers/cassandra.py) unless ``--cassandra`` names
-one (its CPU is then counted if it listens on this machine and is visible).
-Every loop is bounded by ``--seconds``.
+spent (every node's process tree, Cassandra's JVM, HAProxy, the client, and
+``others``: the rest of the machine's busy time) over the steady part of the
+timed phase, its first 90 % of messages (``..._whole``: the whole phase, with
+the drain's tail, where one node's slice is empty first and its receivers poll
+it), with what follows from it (bench/_cluster_model.py). The JSON line holds
+the figures of the largest ring at the top level, every ring under
+``by_nodes``, the measured scaling ratios largest/smallest, and
+``projection``: the node-bound rates of the smallest and the largest ring if
+each node had a core of its own, their ratio, and Cassandra's cap per core.
+Cassandra is started for the run (dynaq/testing/servers/cassandra.py) unless
+``--cassandra`` names one (its CPU is then counted if it listens on this
+machine and is visible). Every loop is bounded by ``--seconds``.
 
 What one 2-core machine can show: Cassandra, every node, HAProxy and the load
 generator share two cores, so more nodes add parallel receivers (each serves
@@ -49,13 +53,14 @@ import os
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from bench._cluster_cpu import CpuMeter, listener_pid, pin
-from bench._cluster_model import project, summarize
+from bench._cluster_model import STEADY, project, summarize
 from bench.common import Deadline, percentiles, progress, rate
 from dynaq.testing.cluster import HaproxyProcess, LocalCluster, http_get, start_haproxy
 
@@ -63,15 +68,22 @@ BATCH = 100
 
 
 async def _enqueue(
-    urls: list[str], total: int, concurrency: int, deadline: Deadline, lat: list[float]
+    urls: list[str],
+    total: int,
+    concurrency: int,
+    deadline: Deadline,
+    lat: list[float],
+    on_done: Callable[[int], None],
 ) -> float:
     batches = total // BATCH
+    done = 0
     queue: asyncio.Queue[int] = asyncio.Queue()
     for b in range(batches):
         queue.put_nowait(b)
     t0 = time.monotonic()
 
     async def client(s: aiohttp.ClientSession) -> None:
+        nonlocal done
         while not queue.empty() and not deadline.expired():
             b = queue.get_nowait()
             body = {"messages": [{"body": f"m{b * BATCH + i}"} for i in range(BATCH)]}
@@ -80,6 +92,8 @@ async def _enqueue(
                 r.raise_for_status()
                 await r.read()
             lat.append((time.monotonic() - t) * 1000)
+            done += BATCH
+            on_done(done)
 
     async with aiohttp.ClientSession() as s:
         await asyncio.gather(*(client(s) for _ in range(concurrency)))
@@ -87,17 +101,24 @@ async def _enqueue(
 
 
 async def _consume(
-    urls: list[str], total: int, concurrency: int, deadline: Deadline, lat: list[float]
-) -> tuple[float, int]:
-    """Receive 100 and delete them until ``total`` are deleted; (seconds, empty receives).
+    urls: list[str],
+    total: int,
+    concurrency: int,
+    deadline: Deadline,
+    lat: list[float],
+    on_done: Callable[[int], None],
+) -> tuple[float, int, int]:
+    """Receive 100 and delete them until ``total`` are deleted; (seconds, receives
+    that got messages, empty receives).
 
-    An empty receive (the node's own slice drained while others still hold
-    messages) costs CPU too: counted so the CPU per message can be read."""
-    deleted = empty = 0
+    Both counts explain the CPU per message: a receive that brings fewer than
+    100 costs about as much as a full one, and an empty one (the node's own
+    slice drained while others still hold messages) costs CPU too."""
+    deleted = full = empty = 0
     t0 = time.monotonic()
 
     async def client(s: aiohttp.ClientSession, url: str) -> None:
-        nonlocal deleted, empty
+        nonlocal deleted, full, empty
         while deleted < total and not deadline.expired():
             t = time.monotonic()
             async with s.post(
@@ -113,10 +134,12 @@ async def _consume(
                 await r.read()
             lat.append((time.monotonic() - t) * 1000)
             deleted += len(got)
+            full += 1
+            on_done(deleted)
 
     async with aiohttp.ClientSession() as s:
         await asyncio.gather(*(client(s, u) for u in urls for _ in range(concurrency)))
-    return time.monotonic() - t0, empty
+    return time.monotonic() - t0, full, empty
 
 
 def _create_queue(cluster: LocalCluster, deadline: Deadline) -> None:
@@ -165,6 +188,11 @@ def _meters(
     return CpuMeter(procs, trees={n.name for n in cluster.nodes})
 
 
+def _summary(phase: str, meter: CpuMeter, total: int, names: list[str]) -> dict[str, Any]:
+    whole = meter.stop(total)
+    return summarize(phase, meter.steady() or whole, whole, names)
+
+
 def _phases(
     args: argparse.Namespace,
     cluster: LocalCluster,
@@ -181,10 +209,21 @@ def _phases(
         time.sleep(args.idle_s)
         out["idle_cores"] = meter.stop(0)[1]
     total = args.messages // BATCH * BATCH
+    steady_at = max(BATCH, int(total * STEADY))
+
+    def on_done(done: int) -> None:
+        if done >= steady_at:
+            meter.mark(done)
+
     enq_lat: list[float] = []
     meter.start()
-    enq_s = asyncio.run(_enqueue(urls, total, args.concurrency, deadline, enq_lat))
-    out.update(summarize("enqueue", *meter.stop(total)[:2], names))
+    # C clients per node, as for receiving: each node gets the same offered load in
+    # every ring, so that its CPU per message compares (a node that sees fewer
+    # concurrent batches coalesces less). --enqueue-total: C in all, as before.
+    enq_clients = args.concurrency if args.enqueue_total else args.concurrency * nodes
+    out["enqueue_clients"] = enq_clients
+    enq_s = asyncio.run(_enqueue(urls, total, enq_clients, deadline, enq_lat, on_done))
+    out.update(_summary("enqueue", meter, total, names))
     out["enqueue_msgs_per_s"] = round(rate(total, enq_s))
     p = percentiles(enq_lat)
     out["enqueue_p50_ms"], out["enqueue_p99_ms"] = round(p["p50"], 2), round(p["p99"], 2)
@@ -198,16 +237,20 @@ def _phases(
     con_lat: list[float] = []
     con_urls = urls * nodes if len(urls) == 1 else urls
     meter.start()
-    con_s, empty = asyncio.run(_consume(con_urls, total, args.concurrency, deadline, con_lat))
-    out.update(summarize("receive_delete", *meter.stop(total)[:2], names))
+    con_s, full, empty = asyncio.run(
+        _consume(con_urls, total, args.concurrency, deadline, con_lat, on_done)
+    )
+    out.update(_summary("receive_delete", meter, total, names))
     out["receive_delete_msgs_per_s"] = round(rate(total, con_s))
+    out["receive_delete_msgs_per_receive"] = round(total / full, 1) if full else 0.0
     out["receive_delete_empty_receives"] = empty
     p = percentiles(con_lat)
     out["receive_delete_p50_ms"] = round(p["p50"], 2)
     out["receive_delete_p99_ms"] = round(p["p99"], 2)
     cpu = out["receive_delete_cpu_us_per_msg"]
     progress(
-        f"{nodes} nodes: received and deleted {total} in {con_s:.2f} s ({empty} empty); "
+        f"{nodes} nodes: received and deleted {total} in {con_s:.2f} s "
+        f"({full} receives, {empty} empty); "
         f"CPU µs/msg nodes {cpu['nodes']}, cassandra {cpu.get('cassandra')}, "
         f"haproxy {cpu.get('haproxy')}, client {cpu['client']}, others {cpu['others']}"
     )
@@ -317,6 +360,9 @@ def main(argv: list[str]) -> dict[str, Any]:
     p.add_argument("--concurrency", type=int, default=4, help="clients per node")
     p.add_argument("--preset", choices=("lan", "local"), default="lan")
     p.add_argument("--cassandra", help="host:port of a running Cassandra (else one is started)")
+    p.add_argument(
+        "--enqueue-total", action="store_true", help="C enqueue clients in all, not per node"
+    )
     p.add_argument("--direct", action="store_true", help="skip HAProxy: clients hit the nodes")
     p.add_argument("--no-failover", action="store_true")
     p.add_argument("--seconds", type=float, default=300.0, help="bound on every load phase")

@@ -212,9 +212,11 @@ def test_bench_cluster_reports_its_figures(cassandra: CassandraServer) -> None:
         us = result[f"{phase}_cpu_us_per_msg"]
         assert {"dynaq-1", "dynaq-2", "haproxy", "cassandra", "client", "others"} <= set(us)
         assert us["nodes"] > 0 and us["cassandra"] > 0
+        assert result[f"{phase}_cpu_us_per_msg_whole"]["nodes"] > 0  # with the drain's tail
         assert 0 < result[f"{phase}_cores"]["nodes"] <= 2.5
         assert result[f"{phase}_node_bound_msgs_per_s"] > 0
         assert result[f"{phase}_cassandra_msgs_per_s_per_core"] > 0
         projected = result["projection"][phase]
         assert projected["projected_scaling"] == 1.0  # one ring size: compared with itself
         assert projected["ring_overhead_us_per_msg"] == 0
+    assert result["receive_delete_msgs_per_receive"] > 0
