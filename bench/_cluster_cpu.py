@@ -27,12 +27,18 @@ CLIENT = "client"
 MACHINE = "machine"
 
 
-def machine_busy_s() -> float:
-    """CPU seconds every core of the machine spent not idle since boot (/proc/stat)."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    # user nice system idle iowait irq softirq steal (guest time is inside user)
-    ticks = [int(f) for f in fields[:8]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / _CLK_TCK
+def busy_s() -> dict[str, float]:
+    """CPU seconds not idle since boot (/proc/stat): ``machine`` (every core) and
+    ``cpu0``, ``cpu1``, ... (each core: with ``--pin``, which side saturated)."""
+    out: dict[str, float] = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *fields = line.split()
+        if not name.startswith("cpu"):
+            break
+        # user nice system idle iowait irq softirq steal (guest time is inside user)
+        ticks = [int(f) for f in fields[:8]]
+        out[MACHINE if name == "cpu" else name] = (sum(ticks) - ticks[3] - ticks[4]) / _CLK_TCK
+    return out
 
 
 def listener_pid(port: int) -> int | None:
@@ -89,9 +95,10 @@ def pin(pid: int, cpus: set[int], tree: bool = True) -> None:
 
 
 Window = tuple[dict[str, float], dict[str, float], float]
-"""(µs of CPU per message of every process, the cores each used on average, wall
-seconds) over a window of a phase. ``others`` is the rest of the machine's busy
-time: other people's work on the box."""
+"""(µs of CPU per message of every process, the cores each used on average (and
+how busy each CPU was, ``cpu0``...), wall seconds) over a window of a phase. ``others`` is the rest of the machine's busy
+time: other people's work on the box, and interrupt time (loopback traffic's
+softirqs are not charged to a process)."""
 
 
 @dataclass
@@ -114,7 +121,7 @@ class CpuMeter:
             for name, pid in self.procs.items()
         }
         out[CLIENT] = time.process_time()
-        out[MACHINE] = machine_busy_s()
+        out.update(busy_s())
         return out
 
     def start(self) -> None:
@@ -131,10 +138,11 @@ class CpuMeter:
     def _window(self, after: dict[str, float], t1: float, messages: int) -> Window:
         wall = t1 - self._t0
         used = {k: max(0.0, after[k] - self._before[k]) for k in after}
+        per_cpu = {k: used.pop(k) for k in list(used) if k.startswith("cpu")}
         ours = sum(v for k, v in used.items() if k != MACHINE)
         used["others"] = max(0.0, used.pop(MACHINE) - ours)
         us = {k: round(v / messages * 1e6, 2) if messages else 0.0 for k, v in used.items()}
-        cores = {k: round(v / wall, 3) if wall > 0 else 0.0 for k, v in used.items()}
+        cores = {k: round(v / wall, 3) if wall > 0 else 0.0 for k, v in (used | per_cpu).items()}
         return us, cores, wall
 
     def stop(self, messages: int) -> Window:

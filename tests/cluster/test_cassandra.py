@@ -214,6 +214,7 @@ def test_bench_cluster_reports_its_figures(cassandra: CassandraServer) -> None:
         assert us["nodes"] > 0 and us["cassandra"] > 0
         assert result[f"{phase}_cpu_us_per_msg_whole"]["nodes"] > 0  # with the drain's tail
         assert 0 < result[f"{phase}_cores"]["nodes"] <= 2.5
+        assert "cpu0" in result[f"{phase}_cores"]  # how busy each CPU was
         assert result[f"{phase}_node_bound_msgs_per_s"] > 0
         assert result[f"{phase}_cassandra_msgs_per_s_per_core"] > 0
         projected = result["projection"][phase]
