@@ -74,7 +74,8 @@ async def _enqueue(
     deadline: Deadline,
     lat: list[float],
     on_done: Callable[[int], None],
-) -> float:
+) -> tuple[float, int]:
+    """Enqueue ``total`` in batches; (seconds, messages enqueued: fewer if time ran out)."""
     batches = total // BATCH
     done = 0
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -97,7 +98,7 @@ async def _enqueue(
 
     async with aiohttp.ClientSession() as s:
         await asyncio.gather(*(client(s) for _ in range(concurrency)))
-    return time.monotonic() - t0
+    return time.monotonic() - t0, done
 
 
 async def _consume(
@@ -107,9 +108,9 @@ async def _consume(
     deadline: Deadline,
     lat: list[float],
     on_done: Callable[[int], None],
-) -> tuple[float, int, int]:
-    """Receive 100 and delete them until ``total`` are deleted; (seconds, receives
-    that got messages, empty receives).
+) -> tuple[float, int, int, int]:
+    """Receive 100 and delete them until ``total`` are deleted; (seconds, messages
+    deleted: fewer if time ran out, receives that got messages, empty receives).
 
     Both counts explain the CPU per message: a receive that brings fewer than
     100 costs about as much as a full one, and an empty one (the node's own
@@ -139,7 +140,7 @@ async def _consume(
 
     async with aiohttp.ClientSession() as s:
         await asyncio.gather(*(client(s, u) for u in urls for _ in range(concurrency)))
-    return time.monotonic() - t0, full, empty
+    return time.monotonic() - t0, deleted, full, empty
 
 
 def _create_queue(cluster: LocalCluster, deadline: Deadline) -> None:
@@ -211,9 +212,9 @@ def _phases(
     total = args.messages // BATCH * BATCH
     steady_at = max(BATCH, int(total * STEADY))
 
-    def on_done(done: int) -> None:
-        if done >= steady_at:
-            meter.mark(done)
+    def on_done(count: int) -> None:  # the steady window ends at STEADY of the phase
+        if count >= steady_at:
+            meter.mark(count)
 
     enq_lat: list[float] = []
     meter.start()
@@ -222,14 +223,15 @@ def _phases(
     # concurrent batches coalesces less). --enqueue-total: C in all, as before.
     enq_clients = args.concurrency if args.enqueue_total else args.concurrency * nodes
     out["enqueue_clients"] = enq_clients
-    enq_s = asyncio.run(_enqueue(urls, total, enq_clients, deadline, enq_lat, on_done))
-    out.update(_summary("enqueue", meter, total, names))
-    out["enqueue_msgs_per_s"] = round(rate(total, enq_s))
+    enq_s, done = asyncio.run(_enqueue(urls, total, enq_clients, deadline, enq_lat, on_done))
+    # Per message done: a phase cut short by --seconds must not look cheaper.
+    out.update(_summary("enqueue", meter, done, names))
+    out["enqueue_msgs_per_s"] = round(rate(done, enq_s))
     p = percentiles(enq_lat)
     out["enqueue_p50_ms"], out["enqueue_p99_ms"] = round(p["p50"], 2), round(p["p99"], 2)
     cpu = out["enqueue_cpu_us_per_msg"]
     progress(
-        f"{nodes} nodes: enqueued {total} in {enq_s:.2f} s, p99 {p['p99']:.1f} ms; "
+        f"{nodes} nodes: enqueued {done} in {enq_s:.2f} s, p99 {p['p99']:.1f} ms; "
         f"CPU µs/msg nodes {cpu['nodes']}, cassandra {cpu.get('cassandra')}, "
         f"haproxy {cpu.get('haproxy')}, client {cpu['client']}, others {cpu['others']}"
     )
@@ -237,19 +239,20 @@ def _phases(
     con_lat: list[float] = []
     con_urls = urls * nodes if len(urls) == 1 else urls
     meter.start()
-    con_s, full, empty = asyncio.run(
-        _consume(con_urls, total, args.concurrency, deadline, con_lat, on_done)
+    con_s, deleted, full, empty = asyncio.run(
+        _consume(con_urls, done, args.concurrency, deadline, con_lat, on_done)
     )
-    out.update(_summary("receive_delete", meter, total, names))
-    out["receive_delete_msgs_per_s"] = round(rate(total, con_s))
-    out["receive_delete_msgs_per_receive"] = round(total / full, 1) if full else 0.0
+    out.update(_summary("receive_delete", meter, deleted, names))
+    out["receive_delete_msgs_per_s"] = round(rate(deleted, con_s))
+    out["receive_delete_msgs_per_receive"] = round(deleted / full, 1) if full else 0.0
     out["receive_delete_empty_receives"] = empty
+    out["cut_short"] = done < total or deleted < done  # --seconds ran out: fewer figures
     p = percentiles(con_lat)
     out["receive_delete_p50_ms"] = round(p["p50"], 2)
     out["receive_delete_p99_ms"] = round(p["p99"], 2)
     cpu = out["receive_delete_cpu_us_per_msg"]
     progress(
-        f"{nodes} nodes: received and deleted {total} in {con_s:.2f} s "
+        f"{nodes} nodes: received and deleted {deleted} in {con_s:.2f} s "
         f"({full} receives, {empty} empty); "
         f"CPU µs/msg nodes {cpu['nodes']}, cassandra {cpu.get('cassandra')}, "
         f"haproxy {cpu.get('haproxy')}, client {cpu['client']}, others {cpu['others']}"

@@ -221,3 +221,4 @@ def test_bench_cluster_reports_its_figures(cassandra: CassandraServer) -> None:
         assert projected["projected_scaling"] == 1.0  # one ring size: compared with itself
         assert projected["ring_overhead_us_per_msg"] == 0
     assert result["receive_delete_msgs_per_receive"] > 0
+    assert result["cut_short"] is False
