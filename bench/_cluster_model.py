@@ -4,8 +4,7 @@ Measured (by :mod:`bench._cluster_cpu`, per phase of every ring): the µs of
 CPU each process spent per message, over the steady part of the phase (the
 first :data:`STEADY` of its messages) and over the whole phase. The end of a
 drain is not steady: one node's slice empties before the others' and its
-receivers poll it empty (each empty receive rescans the slice in Cassandra),
-which a ring under continuous load does not do. Projected here, from the
+receivers poll it empty, which a ring under continuous load does not do. Projected here, from the
 steady figures alone:
 
 * ``node_bound_msgs_per_s``: the rate if every node had a core to itself and
@@ -16,8 +15,9 @@ steady figures alone:
   caps the ring, per core Cassandra is given (it is multithreaded).
 * ``haproxy_msgs_per_s_per_core``: the same for the balancer.
 * across rings, ``ring_overhead_us_per_msg``: node CPU per message of the
-  largest ring minus that of the smallest (forwarded receives, deletes through
-  a node that did not serve the message and the hints they send, gossip), and
+  largest ring minus that of the smallest (the "lanes written" hints of
+  batches written into another node's slice, deletes through a node that did
+  not serve the message and the hints they send to its owner), and
   ``projected_scaling``: the ratio of the two node-bound rates.
 """
 
