@@ -4,8 +4,8 @@ Measured (by :mod:`bench._cluster_cpu`, per phase of every ring): the µs of
 CPU each process spent per message, over the steady part of the phase (the
 first :data:`STEADY` of its messages) and over the whole phase. The end of a
 drain is not steady: one node's slice empties before the others' and its
-receivers poll it empty, which a ring under continuous load does not do. Projected here, from the
-steady figures alone:
+receivers poll it empty, which a ring under continuous load does not do.
+Projected here, from the steady figures alone:
 
 * ``node_bound_msgs_per_s``: the rate if every node had a core to itself and
   nothing else were the limit, ``1e6 / max(µs per message of one node)``. A
