@@ -96,9 +96,10 @@ def pin(pid: int, cpus: set[int], tree: bool = True) -> None:
 
 Window = tuple[dict[str, float], dict[str, float], float]
 """(µs of CPU per message of every process, the cores each used on average (and
-how busy each CPU was, ``cpu0``...), wall seconds) over a window of a phase. ``others`` is the rest of the machine's busy
-time: other people's work on the box, and interrupt time (loopback traffic's
-softirqs are not charged to a process)."""
+how busy each CPU was, ``cpu0``...), wall seconds) over a window of a phase.
+``others`` is the rest of the machine's busy time: other people's work on the
+box, and interrupt time (loopback traffic's softirqs are not charged to a
+process)."""
 
 
 @dataclass
