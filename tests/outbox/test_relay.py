@@ -334,6 +334,9 @@ def test_bench_outbox_quick_reports_records_per_s(postgres: object) -> None:
     assert result["ratio_vs_postgres_floor"] == pytest.approx(
         result["records_per_s"] / result["postgres_floor_rows_per_s"], abs=0.001
     )
+    # Each run carries its own floor (taken right after it) and ratio.
+    assert run["postgres_floor_rows_per_s"] == floor["rows_per_s"]
+    assert run["ratio_vs_postgres_floor"] == result["ratio_vs_postgres_floor"]
 
 
 def test_row_to_message_mapping_and_bad_rows() -> None:
