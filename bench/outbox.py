@@ -1,6 +1,6 @@
 """Outbox relay throughput: rows relayed end to end, PostgreSQL table → dynaq topic.
 
-``python -m bench outbox [--rows N] [--keys K] [--mark-batch B] [--max-in-flight M] [--no-durable]``
+``python -m bench outbox [--rows N] [--keys K] [--mark-batch B] [--max-in-flight M] [--no-durable] [--rounds R]``
 
 A throwaway PostgreSQL cluster (Debian's packages, ``dynaq/testing/servers/postgres.py``;
 ``fsync`` on unless ``--no-durable``) gets an outbox table pre-filled with N
@@ -12,7 +12,9 @@ the relay's CPU share and the PostgreSQL server's CPU.
 
 Runs the given config and, for comparison, goharvest's defaults (mark batch
 100) when a different mark batch was asked for; each run is followed by its
-own floor (below), and carries its ratio.
+own floor (below), and carries its ratio. ``--rounds R`` repeats the whole
+sequence R times; the top-level figures are then medians over the rounds
+(the ratio's of the same-round ratios).
 
 The same-run yardstick (issue 18): the same N rows, in a fresh table of the
 same cluster, marked (leased) and purged with the relay's own SQL, with the
@@ -27,9 +29,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +178,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max-seconds", type=float, default=120.0)
     p.add_argument("--no-durable", action="store_true", help="PostgreSQL with fsync off")
     p.add_argument("--quick", action="store_true", help="10k rows, one run")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat every (relay, floor) pair this often; report medians (a shared box's "
+        "load changes within seconds)",
+    )
     return p.parse_args(argv)
 
 
@@ -192,27 +203,41 @@ def main(argv: list[str]) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     floors: list[dict[str, Any]] = []
     try:
-        for mark_batch in batches:
-            # Each relay run is followed at once by its floor, so the two see
-            # the same load on a shared machine.
-            run = asyncio.run(_run(args, server, mark_batch))
-            floor = asyncio.run(_floor(args, server, mark_batch))
-            run["postgres_floor_rows_per_s"] = floor["rows_per_s"]
-            run["ratio_vs_postgres_floor"] = _ratio(run["records_per_s"], floor["rows_per_s"])
-            runs.append(run)
-            floors.append(floor)
+        for round_no in range(1, max(1, args.rounds) + 1):
+            for mark_batch in batches:
+                # Each relay run is followed at once by its floor, so the two see
+                # the same load on a shared machine.
+                run = asyncio.run(_run(args, server, mark_batch))
+                floor = asyncio.run(_floor(args, server, mark_batch))
+                run["round"] = round_no
+                run["postgres_floor_rows_per_s"] = floor["rows_per_s"]
+                run["ratio_vs_postgres_floor"] = _ratio(run["records_per_s"], floor["rows_per_s"])
+                runs.append(run)
+                floors.append(floor)
     finally:
         server.stop()
-    main_run = runs[0]
-    return {
+    main_runs = [r for r in runs if r["mark_batch"] == args.mark_batch]
+    summary = {
         "scenario": "outbox",
         "durable_postgres": not args.no_durable,
-        "records_per_s": main_run["records_per_s"],
-        "postgres_floor_rows_per_s": main_run["postgres_floor_rows_per_s"],
-        "ratio_vs_postgres_floor": main_run["ratio_vs_postgres_floor"],
+        "records_per_s": _median(r["records_per_s"] for r in main_runs),
+        "postgres_floor_rows_per_s": _median(r["postgres_floor_rows_per_s"] for r in main_runs),
+        "ratio_vs_postgres_floor": _median(r["ratio_vs_postgres_floor"] for r in main_runs),
         "postgres_floor": floors[0],
         "runs": runs,
     }
+    if len(main_runs) > 1:
+        # Medians of each column over the rounds (the ratio's is of the same-round ratios).
+        for mark_batch in batches:
+            mine = [r for r in runs if r["mark_batch"] == mark_batch]
+            summary[f"median_ratio_mark_batch_{mark_batch}"] = _median(
+                r["ratio_vs_postgres_floor"] for r in mine
+            )
+    return summary
+
+
+def _median(values: Iterable[float]) -> float:
+    return round(statistics.median(values), 3)
 
 
 def _ratio(records_per_s: float, floor_rows_per_s: float) -> float:
