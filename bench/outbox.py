@@ -1,6 +1,6 @@
 """Outbox relay throughput: rows relayed end to end, PostgreSQL table → dynaq topic.
 
-``python -m bench outbox [--rows N] [--keys K] [--mark-batch B] [--max-in-flight M] [--no-durable]``
+``python -m bench outbox [--rows N] [--keys K] [--mark-batch B] [--max-in-flight M] [--no-durable] [--rounds R]``
 
 A throwaway PostgreSQL cluster (Debian's packages, ``dynaq/testing/servers/postgres.py``;
 ``fsync`` on unless ``--no-durable``) gets an outbox table pre-filled with N
@@ -11,13 +11,17 @@ and purged from the table. Reported: ``records_per_s`` = N / that time, plus
 the relay's CPU share and the PostgreSQL server's CPU.
 
 Runs the given config and, for comparison, goharvest's defaults (mark batch
-100) when a different mark batch was asked for.
+100) when a different mark batch was asked for; each run is followed by its
+own floor (below), and carries its ratio. ``--rounds R`` repeats the whole
+sequence R times; the top-level figures are then medians over the rounds
+(the ratio's of the same-round ratios).
 
 The same-run yardstick (issue 18): the same N rows, in a fresh table of the
 same cluster, marked (leased) and purged with the relay's own SQL, with the
 same mark batch and in-flight bound, and nothing published
 (:mod:`bench._outbox_floor`). Reported as ``postgres_floor_rows_per_s`` and
-``ratio_vs_postgres_floor`` = ``records_per_s`` / that (target: ≥ 0.5).
+``ratio_vs_postgres_floor`` = ``records_per_s`` / that (target: ≥ 0.5), at the
+top level for the given config and in each entry of ``runs`` for its own.
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +178,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max-seconds", type=float, default=120.0)
     p.add_argument("--no-durable", action="store_true", help="PostgreSQL with fsync off")
     p.add_argument("--quick", action="store_true", help="10k rows, one run")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat every (relay, floor) pair this often; report medians (a shared box's "
+        "load changes within seconds)",
+    )
     return p.parse_args(argv)
 
 
@@ -184,23 +197,48 @@ def main(argv: list[str]) -> dict[str, Any]:
         args.rows = min(args.rows, 10_000)
     progress("starting PostgreSQL")
     server = pg_server.start_postgres(durable=not args.no_durable)
+    batches = [args.mark_batch]
+    if not args.quick and args.mark_batch != 100:
+        batches.append(100)
+    runs: list[dict[str, Any]] = []
+    floors: list[dict[str, Any]] = []
     try:
-        main_run = asyncio.run(_run(args, server, args.mark_batch))
-        floor = asyncio.run(_floor(args, server, args.mark_batch))
-        runs = [main_run]
-        if not args.quick and args.mark_batch != 100:
-            runs.append(asyncio.run(_run(args, server, 100)))
+        for round_no in range(1, max(1, args.rounds) + 1):
+            for mark_batch in batches:
+                # Each relay run is followed at once by its floor, so the two see
+                # the same load on a shared machine.
+                run = asyncio.run(_run(args, server, mark_batch))
+                floor = asyncio.run(_floor(args, server, mark_batch))
+                run["round"] = round_no
+                run["postgres_floor_rows_per_s"] = floor["rows_per_s"]
+                run["ratio_vs_postgres_floor"] = _ratio(run["records_per_s"], floor["rows_per_s"])
+                runs.append(run)
+                floors.append(floor)
     finally:
         server.stop()
-    floor_rate = floor["rows_per_s"]
-    return {
+    main_runs = [r for r in runs if r["mark_batch"] == args.mark_batch]
+    summary = {
         "scenario": "outbox",
         "durable_postgres": not args.no_durable,
-        "records_per_s": main_run["records_per_s"],
-        "postgres_floor_rows_per_s": floor_rate,
-        "ratio_vs_postgres_floor": round(main_run["records_per_s"] / floor_rate, 3)
-        if floor_rate > 0
-        else 0.0,
-        "postgres_floor": floor,
+        "records_per_s": _median(r["records_per_s"] for r in main_runs),
+        "postgres_floor_rows_per_s": _median(r["postgres_floor_rows_per_s"] for r in main_runs),
+        "ratio_vs_postgres_floor": _median(r["ratio_vs_postgres_floor"] for r in main_runs),
+        "postgres_floor": floors[0],
         "runs": runs,
     }
+    if len(main_runs) > 1:
+        # Medians of each column over the rounds (the ratio's is of the same-round ratios).
+        for mark_batch in batches:
+            mine = [r for r in runs if r["mark_batch"] == mark_batch]
+            summary[f"median_ratio_mark_batch_{mark_batch}"] = _median(
+                r["ratio_vs_postgres_floor"] for r in mine
+            )
+    return summary
+
+
+def _median(values: Iterable[float]) -> float:
+    return round(statistics.median(values), 3)
+
+
+def _ratio(records_per_s: float, floor_rows_per_s: float) -> float:
+    return round(records_per_s / floor_rows_per_s, 3) if floor_rows_per_s > 0 else 0.0

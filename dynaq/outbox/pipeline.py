@@ -4,11 +4,19 @@ Three tasks share the term's state:
 
 * the **marker** escrows the oldest pending rows under this term's
   ``leader_id`` (on the lock session, so only the lock holder can mark),
-  sorts them by id and dispatches each once (A4) fewer than ``max_in_flight``
-  records are in flight and (A5) no record of its key is in flight;
+  sorts them by id, turns them into messages and dispatches each once (A4)
+  fewer than ``max_in_flight`` records are in flight and (A5) no record of
+  its key is in flight. It marks the next batch as soon as it has
+  dispatched the last one, without waiting for room, so a mark overlaps the
+  publish and purge before it: at most ``max_in_flight`` records are in
+  flight and at most one more batch (``mark_batch`` rows) is marked and
+  held back. Held rows are marked, not in flight: if the term ends they
+  stay marked under its ``leader_id`` and the next term re-marks them, as
+  it re-marks rows that were in flight;
 * the **sender** publishes everything dispatched since its last round, one
   publish call per topic (in-flight keys are distinct, so a batch never holds
-  two records of one key and batching cannot reorder a key);
+  two records of one key and batching cannot reorder a key), with message
+  ids drawn when the rows were marked;
 * the **completer** purges published rows, resets failed ones (then raises
   ``force_remark``) and parks rows that can never be published, in batched
   statements, and only then lowers each key's barrier.
@@ -28,7 +36,6 @@ import contextlib
 import enum
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
@@ -37,7 +44,13 @@ from dynaq.core.messages import NewMessage
 from dynaq.errors import BadRecord, InvalidInput, PayloadTooLarge, TopicNotFound
 from dynaq.metrics import Metrics
 from dynaq.outbox.events import Event, LeaderRefreshed
-from dynaq.outbox.schema import OutboxRecord, Queries, record_from_row, to_message
+from dynaq.outbox.schema import (
+    OutboxRecord,
+    Queries,
+    draw_message_ids,
+    record_from_row,
+    to_message,
+)
 from dynaq.tasks import cancel_all
 
 log = logging.getLogger("dynaq.outbox")
@@ -46,7 +59,13 @@ log = logging.getLogger("dynaq.outbox")
 class Publisher(Protocol):
     """Where records go: :class:`dynaq.services.topics.TopicService` satisfies it."""
 
-    async def publish(self, topic: str, messages: Sequence[NewMessage]) -> dict[str, list[int]]: ...
+    async def publish(
+        self,
+        topic: str,
+        messages: Sequence[NewMessage],
+        *,
+        message_ids: Sequence[str] | None = None,
+    ) -> dict[str, list[int]]: ...
 
 
 class Connection(Protocol):
@@ -63,11 +82,9 @@ class Outcome(enum.Enum):
     PARK = "park"
 
 
-@dataclass(slots=True)
-class _Done:
-    rec: OutboxRecord
-    outcome: Outcome
-    reason: str = ""
+_Prepared = tuple[NewMessage, str]
+"""A row's message and its message id (the envelope's MessageId)."""
+_Pending = tuple[OutboxRecord, NewMessage, str]
 
 
 class Term:
@@ -101,9 +118,9 @@ class Term:
         self.keys: dict[str, int] = {}
         self._changed = asyncio.Condition()
         self._force_remark = False
-        self._pending: list[tuple[OutboxRecord, NewMessage]] = []
+        self._pending: list[_Pending] = []
         self._pending_ready = asyncio.Event()
-        self._done: list[_Done] = []
+        self._done: list[tuple[list[OutboxRecord], Outcome, str]] = []
         self._done_ready = asyncio.Event()
         self._closing = False
         self.active = True
@@ -163,7 +180,7 @@ class Term:
 
     async def _drop_pending(self) -> None:
         pending, self._pending = self._pending, []
-        await self._release([rec for rec, _ in pending], None)
+        await self._release([rec for rec, _, _ in pending], None)
 
     # marker (A1-A9) ----------------------------------------------------------
 
@@ -172,7 +189,10 @@ class Term:
         backoff = cfg.mark_backoff_ms / 1000
         while True:
             self._force_remark = False  # A2
-            await self._wait_for(lambda: len(self.in_flight) < cfg.max_in_flight)
+            # No wait for room here (goharvest's A3 has one): the next batch is
+            # marked while the previous one is published and purged, so the
+            # mark's round trip is off the critical path. At most one batch is
+            # marked ahead; A4 below still bounds what is in flight.
             self._marks_started += 1
             mark_no = self._marks_started
             rows = await self._lock_conn.fetch(self._q.mark, self.leader_id, cfg.mark_batch)  # A3
@@ -180,19 +200,24 @@ class Term:
                 self._prune_skip(mark_no)
                 await asyncio.sleep(backoff)
                 continue
-            for rec in sorted(map(record_from_row, rows), key=lambda r: r.id):
-                await self._wait_for(  # A4 + A5
-                    lambda r=rec: (
-                        len(self.in_flight) < cfg.max_in_flight  # type: ignore[misc]
-                        and r.key not in self.keys
+            recs = sorted(map(record_from_row, rows), key=lambda r: r.id)
+            # Rows become messages now, while earlier ones are being published,
+            # so that work is not done on the critical path once room opens up.
+            prepared = self._prepare(recs)
+            for rec, msg in prepared:
+                if len(self.in_flight) >= cfg.max_in_flight or rec.key in self.keys:
+                    await self._wait_for(  # A4 + A5
+                        lambda r=rec: (
+                            len(self.in_flight) < cfg.max_in_flight  # type: ignore[misc]
+                            and r.key not in self.keys
+                        )
                     )
-                )
                 if self._force_remark:  # A9: a reset happened; start over from the head
                     self._refresh()
                     break
                 if self._skip.pop(rec.id, None) is not None:
                     continue  # published under the previous leader id already
-                self._dispatch(rec)
+                self._dispatch(rec, msg)
             self._prune_skip(mark_no)
 
     async def _wait_for(self, predicate: Callable[[], bool]) -> None:
@@ -210,15 +235,26 @@ class Term:
         if self._skip:
             self._skip = {i: n for i, n in self._skip.items() if n > mark_no}
 
-    def _dispatch(self, rec: OutboxRecord) -> None:
+    def _prepare(
+        self, recs: list[OutboxRecord]
+    ) -> list[tuple[OutboxRecord, _Prepared | BadRecord]]:
+        """Each row's message and message id, or why it can never be published."""
+        out: list[tuple[OutboxRecord, _Prepared | BadRecord]] = []
+        ids = draw_message_ids(len(recs))
+        for rec, mid in zip(recs, ids, strict=True):
+            try:
+                out.append((rec, (to_message(rec, self._cfg.table, self._max_bytes), mid)))
+            except BadRecord as exc:
+                out.append((rec, exc))
+        return out
+
+    def _dispatch(self, rec: OutboxRecord, msg: _Prepared | BadRecord) -> None:
         self.in_flight[rec.id] = rec  # A6
         self.keys[rec.key] = rec.id  # A7
-        try:
-            msg = to_message(rec, self._cfg.table, self._max_bytes)
-        except BadRecord as exc:
-            self._complete([rec], Outcome.PARK, str(exc))
+        if isinstance(msg, BadRecord):
+            self._complete([rec], Outcome.PARK, str(msg))
             return
-        self._pending.append((rec, msg))  # A8
+        self._pending.append((rec, *msg))  # A8
         self._pending_ready.set()
 
     # sender ---------------------------------------------------------------
@@ -230,7 +266,7 @@ class Term:
             if self._closing or not self._pending:
                 continue
             batch, self._pending = self._pending, []
-            by_topic: dict[str, list[tuple[OutboxRecord, NewMessage]]] = {}
+            by_topic: dict[str, list[_Pending]] = {}
             for item in batch:
                 by_topic.setdefault(item[0].topic, []).append(item)
             size = self._cfg.max_publish_batch
@@ -242,11 +278,13 @@ class Term:
                 )
             )
 
-    async def _send(self, topic: str, items: list[tuple[OutboxRecord, NewMessage]]) -> None:
-        recs = [rec for rec, _ in items]
+    async def _send(self, topic: str, items: list[_Pending]) -> None:
+        recs = [rec for rec, _, _ in items]
         try:
             async with asyncio.timeout(self._cfg.queue_timeout_s):
-                await self._publisher.publish(topic, [m for _, m in items])
+                await self._publisher.publish(
+                    topic, [m for _, m, _ in items], message_ids=[i for _, _, i in items]
+                )
         except TopicNotFound:
             self._complete(recs, Outcome.PARK, f"topic {topic!r} does not exist")
         except (PayloadTooLarge, InvalidInput) as exc:
@@ -273,7 +311,7 @@ class Term:
     # completer (B1-B5) --------------------------------------------------------
 
     def _complete(self, recs: list[OutboxRecord], outcome: Outcome, reason: str = "") -> None:
-        self._done.extend(_Done(r, outcome, reason) for r in recs)
+        self._done.append((recs, outcome, reason))
         self._done_ready.set()
 
     async def _complete_loop(self) -> None:
@@ -281,30 +319,35 @@ class Term:
             await self._done_ready.wait()
             self._done_ready.clear()
             done, self._done = self._done, []
-            purged = [d.rec for d in done if d.outcome is Outcome.PURGE]
+            purged = [r for recs, outcome, _ in done if outcome is Outcome.PURGE for r in recs]
             if purged:
                 await self._retry(self._q.purge, [r.id for r in purged])  # B1
                 await self._release(purged, Outcome.PURGE)
                 self._metrics.incr(self._prefix + "published.count", len(purged))
                 self._on_relayed(len(purged))
-            for d in done:
-                if d.outcome is Outcome.PARK:
-                    await self._retry(self._q.park, d.rec.id, d.reason[:1000])
-                    self._metrics.incr(self._prefix + "parked.count")
-                    log.error(
-                        "outbox row parked",
-                        extra={
-                            "table": self._cfg.table,
-                            "id": d.rec.id,
-                            "topic": d.rec.topic,
-                            "reason": d.reason,
-                        },
-                    )
-                    await self._release([d.rec], Outcome.PARK)
+            for rec, reason in (
+                (r, reason)
+                for recs, outcome, reason in done
+                if outcome is Outcome.PARK
+                for r in recs
+            ):
+                await self._retry(self._q.park, rec.id, reason[:1000])
+                self._metrics.incr(self._prefix + "parked.count")
+                log.error(
+                    "outbox row parked",
+                    extra={
+                        "table": self._cfg.table,
+                        "id": rec.id,
+                        "topic": rec.topic,
+                        "reason": reason,
+                    },
+                )
+                await self._release([rec], Outcome.PARK)
             by_leader: dict[UUID, list[OutboxRecord]] = {}
-            for d in done:
-                if d.outcome is Outcome.RESET:
-                    by_leader.setdefault(d.rec.leader_id, []).append(d.rec)
+            for recs, outcome, _ in done:
+                if outcome is Outcome.RESET:
+                    for rec in recs:
+                        by_leader.setdefault(rec.leader_id, []).append(rec)
             for leader_id, recs in by_leader.items():
                 await self._retry(self._q.reset, [r.id for r in recs], leader_id)  # B2
                 self._force_remark = True  # B3 (before the barriers fall)

@@ -61,6 +61,17 @@ _SESSION_SETUP = (
 )
 
 
+async def _no_reset_query(conn: Any) -> None:
+    """Release pool connections without asyncpg's reset query.
+
+    The pool runs only single statements (purge, reset, park) outside any
+    transaction, so there is no session state to undo, and the default reset
+    (``SELECT pg_advisory_unlock_all(); CLOSE ALL; ...``) would add a round
+    trip after every purge, on the path from publish to the next dispatch.
+    asyncpg still rolls back an open transaction and drops listeners itself.
+    """
+
+
 def table_lane(table: str) -> int:
     """The lane whose owner in the ring leads ``table``."""
     return zlib.crc32(table.encode()) % LANES
@@ -240,7 +251,9 @@ class OutboxRelay:
                 if self._stopping or not self.owns_table():
                     return
             if self._pool is None:
-                self._pool = await asyncpg.create_pool(cfg.dsn, min_size=1, max_size=2, timeout=10)
+                self._pool = await asyncpg.create_pool(
+                    cfg.dsn, min_size=1, max_size=2, timeout=10, reset=_no_reset_query
+                )
             self._leave.clear()
             if self._stopping or not self.owns_table():
                 return

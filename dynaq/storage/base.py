@@ -22,6 +22,7 @@ Backends translate their driver's exceptions into
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -152,6 +153,14 @@ class Store(abc.ABC):
                 break
             start = last + b"\x00"
         return last
+
+    async def last_keys(self, ranges: Sequence[tuple[bytes, bytes]]) -> list[bytes | None]:
+        """:meth:`last_key` of every ``(start, end)`` range, in order.
+
+        This default asks for them concurrently; LMDB overrides it to answer
+        them all in one read transaction (one thread hop, not one per range).
+        """
+        return list(await asyncio.gather(*(self.last_key(s, e) for s, e in ranges)))
 
     async def delete_range(self, start: bytes, end: bytes, chunk: int = 10_000) -> int:
         """Delete every key in ``[start, end)`` in chunks; return how many were removed.

@@ -276,6 +276,22 @@ class LmdbStore(Store):
         result: bytes | None = await self._read(fn)
         return result
 
+    async def last_keys(self, ranges: Sequence[tuple[bytes, bytes]]) -> list[bytes | None]:
+        ranges = list(ranges)
+
+        def fn(txn: Any) -> list[bytes | None]:
+            cur = txn.cursor()
+            out: list[bytes | None] = []
+            for start, end in ranges:
+                key: bytes | None = None
+                if start < end and (cur.prev() if cur.set_range(end) else cur.last()):
+                    key = bytes(cur.key())
+                out.append(key if key is not None and key >= start else None)
+            return out
+
+        result: list[bytes | None] = await self._read(fn)
+        return result
+
     async def list_keys(
         self, prefix: bytes, limit: int, start_after: bytes | None = None
     ) -> list[bytes]:

@@ -206,3 +206,19 @@ def test_bench_cluster_reports_its_figures(cassandra: CassandraServer) -> None:
     for figure in ("enqueue_msgs_per_s", "receive_delete_msgs_per_s"):
         assert result[figure] > 0
     assert 0 < result["failure_detection_s"] < 10 and 0 < result["rejoin_s"] < 10
+    # CPU per message of every process over each timed phase, and what it projects;
+    # the session's Cassandra runs here, so its JVM is found by its port.
+    for phase in ("enqueue", "receive_delete"):
+        us = result[f"{phase}_cpu_us_per_msg"]
+        assert {"dynaq-1", "dynaq-2", "haproxy", "cassandra", "client", "others"} <= set(us)
+        assert us["nodes"] > 0 and us["cassandra"] > 0
+        assert result[f"{phase}_cpu_us_per_msg_whole"]["nodes"] > 0  # with the drain's tail
+        assert 0 < result[f"{phase}_cores"]["nodes"] <= 2.5
+        assert "cpu0" in result[f"{phase}_cores"]  # how busy each CPU was
+        assert result[f"{phase}_node_bound_msgs_per_s"] > 0
+        assert result[f"{phase}_cassandra_msgs_per_s_per_core"] > 0
+        projected = result["projection"][phase]
+        assert projected["projected_scaling"] == 1.0  # one ring size: compared with itself
+        assert projected["ring_overhead_us_per_msg"] == 0
+    assert result["receive_delete_msgs_per_receive"] > 0
+    assert result["cut_short"] is False

@@ -83,11 +83,17 @@ class FlakyPublisher:
         self._rng = random.Random(seed)
         self.failures = 0
 
-    async def publish(self, topic: str, messages: Sequence[NewMessage]) -> dict[str, list[int]]:
+    async def publish(
+        self,
+        topic: str,
+        messages: Sequence[NewMessage],
+        *,
+        message_ids: Sequence[str] | None = None,
+    ) -> dict[str, list[int]]:
         if self._rng.random() < self._before:
             self.failures += 1
             raise StorageUnavailable("injected: publish refused")
-        out = await self._topics.publish(topic, messages)
+        out = await self._topics.publish(topic, messages, message_ids=message_ids)
         if self._rng.random() < self._after:
             self.failures += 1
             raise StorageUnavailable("injected: acknowledgement lost")

@@ -334,6 +334,9 @@ def test_bench_outbox_quick_reports_records_per_s(postgres: object) -> None:
     assert result["ratio_vs_postgres_floor"] == pytest.approx(
         result["records_per_s"] / result["postgres_floor_rows_per_s"], abs=0.001
     )
+    # Each run carries its own floor (taken right after it) and ratio.
+    assert run["postgres_floor_rows_per_s"] == floor["rows_per_s"]
+    assert run["ratio_vs_postgres_floor"] == result["ratio_vs_postgres_floor"]
 
 
 def test_row_to_message_mapping_and_bad_rows() -> None:
@@ -356,3 +359,34 @@ def test_row_to_message_mapping_and_bad_rows() -> None:
         to_message(rec, "outbox", 0)
     with pytest.raises(BadRecord, match="JSON object"):
         to_message(OutboxRecord(8, "t", "k", None, "[1]", lid), "outbox", None)
+
+
+def test_bench_outbox_rounds_report_medians_of_same_round_ratios(postgres: object) -> None:
+    """``--rounds 2``: every (relay, floor) pair twice; the headline ratio is their median."""
+    import json
+    import os
+    import statistics
+    import subprocess
+    import sys
+
+    from dynaq.testing.process import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNAQ_")}
+    argv = ["--quick", "--rows", "1000", "--no-durable", "--rounds", "2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "outbox", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    runs = result["runs"]
+    assert [r["round"] for r in runs] == [1, 2]
+    assert all(r["relayed"] == r["queue_depth"] == 1000 for r in runs)
+    ratios = [r["ratio_vs_postgres_floor"] for r in runs]
+    assert result["ratio_vs_postgres_floor"] == pytest.approx(statistics.median(ratios), abs=0.001)
+    assert result["median_ratio_mark_batch_1000"] == result["ratio_vs_postgres_floor"]

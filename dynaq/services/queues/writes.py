@@ -279,20 +279,21 @@ class Writer:
         Group order is id order; ids carry each writer's clock, so without this
         a message sent through a node whose clock is behind (or after one sent
         through a node ahead) would sort before an earlier message of its group.
-        One reversed index read per lane; the writes that follow a durable write
+        One reversed index read per lane, all in one store call (LMDB: one
+        thread hop, not one per lane); the writes that follow a durable write
         see it, so a send that follows an acknowledged one always sorts after it.
         """
         lanes = sorted({group_lane(g) for g in groups})
         if not lanes:
             return
-        lasts = await asyncio.gather(
-            *(
-                self._store.last_key(
+        lasts = await self._store.last_keys(
+            [
+                (
                     keys.message(info.number, lane_start(lane)),
                     keys.message(info.number, lane_start(lane + 1)),
                 )
                 for lane in lanes
-            )
+            ]
         )
         for lane, last in zip(lanes, lasts, strict=True):
             if last is not None:
