@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
 import os
 import sys
 from collections.abc import Coroutine
@@ -92,11 +93,19 @@ def _serve(config: Config, args: argparse.Namespace) -> None:
 # more switches per second, each a few microseconds.
 _SWITCH_INTERVAL_S = 0.0005
 
+# The cyclic garbage collector's first-generation threshold (CPython's default:
+# 700 allocations). A node allocates per message (requests, records, futures)
+# and almost nothing it allocates forms cycles, yet at the default every 700
+# allocations paid a young-generation pass: 11 % of the node's CPU over an
+# enqueue and drain of 200k messages, 1 % at 20,000.
+_GC_THRESHOLDS = (20_000, 10, 10)
+
 
 def run_loop(main: Coroutine[Any, Any, None], event_loop: str) -> None:
     """Run ``main`` to completion on a new event loop of the kind ``http.event_loop``
     names (uvloop, where it is installed; else the standard library's)."""
     sys.setswitchinterval(_SWITCH_INTERVAL_S)
+    gc.set_threshold(*_GC_THRESHOLDS)
     if event_loop == "uvloop":
         try:
             import uvloop
