@@ -106,6 +106,10 @@ def run_loop(main: Coroutine[Any, Any, None], event_loop: str) -> None:
     names (uvloop, where it is installed; else the standard library's)."""
     sys.setswitchinterval(_SWITCH_INTERVAL_S)
     gc.set_threshold(*_GC_THRESHOLDS)
+    # What the imports built lives as long as the process: out of every full
+    # collection's way from here on (a full pass no longer walks it).
+    gc.collect()
+    gc.freeze()
     if event_loop == "uvloop":
         try:
             import uvloop

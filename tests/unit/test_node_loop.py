@@ -16,6 +16,7 @@ from dynaq.cli.node import run_loop
 def switch_interval() -> Iterator[None]:
     before = sys.getswitchinterval(), gc.get_threshold()
     yield
+    gc.unfreeze()
     sys.setswitchinterval(before[0])
     gc.set_threshold(*before[1])
 
@@ -30,6 +31,7 @@ def test_the_node_runs_on_the_loop_it_is_told_with_its_gil_and_gc_settings(
         seen["loop"] = type(asyncio.get_running_loop()).__module__.partition(".")[0]
         seen["interval"] = sys.getswitchinterval()
         seen["gc"] = gc.get_threshold()
+        seen["frozen"] = gc.get_freeze_count()
 
     run_loop(main(), event_loop)
     assert seen["loop"] == module
@@ -38,3 +40,4 @@ def test_the_node_runs_on_the_loop_it_is_told_with_its_gil_and_gc_settings(
     assert isinstance(seen["interval"], float) and seen["interval"] <= 0.001
     # Young collections every 20,000 allocations, not 700: a tenth of the CPU.
     assert isinstance(seen["gc"], tuple) and seen["gc"][0] >= 10_000
+    assert isinstance(seen["frozen"], int) and seen["frozen"] > 0  # the imports' objects
