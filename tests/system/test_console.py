@@ -29,6 +29,7 @@ TOKEN = "console-0123456789abcdef"
 selenium = pytest.importorskip("selenium")
 
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
@@ -85,10 +86,15 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _text(b: webdriver.Chrome, css: str, contains: str, timeout_s: float = 15) -> str:
-    WebDriverWait(b, timeout_s).until(
-        ec.text_to_be_present_in_element((By.CSS_SELECTOR, css), contains)
-    )
-    return str(b.find_element(By.CSS_SELECTOR, css).text)
+    """The element's text once it contains ``contains``, read in the same look (the
+    page may re-render the element between a wait and a second lookup)."""
+
+    def found(driver: webdriver.Chrome) -> str | bool:
+        text = str(driver.find_element(By.CSS_SELECTOR, css).text)
+        return text if contains in text else False
+
+    wait = WebDriverWait(b, timeout_s, ignored_exceptions=[StaleElementReferenceException])
+    return str(wait.until(found))
 
 
 @pytest.mark.slow
