@@ -12,8 +12,12 @@ SparkSession:
   (the source's 20,000-row pages) read by one plain Python client
   (``dynaq.client``, no Spark) as the same-run yardstick,
   ``plain_client_rows_per_s``; ``read_vs_plain_client`` is their ratio
-  (issue 18's target: ≥ 0.9). ``--rounds`` (3) alternates the two readers;
-  each one's best round counts, every round is in the JSON line.
+  (issue 18's target: ≥ 0.9). The plain client reads them as
+  ``Client.snapshot_page`` does, columnar (the node decodes every message);
+  the Spark tasks ask for ``encoding=stored`` pages of the same ranges and
+  decode them themselves (:mod:`dynaq.spark.pages`). ``--rounds`` (3)
+  alternates the two readers; each one's best round counts, every round is
+  in the JSON line.
 * **write**: ``spark.range(W)`` as 256-byte bodies → ``.write.format("dynaq")``
   into another queue, timed as ``write_rows_per_s``.
 """
