@@ -12,7 +12,7 @@ consumers. A page comes in one of two encodings:
   the stored values themselves (each the msgpack array documented in
   :mod:`dynaq.core.messages`) as one buffer plus int32 offsets in
   ``value_offsets``/``values``; the decoded columns are left empty. The node
-  does no per-row Python work (about half the CPU of a columnar page of small
+  does no per-row Python work (a third less CPU than a columnar page of small
   messages), and a reader that scales out (the Spark data source's tasks)
   decodes instead.
 """

@@ -4,7 +4,7 @@ The batch read asks nodes for ``encoding=stored`` pages: ids plus each
 message's stored value, which the node sends without decoding. A node is one
 process for all readers of a queue, while the tasks decoding here run in
 parallel (on several executors in a cluster), so the per-row work belongs here:
-a node builds a stored page with about half the CPU of a columnar one.
+a node builds a stored page with a third less CPU than a columnar one.
 
 A stored value is the msgpack array ``[flags, body, enqueued_ms, attributes]``,
 then optionally ``group`` and a dead-lettered message's ``origin`` (the layout
