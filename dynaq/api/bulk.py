@@ -4,9 +4,10 @@
   the live ring and each member's slice of the id space (inclusive).
 * ``GET /v2/queues/:queue/partitions`` → ``{"node", "http", "partitions":
   [{"index", "from_id", "to_id"}]}``: the partitions this node serves the queue from.
-* ``GET /v2/queues/:queue/snapshot?from_id=&to_id=&limit=`` → one columnar page
-  (msgpack, or JSON with base64 buffers), see :mod:`dynaq.services.snapshots`.
-  A snapshot never locks or deletes.
+* ``GET /v2/queues/:queue/snapshot?from_id=&to_id=&limit=&encoding=`` → one page
+  (msgpack, or JSON with base64 buffers): ``encoding=columns`` (the default) or
+  ``stored`` (the stored values, which the reader decodes), see
+  :mod:`dynaq.services.snapshots`. A snapshot never locks or deletes.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from dynaq.api.codec import json_response, respond, wants_msgpack
 from dynaq.api.keys import CATALOG, QUEUES, VIEW
 from dynaq.api.params import query_int
 from dynaq.core.ids import MAX_ID
-from dynaq.services.snapshots import MAX_PAGE
+from dynaq.errors import InvalidInput
+from dynaq.services.snapshots import MAX_PAGE, STORED
+
+ENCODINGS = ("columns", "stored")
 
 routes = web.RouteTableDef()
 
@@ -64,24 +68,29 @@ async def snapshot(request: web.Request) -> web.Response:
     from_id = query_int(request.query, "from_id", 0, 0, MAX_ID)
     to_id = query_int(request.query, "to_id", MAX_ID, 0, MAX_ID)
     limit = query_int(request.query, "limit", 5000, 1, MAX_PAGE)
-    page = await request.app[QUEUES].snapshot(info, from_id, to_id, limit)
+    encoding = request.query.get("encoding", "columns")
+    if encoding not in ENCODINGS:
+        raise InvalidInput(f"encoding must be one of {', '.join(ENCODINGS)}")
+    stored = encoding == "stored"
+    token = STORED.set(stored)
+    try:
+        page = await request.app[QUEUES].snapshot(info, from_id, to_id, limit)
+    finally:
+        STORED.reset(token)
     binary = wants_msgpack(request)
 
     def buf(b: bytes) -> bytes | str:
         return b if binary else base64.b64encode(b).decode("ascii")
 
-    return respond(
-        request,
-        {
-            "count": page.count,
-            "ids": buf(page.ids),
-            "enqueued_ms": buf(page.enqueued_ms),
-            "body_offsets": buf(page.body_offsets),
-            "bodies": buf(page.bodies),
-            "attributes": page.attributes,
-            "next_from_id": (
-                page.next_from_id if binary or page.next_from_id is None else str(page.next_from_id)
-            ),
-        },
-        binary=binary,
-    )
+    body: dict[str, object] = {"count": page.count, "ids": buf(page.ids)}
+    if stored:
+        body["value_offsets"] = buf(page.value_offsets or b"")
+        body["values"] = buf(page.values or b"")
+    else:
+        body["enqueued_ms"] = buf(page.enqueued_ms)
+        body["body_offsets"] = buf(page.body_offsets)
+        body["bodies"] = buf(page.bodies)
+        body["attributes"] = page.attributes
+    next_from = page.next_from_id
+    body["next_from_id"] = next_from if binary or next_from is None else str(next_from)
+    return respond(request, body, binary=binary)

@@ -277,6 +277,14 @@ def _bulk_paths() -> Obj:
         # Decimal string in JSON, integer in msgpack, null at the end of the range.
         next_from_id={"oneOf": [{"type": "null"}, id_int, ref("MessageId")]},
     )
+    stored = _obj(
+        ["count", "ids", "value_offsets", "values", "next_from_id"],
+        count={"type": "integer", "minimum": 0, "maximum": MAX_PAGE},
+        ids=buffer,
+        value_offsets=buffer,
+        values=buffer,
+        next_from_id={"oneOf": [{"type": "null"}, id_int, ref("MessageId")]},
+    )
     bound = {"type": "integer", "minimum": 0, "maximum": MAX_ID}
     return {
         "/v2/status/ring": {
@@ -338,9 +346,11 @@ def _bulk_paths() -> Obj:
                 "bulk",
                 {
                     "200": response(
-                        "Little-endian int64 ids and times, int32 body offsets, the bodies.",
-                        json=page,
-                        msgpack=page,
+                        "Little-endian int64 ids and times, int32 body offsets, the bodies"
+                        " (encoding=columns); or little-endian int64 ids, int32 offsets and"
+                        " the stored msgpack values (encoding=stored).",
+                        json={"oneOf": [page, stored]},
+                        msgpack={"oneOf": [page, stored]},
                     ),
                     **errors(404, 422, 503),
                 },
@@ -351,6 +361,13 @@ def _bulk_paths() -> Obj:
                         "limit",
                         {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 5000},
                         "Most messages in the page.",
+                    ),
+                    query_param(
+                        "encoding",
+                        {"type": "string", "enum": ["columns", "stored"], "default": "columns"},
+                        "columns: decoded by the node; stored: each message's stored value"
+                        " ([flags, body, enqueued_ms, attributes, ...], flags bit 0: zlib"
+                        " body), decoded by the reader.",
                     ),
                 ],
                 description="from_id greater than to_id is a 422.",

@@ -2,17 +2,30 @@
 
 A snapshot read is a plain range scan of the stored messages: it takes no
 lock, changes no in-flight state and deletes nothing, so it never disturbs
-consumers. Pages are columnar and Arrow-friendly: ids and enqueue times as
-little-endian int64 buffers, bodies as one buffer plus int32 offsets (Arrow's
-binary layout), so a reader builds a RecordBatch without touching each row.
+consumers. A page comes in one of two encodings:
+
+* **columns** (the default): Arrow-friendly, ids and enqueue times as
+  little-endian int64 buffers, bodies as one buffer plus int32 offsets
+  (Arrow's binary layout), so a reader builds a RecordBatch without touching
+  each row. The node decodes every stored message for it.
+* **stored** (while :data:`STORED` is set): ids as little-endian int64s and
+  the stored values themselves (each the msgpack array documented in
+  :mod:`dynaq.core.messages`) as one buffer plus int32 offsets in
+  ``value_offsets``/``values``; the decoded columns are left empty. The node
+  does no per-row Python work (a third less CPU than a columnar page of small
+  messages), and a reader that scales out (the Spark data source's tasks)
+  decodes instead.
 """
 
 from __future__ import annotations
 
 import array
 import sys
+from bisect import bisect_left
+from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import accumulate
+from operator import itemgetter
 
 from dynaq.core import keys
 from dynaq.core.messages import decode_fields
@@ -26,6 +39,14 @@ MAX_PAGE_BYTES = 16 * 1024 * 1024
 well below what a node can hold for several readers at once."""
 _CHUNK_ROWS = 1024
 """Rows read per store call, so the byte cap applies before a whole page is read."""
+_ID_AT = len(keys.MESSAGE) + 4
+"""Where the big-endian message id starts in a message key (after prefix and queue)."""
+_key, _value = itemgetter(0), itemgetter(1)
+
+STORED: ContextVar[bool] = ContextVar("snapshot_stored", default=False)
+"""True while the snapshot route reads an ``encoding=stored`` page. A context
+variable, not a parameter, because ``QueueService.snapshot`` (which calls
+:func:`read_page`) passes none; the columnar path below is unchanged by it."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +61,10 @@ class SnapshotPage:
     attributes: list[dict[str, str] | None] | None
     next_from_id: int | None
     """Where the next page starts; ``None`` when the range is exhausted."""
+    value_offsets: bytes | None = None
+    """A stored page's int32 offsets into ``values`` (then the columns above are empty)."""
+    values: bytes | None = None
+    """A stored page's stored values, one after the other."""
 
 
 def _le(values: list[int], typecode: str) -> bytes:
@@ -49,14 +74,69 @@ def _le(values: list[int], typecode: str) -> bytes:
     return a.tobytes()
 
 
+def _ids_le(message_keys: list[bytes]) -> bytes:
+    """The ids of message keys as little-endian int64s. Keys have one fixed length,
+    so strided slices of their concatenation move each id byte for all rows at
+    once (no per-row Python: this runs on every row of a stored page)."""
+    joined, n = b"".join(message_keys), len(message_keys)
+    if len(joined) != n * keys.MESSAGE_KEY_LEN:  # pragma: no cover - keys have one length
+        return _le([keys.message_id(k) for k in message_keys], "q")
+    out = bytearray(8 * n)
+    for i in range(8):  # big-endian byte i of each id is little-endian byte 7 - i
+        out[7 - i :: 8] = joined[_ID_AT + i :: keys.MESSAGE_KEY_LEN]
+    return bytes(out)
+
+
+async def _read_stored(
+    store: Store, start: bytes, end: bytes, to_id: int, limit: int
+) -> SnapshotPage:
+    """A stored page: whole-chunk C-level steps (map, accumulate, bisect), no per-row Python.
+    The byte cap counts stored values (compressed bodies as stored)."""
+    rows: list[tuple[bytes, bytes]] = []
+    size = 0
+    exhausted = False
+    while len(rows) < limit and size < MAX_PAGE_BYTES:
+        want = min(_CHUNK_ROWS, limit - len(rows))
+        got = await store.scan(start, end, want)
+        sizes = list(accumulate(map(len, map(_value, got)), initial=size))
+        take = len(got)
+        if sizes[-1] >= MAX_PAGE_BYTES:  # the row that reaches the cap is the page's last
+            take = bisect_left(sizes, MAX_PAGE_BYTES, 1)
+        rows += got[:take] if take < len(got) else got
+        size = sizes[take]
+        if take < len(got):
+            break
+        if len(got) < want:
+            exhausted = True
+            break
+        start = got[-1][0] + b"\x00"
+    values = list(map(_value, rows))
+    last = keys.message_id(rows[-1][0]) if rows else None
+    return SnapshotPage(
+        count=len(rows),
+        ids=_ids_le(list(map(_key, rows))),
+        enqueued_ms=b"",
+        body_offsets=b"",
+        bodies=b"",
+        attributes=None,
+        next_from_id=last + 1 if last is not None and not exhausted and last < to_id else None,
+        value_offsets=_le(list(accumulate(map(len, values), initial=0)), "i"),
+        values=b"".join(values),
+    )
+
+
 async def read_page(
     store: Store, info: QueueInfo, from_id: int, to_id: int, limit: int
 ) -> SnapshotPage:
-    """Read one page of the queue's stored messages in ``[from_id, to_id]``."""
+    """Read one page of the queue's stored messages in ``[from_id, to_id]`` (columnar,
+    or stored while :data:`STORED` is set)."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidInput(f"limit must be in 1..{MAX_PAGE}")
     if from_id > to_id:
         raise InvalidInput("from_id must not be greater than to_id")
+    if STORED.get():
+        start, end = keys.message(info.number, from_id), keys.message(info.number, to_id + 1)
+        return await _read_stored(store, start, end, to_id, limit)
     ids: list[int] = []
     enqueued: list[int] = []
     bodies: list[bytes] = []

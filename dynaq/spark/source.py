@@ -2,7 +2,9 @@
 
 * **Batch read** (a snapshot: no locks, no deletes): one Spark partition per
   dynaq partition of every live node; each task reads its id range in
-  columnar pages from the node that serves it and yields Arrow RecordBatches.
+  pages of stored values from the node that serves it, decodes them itself
+  (:mod:`dynaq.spark.pages`: the node does no per-row work) and yields Arrow
+  RecordBatches.
   With ``.option("pushdown", "true")`` (and
   ``spark.sql.python.filterPushdown.enabled=true``, off by default), filters
   on ``id`` (``=``, ``<``, ``<=``, ``>``, ``>=``, ``IN``) are pushed down and
@@ -43,10 +45,8 @@ executors: they hold plain data only; connections are opened inside ``read``.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -67,59 +67,17 @@ from pyspark.sql.types import StructType
 
 from dynaq.client import Client
 from dynaq.spark.common import (
-    ARROW_SCHEMA,
-    ATTRIBUTES_TYPE,
     MAX_ID,
     SCHEMA,
     flag_option,
     normalized_options,
     required_option,
 )
+from dynaq.spark.pages import page_to_batch, snapshot_page
 from dynaq.spark.queue_stream import DynaqStreamReader
 from dynaq.spark.stream_offsets import StreamOffsetReader
 from dynaq.spark.streams import STREAM_SCHEMA, StreamPushdownReader, StreamReader
 from dynaq.spark.writer import DynaqWriter
-
-
-def _buffer(data: bytes) -> pa.Buffer:
-    return pa.py_buffer(data)
-
-
-def _le_int64(data: bytes, n: int) -> pa.Array:
-    arr = pa.Array.from_buffers(pa.int64(), n, [None, _buffer(data)])
-    if sys.byteorder != "little":  # pages are little-endian
-        arr = pa.array(arr.to_numpy().byteswap())
-    return arr
-
-
-def page_to_batch(page: dict[str, Any], partition: int, node: str) -> pa.RecordBatch:
-    """A snapshot page as an Arrow RecordBatch in :data:`ARROW_SCHEMA` (no per-row Python
-    work except attributes, which only pages that have any carry)."""
-    n = int(page["count"])
-    ids = _le_int64(page["ids"], n)
-    enq_ms = _le_int64(page["enqueued_ms"], n)
-    bodies = pa.Array.from_buffers(
-        pa.binary(), n, [None, _buffer(page["body_offsets"]), _buffer(page["bodies"])]
-    )
-    enqueued = pc.multiply(enq_ms, 1000).cast(pa.timestamp("us", tz="UTC"))
-    attrs = page.get("attributes")
-    attributes = (
-        pa.array([list(a.items()) if a else None for a in attrs], type=ATTRIBUTES_TYPE)
-        if attrs
-        else pa.nulls(n, ATTRIBUTES_TYPE)
-    )
-    return pa.RecordBatch.from_arrays(
-        [
-            ids,
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
-            pa.repeat(pa.scalar(node, pa.string()), n),
-            bodies,
-            enqueued,
-            attributes,
-        ],
-        schema=ARROW_SCHEMA,
-    )
-
 
 # batch read --------------------------------------------------------------------
 
@@ -173,8 +131,8 @@ class DynaqReader(DataSourceReader):
         with Client(self.endpoint, token=self.token) as c:
             start = partition.from_id
             while True:
-                page = c.snapshot_page(
-                    self.queue, start, partition.to_id, self.page_size, addr=partition.http
+                page = snapshot_page(
+                    c, self.queue, start, partition.to_id, self.page_size, partition.http
                 )
                 if page["count"]:
                     batch = page_to_batch(page, partition.index, partition.node)
