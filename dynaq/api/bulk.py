@@ -21,7 +21,7 @@ from dynaq.api.keys import CATALOG, QUEUES, VIEW
 from dynaq.api.params import query_int
 from dynaq.core.ids import MAX_ID
 from dynaq.errors import InvalidInput
-from dynaq.services.snapshots import MAX_PAGE, STORED
+from dynaq.services.snapshots import MAX_PAGE
 
 ENCODINGS = ("columns", "stored")
 
@@ -72,11 +72,7 @@ async def snapshot(request: web.Request) -> web.Response:
     if encoding not in ENCODINGS:
         raise InvalidInput(f"encoding must be one of {', '.join(ENCODINGS)}")
     stored = encoding == "stored"
-    token = STORED.set(stored)
-    try:
-        page = await request.app[QUEUES].snapshot(info, from_id, to_id, limit)
-    finally:
-        STORED.reset(token)
+    page = await request.app[QUEUES].snapshot(info, from_id, to_id, limit, stored=stored)
     binary = wants_msgpack(request)
 
     def buf(b: bytes) -> bytes | str:

@@ -235,10 +235,18 @@ class AsyncClient(AsyncStreams, AsyncBatches, AsyncProcessors):
         return await self._run(ops.partitions(queue, addr))
 
     async def snapshot_page(
-        self, queue: str, from_id: int, to_id: int, limit: int = 5000, addr: str | None = None
+        self,
+        queue: str,
+        from_id: int,
+        to_id: int,
+        limit: int = 5000,
+        addr: str | None = None,
+        encoding: str = "columns",
     ) -> dict[str, Any]:
-        """One columnar snapshot page (see :mod:`dynaq.services.snapshots`); never locks."""
-        return await self._run(ops.snapshot_page(queue, from_id, to_id, limit, addr))
+        """One snapshot page (see :mod:`dynaq.services.snapshots`); never locks.
+        ``encoding``: ``columns`` (decoded columns) or ``stored`` (the stored values,
+        for a reader that decodes them itself)."""
+        return await self._run(ops.snapshot_page(queue, from_id, to_id, limit, addr, encoding))
 
     # queues ------------------------------------------------------------------
 

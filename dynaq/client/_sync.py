@@ -238,10 +238,18 @@ class Client(SyncStreams, SyncBatches, SyncProcessors):
         return self._run(ops.partitions(queue, addr))
 
     def snapshot_page(
-        self, queue: str, from_id: int, to_id: int, limit: int = 5000, addr: str | None = None
+        self,
+        queue: str,
+        from_id: int,
+        to_id: int,
+        limit: int = 5000,
+        addr: str | None = None,
+        encoding: str = "columns",
     ) -> dict[str, Any]:
-        """One columnar snapshot page (see :mod:`dynaq.services.snapshots`); never locks."""
-        return self._run(ops.snapshot_page(queue, from_id, to_id, limit, addr))
+        """One snapshot page (see :mod:`dynaq.services.snapshots`); never locks.
+        ``encoding``: ``columns`` (decoded columns) or ``stored`` (the stored values,
+        for a reader that decodes them itself)."""
+        return self._run(ops.snapshot_page(queue, from_id, to_id, limit, addr, encoding))
 
     # queues ------------------------------------------------------------------
 

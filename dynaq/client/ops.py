@@ -208,9 +208,12 @@ def partitions(queue: str, node: str | None = None) -> Op[list[PartitionRange]]:
 
 
 def snapshot_page(
-    queue: str, from_id: int, to_id: int, limit: int, node: str | None
+    queue: str, from_id: int, to_id: int, limit: int, node: str | None, encoding: str = "columns"
 ) -> Op[dict[str, Any]]:
-    query = urllib.parse.urlencode({"from_id": from_id, "to_id": to_id, "limit": limit})
+    params: dict[str, object] = {"from_id": from_id, "to_id": to_id, "limit": limit}
+    if encoding != "columns":  # the default is not sent: older nodes know no encoding
+        params["encoding"] = encoding
+    query = urllib.parse.urlencode(params)
     return single(
         Call(
             "GET", f"/v2/queues/{quoted(queue)}/snapshot?{query}", lambda got: dict(got), node=node

@@ -8,7 +8,7 @@ consumers. A page comes in one of two encodings:
   little-endian int64 buffers, bodies as one buffer plus int32 offsets
   (Arrow's binary layout), so a reader builds a RecordBatch without touching
   each row. The node decodes every stored message for it.
-* **stored** (while :data:`STORED` is set): ids as little-endian int64s and
+* **stored** (``stored=True``): ids as little-endian int64s and
   the stored values themselves (each the msgpack array documented in
   :mod:`dynaq.core.messages`) as one buffer plus int32 offsets in
   ``value_offsets``/``values``; the decoded columns are left empty. The node
@@ -22,7 +22,6 @@ from __future__ import annotations
 import array
 import sys
 from bisect import bisect_left
-from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import itemgetter
@@ -42,11 +41,6 @@ _CHUNK_ROWS = 1024
 _ID_AT = len(keys.MESSAGE) + 4
 """Where the big-endian message id starts in a message key (after prefix and queue)."""
 _key, _value = itemgetter(0), itemgetter(1)
-
-STORED: ContextVar[bool] = ContextVar("snapshot_stored", default=False)
-"""True while the snapshot route reads an ``encoding=stored`` page. A context
-variable, not a parameter, because ``QueueService.snapshot`` (which calls
-:func:`read_page`) passes none; the columnar path below is unchanged by it."""
 
 
 @dataclass(frozen=True)
@@ -126,15 +120,15 @@ async def _read_stored(
 
 
 async def read_page(
-    store: Store, info: QueueInfo, from_id: int, to_id: int, limit: int
+    store: Store, info: QueueInfo, from_id: int, to_id: int, limit: int, *, stored: bool = False
 ) -> SnapshotPage:
     """Read one page of the queue's stored messages in ``[from_id, to_id]`` (columnar,
-    or stored while :data:`STORED` is set)."""
+    or the stored values as they are when ``stored``)."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidInput(f"limit must be in 1..{MAX_PAGE}")
     if from_id > to_id:
         raise InvalidInput("from_id must not be greater than to_id")
-    if STORED.get():
+    if stored:
         start, end = keys.message(info.number, from_id), keys.message(info.number, to_id + 1)
         return await _read_stored(store, start, end, to_id, limit)
     ids: list[int] = []

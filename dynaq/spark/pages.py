@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import array
 import sys
-import urllib.parse
 import zlib
 from functools import lru_cache
 from typing import Any
@@ -29,7 +28,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dynaq.client import Client
-from dynaq.client.ops import Call, quoted, single
 from dynaq.spark.common import ARROW_SCHEMA, ATTRIBUTES_TYPE
 
 FLAG_ZLIB = 1
@@ -45,14 +43,7 @@ def snapshot_page(
     client: Client, queue: str, from_id: int, to_id: int, limit: int, addr: str
 ) -> dict[str, Any]:
     """One ``encoding=stored`` snapshot page from node ``addr``."""
-    query = urllib.parse.urlencode(
-        {"from_id": from_id, "to_id": to_id, "limit": limit, "encoding": "stored"}
-    )
-    call = Call("GET", f"/v2/queues/{quoted(queue)}/snapshot?{query}", dict, node=addr)
-    # The client's own snapshot_page has no encoding parameter; its runner gives
-    # this request the same retries, failover rules and error mapping.
-    page: dict[str, Any] = client._run(single(call))
-    return page
+    return client.snapshot_page(queue, from_id, to_id, limit, addr, encoding="stored")
 
 
 def _le_array(data: bytes, n: int, kind: pa.DataType, typecode: str) -> pa.Array:

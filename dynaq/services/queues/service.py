@@ -307,9 +307,12 @@ class QueueService:
         items = await self._store.get_many([keys.message(info.number, i) for i in ids])
         return [decode(i, it.value) for i, it in zip(ids, items, strict=True) if it is not None]
 
-    async def snapshot(self, info: QueueInfo, from_id: int, to_id: int, limit: int) -> SnapshotPage:
-        """One columnar page of the stored messages in ``[from_id, to_id]``; takes no lock."""
-        return await read_page(self._store, info, from_id, to_id, limit)
+    async def snapshot(
+        self, info: QueueInfo, from_id: int, to_id: int, limit: int, *, stored: bool = False
+    ) -> SnapshotPage:
+        """One page of the stored messages in ``[from_id, to_id]``, columnar or (``stored``)
+        the stored values as they are (see :mod:`dynaq.services.snapshots`); takes no lock."""
+        return await read_page(self._store, info, from_id, to_id, limit, stored=stored)
 
     # deletes & visibility -------------------------------------------------------
 
