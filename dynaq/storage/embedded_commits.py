@@ -104,10 +104,6 @@ class GroupCommitter:
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._pending: dict[asyncio.AbstractEventLoop, list[WriteRequest]] = {}
         self._last_group = 1
-        # True while the writer thread blocks waiting for work (read by
-        # submit() on the loop's thread; a stale read only delays a hand-over
-        # to the end of the loop's iteration).
-        self._idle = False
         self._thread: threading.Thread | None = None
         self._stopped = False
         self._last_version = 0
@@ -139,19 +135,11 @@ class GroupCommitter:
             raise StorageUnavailable("store is closed")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        req = WriteRequest(kind, payload, fut, loop, size=size)
         pending = self._pending.get(loop)
         if pending is None:
-            if self._idle:
-                # The writer is waiting for work: start its commit now, while
-                # the loop goes on with the rest of this iteration (whatever
-                # else arrives meanwhile shares the next commit).
-                self._idle = False
-                self._requests.put([req])
-                return await fut
             pending = self._pending[loop] = []
             loop.call_soon(self._flush, loop)
-        pending.append(req)
+        pending.append(WriteRequest(kind, payload, fut, loop, size=size))
         return await fut
 
     def _flush(self, loop: asyncio.AbstractEventLoop, closing: bool = True) -> None:
@@ -184,11 +172,7 @@ class GroupCommitter:
             if carry:
                 waiting, carry = carry, []
             else:
-                item = self._requests.get_nowait() if not self._requests.empty() else None
-                if item is None:
-                    self._idle = True
-                    item = self._requests.get()
-                    self._idle = False
+                item = self._requests.get()
                 if item is _STOP:
                     break
                 waiting = list(item)
