@@ -3,20 +3,38 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynaq.config import OutboxConfig
 from dynaq.core.messages import NewMessage
 from dynaq.errors import StorageUnavailable
 from dynaq.metrics import GaugeProvider
 from dynaq.outbox.events import Event
-from dynaq.outbox.schema import stash
+from dynaq.outbox.schema import init_db, stash
 from dynaq.services.queues import QueueService
 from dynaq.services.topics import TopicService
+
+if TYPE_CHECKING:
+    from asyncpg import Pool
+
+
+@contextlib.asynccontextmanager
+async def outbox_pool(dsn: str, *, min_size: int, max_size: int) -> AsyncIterator[Pool]:
+    """A connection pool on a database whose outbox table exists; closed on exit."""
+    import asyncpg
+
+    pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
+    try:
+        async with pool.acquire() as conn:
+            await init_db(conn)
+        yield pool
+    finally:
+        await pool.close()
 
 
 def fast_config(dsn: str, **overrides: Any) -> OutboxConfig:

@@ -17,7 +17,6 @@ from dynaq.core.membership import Member, MembershipView
 from dynaq.node import Node
 from dynaq.outbox.events import LeaderAcquired, LeaderFenced, LeaderRefreshed
 from dynaq.outbox.relay import OutboxRelay
-from dynaq.outbox.schema import init_db
 from tests.outbox.helpers import (
     EventLog,
     FlakyPublisher,
@@ -25,6 +24,7 @@ from tests.outbox.helpers import (
     consume,
     fast_config,
     linger_for_duplicates,
+    outbox_pool,
     write_keyed_rows,
 )
 
@@ -38,13 +38,8 @@ KEYS = 50
 
 @pytest.fixture
 async def db(pg_dsn: str) -> AsyncIterator[Pool]:
-    pool = await asyncpg.create_pool(pg_dsn, min_size=4, max_size=16)
-    async with pool.acquire() as conn:
-        await init_db(conn)
-    try:
+    async with outbox_pool(pg_dsn, min_size=4, max_size=16) as pool:
         yield pool
-    finally:
-        await pool.close()
 
 
 async def _topic(node: Node) -> None:

@@ -16,12 +16,12 @@ import pytest
 from dynaq.core.messages import NewMessage
 from dynaq.node import Node
 from dynaq.outbox.relay import OutboxRelay
-from dynaq.outbox.schema import draw_message_ids, init_db, stash
+from dynaq.outbox.schema import draw_message_ids, stash
 from dynaq.services.topics import TopicService
 from dynaq.storage.base import Put, Store
 from dynaq.storage.embedded import LmdbStore
 from dynaq.storage.memory import MemoryStore
-from tests.outbox.helpers import RecordingMetrics, consume, fast_config
+from tests.outbox.helpers import RecordingMetrics, consume, fast_config, outbox_pool
 
 asyncpg = pytest.importorskip("asyncpg")
 
@@ -31,13 +31,8 @@ if TYPE_CHECKING:
 
 @pytest.fixture
 async def db(pg_dsn: str) -> AsyncIterator[Pool]:
-    pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=4)
-    async with pool.acquire() as conn:
-        await init_db(conn)
-    try:
+    async with outbox_pool(pg_dsn, min_size=1, max_size=4) as pool:
         yield pool
-    finally:
-        await pool.close()
 
 
 class GatedPublisher:

@@ -16,8 +16,8 @@ from dynaq.node import Node
 from dynaq.outbox import cli
 from dynaq.outbox.events import LeaderAcquired, LeaderFenced, LeaderRevoked
 from dynaq.outbox.relay import OutboxRelay, table_lane
-from dynaq.outbox.schema import Queries, init_db, stash
-from tests.outbox.helpers import EventLog, RecordingMetrics, consume, fast_config
+from dynaq.outbox.schema import Queries, stash
+from tests.outbox.helpers import EventLog, RecordingMetrics, consume, fast_config, outbox_pool
 
 asyncpg = pytest.importorskip("asyncpg")
 
@@ -27,13 +27,8 @@ if TYPE_CHECKING:
 
 @pytest.fixture
 async def db(pg_dsn: str) -> AsyncIterator[Pool]:
-    pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=8)
-    async with pool.acquire() as conn:
-        await init_db(conn)
-    try:
+    async with outbox_pool(pg_dsn, min_size=1, max_size=8) as pool:
         yield pool
-    finally:
-        await pool.close()
 
 
 async def _topic(node: Node, topic: str = "events", queue: str = "q") -> None:
