@@ -250,7 +250,7 @@ def _queue_paths(limits: SpecLimits) -> Obj:
             "parameters": [QUEUE],
             "put": operation(
                 "v1CreateQueue",
-                "Create a queue with default settings",
+                "Create a queue (default settings unless the body names some)",
                 TAG,
                 {
                     "201": response(
@@ -267,10 +267,13 @@ def _queue_paths(limits: SpecLimits) -> Obj:
                             "Delete": link("v1DeleteQueue", "Delete", parameters=_QUEUE_LINK),
                         },
                     ),
-                    **errors(409, 422, 503),
+                    **errors(409, 413, 422, 503),
                 },
-                description="422 `already_exists` or `invalid_name`; 409 while a queue of that "
-                "name was deleted moments ago.",
+                body=body(required=False, json=_settings_patch()),
+                description="An optional body holds settings, as PATCH takes them, applied in "
+                "the same write (the queue never exists without them). 422 `already_exists`, "
+                "`invalid_name` or bad settings; 409 while a queue of that name was deleted "
+                "moments ago.",
             ),
             "get": operation(
                 "v1GetQueue",

@@ -143,7 +143,11 @@ async def list_queues(request: web.Request) -> web.Response:
 
 @routes.put("/v1/queues/{queue}")
 async def create_queue(request: web.Request) -> web.Response:
-    await request.app[CATALOG].create_queue(request.match_info["queue"])
+    # An optional body (the PATCH body's settings) is applied in the same write:
+    # the queue never exists, on any node, without them.
+    raw = await read_raw(request)
+    settings = settings_patch(parse_json(raw)) if raw.strip() else None
+    await request.app[CATALOG].create_queue(request.match_info["queue"], settings)
     return json_response("created", 201)
 
 

@@ -73,11 +73,11 @@ def list_queues() -> Op[list[str]]:
 
 
 def create_queue(name: str, settings: QueueSettings | None) -> Op[None]:
-    # PUT creates with the node's defaults; the settings follow as a PATCH.
-    calls: list[Call[Any]] = [Call("PUT", f"/v1/queues/{quoted(name)}", nothing)]
-    if settings is not None and settings.patch():
-        calls.append(_patch_call(name, settings))
-    return Op(calls, nothing)
+    # The settings ride in the PUT: the queue is created with them in one write.
+    patch = settings.patch() if settings is not None else None
+    if patch:
+        return single(Call("PUT", f"/v1/queues/{quoted(name)}", nothing, json_bytes(patch), JSON))
+    return single(Call("PUT", f"/v1/queues/{quoted(name)}", nothing))
 
 
 def _patch_call(name: str, settings: QueueSettings) -> Call[None]:

@@ -212,13 +212,22 @@ class Catalog:
                 return n
         raise Conflict("could not allocate a queue number under contention; retry")
 
-    async def create_queue(self, name: str) -> QueueInfo:
-        """Create a queue with default settings; :class:`AlreadyExists` if it exists.
+    async def create_queue(self, name: str, settings: Mapping[str, Any] | None = None) -> QueueInfo:
+        """Create a queue with the defaults and ``settings`` (setting name → typed
+        value) applied; :class:`AlreadyExists` if it exists.
 
-        Over a tombstone younger than ``recreate_after_s`` this is a 409 that
-        says when to retry (SQS asks for 60 s between a delete and a re-create).
+        The queue's first record already holds its settings: no node, and no
+        sender through any node, ever sees it with defaults it was not created
+        with (a FIFO queue seen as a standard one would take a group message
+        without its group or dedup id). Over a tombstone younger than
+        ``recreate_after_s`` this is a 409 that says when to retry (SQS asks for
+        60 s between a delete and a re-create).
         """
         check_name("queue", name)
+        initial = QueueSettings.defaults(self._defaults)
+        if settings:
+            await self._check_redrive(name, settings)
+            initial = apply_settings(initial, settings)
         key = keys.queue_config(name)
         if name in self._queues:
             raise AlreadyExists("Queue already exists.")
@@ -234,9 +243,7 @@ class Catalog:
                     f"in {wait_ms / 1000:.0f} s"
                 )
         number = await self._next_queue_number()
-        info = QueueInfo(
-            name, number, QueueSettings.defaults(self._defaults), self._clock.wall_ms()
-        )
+        info = QueueInfo(name, number, initial, self._clock.wall_ms())
         if item is None:
             written = await self._store.put_if_absent(key, encode_queue(info))
         else:
@@ -269,16 +276,7 @@ class Catalog:
         :mod:`dynaq.services.queues.dead_letters`).
         """
         key = keys.queue_config(name)
-        rp = changes.get("redrive_policy")
-        if rp is not None:
-            if rp.dead_letter_queue == name:
-                raise InvalidInput("a queue cannot be its own dead-letter queue")
-            try:
-                await self.queue(rp.dead_letter_queue)
-            except QueueNotFound:
-                raise InvalidInput(
-                    f"dead-letter queue {rp.dead_letter_queue!r} does not exist"
-                ) from None
+        await self._check_redrive(name, changes)
         for _ in range(_RETRIES):
             record, version = await self._read_live(name)
             updated = replace(record, settings=apply_settings(record.settings, changes))
@@ -286,6 +284,20 @@ class Catalog:
                 self._set_queue(name, updated)
                 return updated
         raise Conflict("queue settings changed concurrently; retry")
+
+    async def _check_redrive(self, name: str, changes: Mapping[str, Any]) -> None:
+        """A redrive policy among ``changes`` must name another queue that exists now."""
+        rp = changes.get("redrive_policy")
+        if rp is None:
+            return
+        if rp.dead_letter_queue == name:
+            raise InvalidInput("a queue cannot be its own dead-letter queue")
+        try:
+            await self.queue(rp.dead_letter_queue)
+        except QueueNotFound:
+            raise InvalidInput(
+                f"dead-letter queue {rp.dead_letter_queue!r} does not exist"
+            ) from None
 
     async def delete_queue(self, name: str) -> QueueInfo:
         """Replace the queue's record by a tombstone (a conditional write on the version

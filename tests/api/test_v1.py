@@ -144,6 +144,34 @@ async def test_patch_rejects_bad_input(http: aiohttp.ClientSession, body: bytes)
         assert (await _json(r))["VisibilityTimeout"] == 30  # type: ignore[index]
 
 
+async def test_create_with_settings_applies_them_in_the_same_write(
+    http: aiohttp.ClientSession,
+) -> None:
+    settings = {"visibility_timeout": 4, "min_partitions": 3, "compressed_messages": True}
+    async with http.put("/v1/queues/q2", json=settings) as r:
+        assert r.status == 201
+        assert await _json(r) == "created"
+    async with http.get("/v1/queues/q2") as r:
+        body = await _json(r)
+    assert body["VisibilityTimeout"] == 4 and body["MinPartitions"] == 3  # type: ignore[index]
+    assert body["CompressedMessages"] is True  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"visibility_timeout": "30"}', b'{"min_partitions": 0}', b'{"nope": 1}', b"[1]"]
+)
+async def test_create_with_bad_settings_creates_nothing(
+    http: aiohttp.ClientSession, body: bytes
+) -> None:
+    async with http.put(
+        "/v1/queues/q3", data=body, headers={"Content-Type": "application/json"}
+    ) as r:
+        assert r.status == 422
+        assert "error" in await _json(r)  # type: ignore[operator]
+    async with http.get("/v1/queues/q3") as r:
+        assert r.status == 404
+
+
 async def test_patch_unknown_queue_is_404(http: aiohttp.ClientSession) -> None:
     async with http.patch("/v1/queues/nope", json={"visibility_timeout": 1}) as r:
         assert r.status == 404

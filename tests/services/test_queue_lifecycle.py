@@ -9,8 +9,9 @@ import pytest
 from dynaq.clock import ManualClock
 from dynaq.core import keys
 from dynaq.core.messages import NewMessage
-from dynaq.errors import Conflict, NotServing
+from dynaq.errors import Conflict, InvalidInput, NotServing, QueueNotFound
 from dynaq.node import Node
+from dynaq.services.queue_records import RedrivePolicy
 from dynaq.storage.memory import MemoryStore
 from tests.fixtures.nodes import node_config
 
@@ -32,6 +33,38 @@ async def test_a_queue_vanishing_from_one_nodes_view_is_not_purged(tmp_path: Pat
         b.catalog._set_queue("q", None)  # what a reload that raced the create did
         await b.queues.wait_for_purges()
         assert len(await a.queues.receive("q", 100)) == 10
+    finally:
+        await b.stop()
+        await a.stop()
+
+
+async def test_a_queue_is_never_seen_without_the_settings_it_was_created_with(
+    tmp_path: Path,
+) -> None:
+    store, clock = MemoryStore(), ManualClock()
+    a = await _node(tmp_path, "a", store, clock)
+    b = await _node(tmp_path, "b", store, clock)
+    try:
+        await a.catalog.create_queue("dlq")
+        settings = {
+            "fifo": True,
+            "content_based_dedup": True,
+            "visibility_timeout_s": 7.0,
+            "redrive_policy": RedrivePolicy("dlq", 3),
+        }
+        await a.catalog.create_queue("jobs.fifo", settings)
+        # b reads the record the create wrote: there is no moment with defaults
+        seen = (await b.catalog.queue("jobs.fifo")).settings
+        assert (seen.fifo, seen.content_based_dedup, seen.visibility_timeout_s) == (True, True, 7.0)
+        assert seen.redrive_policy == RedrivePolicy("dlq", 3)
+        # settings that cannot hold create nothing at all
+        with pytest.raises(InvalidInput, match="content_based_dedup needs a FIFO queue"):
+            await a.catalog.create_queue("bad", {"content_based_dedup": True})
+        with pytest.raises(InvalidInput, match="does not exist"):
+            await a.catalog.create_queue("bad", {"redrive_policy": RedrivePolicy("nope", 2)})
+        with pytest.raises(QueueNotFound):
+            await b.catalog.queue("bad")
+        assert await store.get(keys.queue_config("bad")) is None
     finally:
         await b.stop()
         await a.stop()

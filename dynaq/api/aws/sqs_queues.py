@@ -153,8 +153,14 @@ async def create_queue(call: Call) -> dict[str, Any]:
                       "hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in length.")  # fmt: skip
     changes = settings_changes(attrs, fifo)
     catalog = call.request.app[CATALOG]
+    tags = call.params.get("tags")
+    created = dict(changes)
+    if isinstance(tags, dict) and tags:
+        created["tags"] = tuple(sorted((str(k), str(v)) for k, v in tags.items()))
     try:
-        info = await catalog.create_queue(name)
+        # One write with every attribute: a send through another node must never
+        # find this queue with defaults (a FIFO queue taken for a standard one).
+        info = await catalog.create_queue(name, created)
     except AlreadyExists:
         info = await catalog.queue(name)
         current = info.settings
@@ -172,11 +178,6 @@ async def create_queue(call: Call) -> dict[str, Any]:
             exc.message,
             query_code="AWS.SimpleQueueService.QueueDeletedRecently",
         ) from None
-    tags = call.params.get("tags")
-    if isinstance(tags, dict) and tags:
-        changes["tags"] = tuple(sorted((str(k), str(v)) for k, v in tags.items()))
-    if changes:
-        await catalog.update_queue(name, changes)
     return {"QueueUrl": queue_url(call.request, info.name)}
 
 
