@@ -106,7 +106,12 @@ def queue_messages(queue_number: int) -> tuple[bytes, bytes]:
 
 def dedup(queue_number: int, dedup_id: str) -> bytes:
     """Dedup record of a queue: dedup id → message id and expiry."""
-    return DEDUP + _QID.pack(queue_number) + dedup_id.encode()
+    return dedup_prefix(queue_number) + dedup_id.encode()
+
+
+def dedup_prefix(queue_number: int) -> bytes:
+    """What every :func:`dedup` key of a queue starts with (the id's UTF-8 follows)."""
+    return DEDUP + _QID.pack(queue_number)
 
 
 def dedup_in_bucket(bucket: int, queue_number: int, dedup_id: str) -> bytes:
@@ -115,7 +120,12 @@ def dedup_in_bucket(bucket: int, queue_number: int, dedup_id: str) -> bytes:
     Nothing is ever written into a bucket once it is past, so expiring a bucket
     is a range delete that cannot race a write.
     """
-    return DEDUP_BUCKETED + _BID.pack(bucket) + _QID.pack(queue_number) + dedup_id.encode()
+    return dedup_bucket_prefix(bucket, queue_number) + dedup_id.encode()
+
+
+def dedup_bucket_prefix(bucket: int, queue_number: int) -> bytes:
+    """What every :func:`dedup_in_bucket` key of one queue and bucket starts with."""
+    return DEDUP_BUCKETED + _BID.pack(bucket) + _QID.pack(queue_number)
 
 
 def dedup_buckets_before(bucket: int) -> tuple[bytes, bytes]:

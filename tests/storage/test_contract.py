@@ -10,6 +10,7 @@ import pytest
 
 from dynaq.errors import StorageUnavailable
 from dynaq.storage.base import Delete, Put, Store, prefix_end
+from dynaq.storage.cassandra import CassandraStore
 from dynaq.storage.embedded import LmdbStore
 from dynaq.storage.memory import MemoryStore
 
@@ -24,10 +25,12 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         s = MemoryStore()
     elif request.param == "cassandra":
         # Only Cassandra runs need the session's server (tests.fixtures.cassandra).
-        from dynaq.storage.cassandra import CassandraStore
+        # The driver is imported with this module: its import reads files, which
+        # the loop's blocking-call guard refuses inside this async fixture.
         from tests.fixtures.cassandra import new_keyspace
 
-        server = request.getfixturevalue("cassandra")
+        # Started off the loop (the session fixture blocks) when no earlier test did.
+        server = await asyncio.to_thread(request.getfixturevalue, "cassandra")
         s = CassandraStore([server.host], keyspace=new_keyspace())
     elif request.param == "riak":
         from tests.fixtures.riak import open_riak_store

@@ -188,11 +188,20 @@ class Writer:
         # A dedup window is elapsed time: a wall-clock step must not end or stretch it.
         dedup_ms = self._clock.steady_wall_ms()
         bucket = dedup_bucket(dedup_ms, self.dedup_window_s)
+        self_expiring = self._self_expiring
+        # Key prefixes once per write, not once per message (a relay's batch holds
+        # a thousand dedup ids).
+        if self_expiring:
+            write_prefix = keys.dedup_prefix(info.number)
+            lookup_prefixes: tuple[bytes, ...] = (write_prefix,)
+        else:
+            write_prefix = keys.dedup_bucket_prefix(bucket, info.number)
+            lookup_prefixes = self._dedup_lookup_prefixes(info.number, bucket)
         if wanted:
             items = await self._store.get_many(
-                [k for d in wanted for k in self._dedup_lookups(info.number, bucket, d)]
+                [p + d.encode() for d in wanted for p in lookup_prefixes]
             )
-            per = len(items) // len(wanted)
+            per = len(lookup_prefixes)
             for i, d in enumerate(wanted):
                 for item in items[per * i : per * (i + 1)]:
                     if item is not None:
@@ -200,7 +209,7 @@ class Writer:
                         # A store that expires records itself (Cassandra's TTL) times the
                         # window by one clock; comparing this node's clock with the
                         # writer's would end it early when the two disagree.
-                        if expires_ms > dedup_ms or self._self_expiring:
+                        if expires_ms > dedup_ms or self_expiring:
                             known[d] = int(mid)
                             break
         fresh: list[tuple[int, NewMessage]] = []
@@ -249,7 +258,7 @@ class Writer:
                     grouped.append(mid)
             if m.dedup_id is not None:
                 record = msgpack.packb([mid, expires_ms])
-                ops.append(Put(self._dedup_key(info.number, bucket, m.dedup_id), record))
+                ops.append(Put(write_prefix + m.dedup_id.encode(), record))
         out: list[int] = []
         for i, m in enumerate(messages):
             mid = ids[i]
@@ -303,23 +312,18 @@ class Writer:
     def _self_expiring(self) -> bool:
         return self._store.expires_itself(keys.DEDUP)
 
-    def _dedup_key(self, number: int, bucket: int, dedup_id: str) -> bytes:
-        """Where a dedup record is written: one key per id on a store that expires it
-        by its own clock (Cassandra's TTL), else in the current time bucket (a whole
-        bucket expires by one range delete)."""
-        if self._self_expiring:
-            return keys.dedup(number, dedup_id)
-        return keys.dedup_in_bucket(bucket, number, dedup_id)
-
-    def _dedup_lookups(self, number: int, bucket: int, dedup_id: str) -> tuple[bytes, ...]:
-        """Where a record younger than the window may be: this bucket or the one before
-        (or, written by an earlier release, under the one-key-per-id layout)."""
-        if self._self_expiring:
-            return (keys.dedup(number, dedup_id),)
+    @staticmethod
+    def _dedup_lookup_prefixes(number: int, bucket: int) -> tuple[bytes, ...]:
+        """Where a record younger than the window may be, on a store that does not
+        expire records itself: this bucket or the one before (or, written by an
+        earlier release, under the one-key-per-id layout). A self-expiring store
+        (Cassandra's TTL) keeps one key per id, written and read under
+        :func:`~dynaq.core.keys.dedup_prefix`; elsewhere a record goes to the
+        current time bucket, so a whole bucket expires by one range delete."""
         return (
-            keys.dedup_in_bucket(bucket, number, dedup_id),
-            keys.dedup_in_bucket(bucket - 1, number, dedup_id),
-            keys.dedup(number, dedup_id),
+            keys.dedup_bucket_prefix(bucket, number),
+            keys.dedup_bucket_prefix(bucket - 1, number),
+            keys.dedup_prefix(number),
         )
 
     def note_written(self, w: PreparedWrite) -> None:
