@@ -141,9 +141,10 @@ class TopicService:
 
         async def write() -> list[PreparedWrite]:
             writes: list[PreparedWrite] = []
-            async with self._writer.dedup_guard([q for q, _ in targets], messages):
+            async with self._writer.dedup_guard([q for q, _ in targets], messages) as claim:
                 for q, copies in targets:
-                    writes.append(await self._writer.prepare(q, copies))
+                    writes.append(await self._writer.prepare(q, copies, claim))
+                claim.unlock()  # concurrent publishes with other ids share the commit
                 ops: list[Op] = [op for w in writes for op in w.ops]
                 ops.extend(with_ops)
                 if ops:

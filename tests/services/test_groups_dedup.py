@@ -7,11 +7,13 @@ import random
 from typing import Any
 
 import aiohttp
+import pytest
 
 from dynaq.clock import ManualClock
 from dynaq.core import keys
 from dynaq.core.ids import lane_of
 from dynaq.core.messages import NewMessage
+from dynaq.errors import StorageUnavailable
 from dynaq.node import Node
 from dynaq.storage.base import prefix_end
 
@@ -119,6 +121,69 @@ async def test_concurrent_duplicate_enqueues_write_once(node: Node) -> None:
     )
     assert len({i[0] for i in ids}) == 1
     assert node.queues.depth(await node.catalog.queue("q")) == 1
+
+
+def _slow_writes(node: Node, delay_s: float, fail: set[int] | None = None) -> list[int]:
+    """Make the store's writes take ``delay_s`` (failing the ``fail``-th ones, from 0);
+    returns the list the number of writes in flight is appended to at each start."""
+    real_write = node.store.write_batch
+    flying = [0]
+    seen: list[int] = []
+    calls = [0]
+
+    async def slow_write(ops: Any) -> list[bool]:
+        n = calls[0]
+        calls[0] += 1
+        flying[0] += 1
+        seen.append(flying[0])
+        try:
+            await asyncio.sleep(delay_s)
+            if fail and n in fail:
+                raise StorageUnavailable("the disk went away")
+            return await real_write(ops)
+        finally:
+            flying[0] -= 1
+
+    node.store.write_batch = slow_write  # type: ignore[method-assign]
+    return seen
+
+
+async def test_writes_with_distinct_dedup_ids_share_commits(node: Node) -> None:
+    """The dedup lock covers the check, not the write: concurrent senders with their
+    own dedup ids (every SQS FIFO send) are written together, not one at a time."""
+    await node.catalog.create_queue("q")
+    await node.catalog.create_topic("t")
+    await node.catalog.subscribe("t", "q")
+    in_flight = _slow_writes(node, 0.05)
+    sends = [node.queues.enqueue("q", [NewMessage(b"x", dedup_id=f"s{i}")]) for i in range(16)]
+    sends += [node.topics.publish("t", [NewMessage(b"y", dedup_id=f"p{i}")]) for i in range(8)]
+    t0 = asyncio.get_running_loop().time()
+    await asyncio.gather(*sends)
+    assert max(in_flight) >= 8, in_flight
+    assert asyncio.get_running_loop().time() - t0 < 0.05 * 24 / 2
+    assert node.queues.depth(await node.catalog.queue("q")) == 24
+
+
+async def test_a_duplicate_of_a_write_in_flight_waits_for_it(node: Node) -> None:
+    """A retry arriving while the first copy is still being written gets the first
+    copy's id once it has landed, and is not stored again; if the first write fails,
+    the retry stores the message (nothing is lost to a write that never landed)."""
+    await node.catalog.create_queue("q")
+    _slow_writes(node, 0.05)
+    first = asyncio.ensure_future(node.queues.enqueue("q", [NewMessage(b"x", dedup_id="r1")]))
+    await asyncio.sleep(0.01)  # the first is being written
+    again = await node.queues.enqueue("q", [NewMessage(b"x", dedup_id="r1")])
+    assert again == await first
+    assert node.queues.depth(await node.catalog.queue("q")) == 1
+    _slow_writes(node, 0.05, fail={0})
+    doomed = asyncio.ensure_future(node.queues.enqueue("q", [NewMessage(b"z", dedup_id="r2")]))
+    await asyncio.sleep(0.01)
+    (retry,) = await node.queues.enqueue("q", [NewMessage(b"z", dedup_id="r2")])
+    with pytest.raises(StorageUnavailable):
+        await doomed
+    got = await node.queues.receive("q", 10)
+    assert sorted(m.body for m in got) == [b"x", b"z"]
+    assert retry in {m.id for m in got}
 
 
 async def test_topic_publish_dedups_per_queue(node: Node) -> None:

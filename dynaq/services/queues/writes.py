@@ -4,14 +4,14 @@ A write is three phases so one storage batch can span several queues (a
 topic's fanout): :meth:`Writer.prepare` draws ids and encodes, the caller
 writes the ops in one ``write_batch``, and :meth:`Writer.note_written`
 accounts for it once durable. :meth:`Writer.dedup_guard` wraps the first two
-when messages carry dedup ids, and :meth:`Writer.run_to_completion` keeps a
+when messages carry dedup ids (its lock covering the dedup check, its claim the
+write), and :meth:`Writer.run_to_completion` keeps a
 dedup'd write going when its caller is cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
@@ -64,6 +64,46 @@ class PreparedWrite:
     """Ids of every message this write stores (visible and delayed), in input order."""
 
 
+InFlight = dict[int, dict[str, asyncio.Event]]
+"""Per queue number: the dedup ids of writes prepared and not yet landed, each with
+the event its write sets when it has landed or failed."""
+
+
+class DedupClaim:
+    """The dedup ids one write registered as in flight, and the queue locks it holds
+    until :meth:`unlock` (see :meth:`Writer.dedup_guard`)."""
+
+    __slots__ = ("_done", "_held", "_in_flight", "locks")
+
+    def __init__(self, in_flight: InFlight) -> None:
+        self._in_flight = in_flight
+        self._done = asyncio.Event()
+        self._held: list[tuple[int, str]] = []
+        self.locks: list[asyncio.Lock] = []
+
+    def register(self, number: int, dedup_id: str) -> None:
+        self._in_flight.setdefault(number, {})[dedup_id] = self._done
+        self._held.append((number, dedup_id))
+
+    def unlock(self) -> None:
+        """Let later writes of these queues check their dedup ids (call once prepared,
+        before writing); idempotent."""
+        for lock in reversed(self.locks):
+            lock.release()
+        self.locks.clear()
+
+    def landed(self) -> None:
+        """The write ended (stored or not): later checks may read the store now."""
+        for number, dedup_id in self._held:
+            flying = self._in_flight.get(number)
+            if flying is not None and flying.get(dedup_id) is self._done:
+                del flying[dedup_id]
+                if not flying:
+                    del self._in_flight[number]
+        self._held.clear()
+        self._done.set()
+
+
 def dedup_bucket(wall_ms: int, window_s: float) -> int:
     """The time bucket a dedup record written at ``wall_ms`` goes to (one window wide)."""
     return wall_ms // max(1, int(window_s * 1000))
@@ -92,6 +132,7 @@ class Writer:
         self.limits = limits
         self.dedup_window_s = dedup_window_s
         self._dedup_locks: dict[int, asyncio.Lock] = {}
+        self._in_flight: InFlight = {}
         self._finishing: set[asyncio.Task[Any]] = set()
         self.refresh_ids: Callable[[], Awaitable[None]] | None = None
         """Persists a new id high-water mark (the node's :class:`IdFloor`), called when
@@ -149,7 +190,8 @@ class Writer:
             self.check_message(m)
 
     def forget(self, number: int) -> None:
-        """A queue is gone: drop its dedup lock (no per-queue state outlives its queue)."""
+        """A queue is gone: drop its dedup lock (no per-queue state outlives its queue;
+        its in-flight dedup ids leave as their writes land)."""
         lock = self._dedup_locks.get(number)
         if lock is not None and not lock.locked():
             del self._dedup_locks[number]
@@ -157,29 +199,47 @@ class Writer:
     @asynccontextmanager
     async def dedup_guard(
         self, infos: Sequence[QueueInfo], messages: Sequence[NewMessage]
-    ) -> AsyncIterator[None]:
-        """Serialize writes that carry dedup ids, per queue, on this node.
+    ) -> AsyncIterator[DedupClaim]:
+        """Serialize the dedup checks of writes that carry dedup ids, per queue, on
+        this node; yield the claim that :meth:`prepare` registers their ids under.
 
-        The dedup check and the write are two store calls; holding the
-        queue's lock across both makes two racing enqueues with the same id
-        on one node impossible. (Across nodes a race within milliseconds can
-        still enqueue twice: documented.) Batches without dedup ids never wait.
+        The dedup check and the write are two store calls. The queue's lock is
+        held from the check until the caller calls :meth:`DedupClaim.unlock`,
+        after preparing and before writing: the ids are then registered as in
+        flight, and a later write's check that meets one of them waits until
+        this write has landed (or failed) and reads the store again. So two
+        racing enqueues with the same id on one node never both store a copy,
+        while writes with distinct ids share one commit instead of queueing for
+        one each. A caller that never unlocks (a transaction) holds the lock
+        until its write ends, as before. (Across nodes a race within
+        milliseconds can still enqueue twice: documented.) Batches without
+        dedup ids never wait.
         """
+        claim = DedupClaim(self._in_flight)
         if not any(m.dedup_id for m in messages):
-            yield
+            yield claim
             return
-        async with contextlib.AsyncExitStack() as stack:
-            for info in sorted(infos, key=lambda i: i.number):
-                lock = self._dedup_locks.setdefault(info.number, asyncio.Lock())
-                await stack.enter_async_context(lock)
-            yield
+        try:
+            for number in sorted({i.number for i in infos}):
+                lock = self._dedup_locks.setdefault(number, asyncio.Lock())
+                await lock.acquire()
+                claim.locks.append(lock)
+            yield claim
+        finally:  # stored, failed or cancelled: the ids leave, then the locks
+            claim.landed()
+            claim.unlock()
 
-    async def prepare(self, info: QueueInfo, messages: Sequence[NewMessage]) -> PreparedWrite:
+    async def prepare(
+        self, info: QueueInfo, messages: Sequence[NewMessage], claim: DedupClaim | None = None
+    ) -> PreparedWrite:
         """Draw ids and encode ``messages`` for ``info`` without writing them.
 
         A message whose dedup id was seen within the window gets the earlier
-        message's id and is not written again. Grouped messages go to their
-        group's lane; the others share one lane so the write appends.
+        message's id and is not written again; an id held by a write still in
+        flight on this node is checked once that write has landed. The dedup
+        ids this write adds are registered under ``claim`` (see
+        :meth:`dedup_guard`). Grouped messages go to their group's lane; the
+        others share one lane so the write appends.
         """
         ids: list[int | None] = [None] * len(messages)
         known: dict[str, int] = {}
@@ -198,6 +258,7 @@ class Writer:
             write_prefix = keys.dedup_bucket_prefix(bucket, info.number)
             lookup_prefixes = self._dedup_lookup_prefixes(info.number, bucket)
         if wanted:
+            await self._wait_in_flight(info.number, wanted)
             items = await self._store.get_many(
                 [p + d.encode() for d in wanted for p in lookup_prefixes]
             )
@@ -259,6 +320,8 @@ class Writer:
             if m.dedup_id is not None:
                 record = msgpack.packb([mid, expires_ms])
                 ops.append(Put(write_prefix + m.dedup_id.encode(), record))
+                if claim is not None:
+                    claim.register(info.number, m.dedup_id)
         out: list[int] = []
         for i, m in enumerate(messages):
             mid = ids[i]
@@ -269,6 +332,16 @@ class Writer:
             assert mid is not None and mid >= 0
             out.append(mid)
         return PreparedWrite(info, out, ops, written, grouped, delayed, stored)
+
+    async def _wait_in_flight(self, number: int, wanted: list[str]) -> None:
+        """Wait until every write in flight that holds one of ``wanted`` has landed
+        or failed: the store read that follows then shows its records, or none."""
+        flying = self._in_flight.get(number)
+        if not flying:
+            return
+        events = {id(e): e for e in (flying.get(d) for d in wanted) if e is not None}
+        for event in events.values():
+            await event.wait()
 
     def _allocate(self, fresh: list[tuple[int, NewMessage]], ids: list[int | None]) -> None:
         """Draw ids for the messages to write: the plain ones share a lane, each
@@ -369,8 +442,9 @@ class Writer:
             return w.ids
 
         async def write() -> PreparedWrite:
-            async with self.dedup_guard([info], messages):
-                w = await self.prepare(info, messages)
+            async with self.dedup_guard([info], messages) as claim:
+                w = await self.prepare(info, messages, claim)
+                claim.unlock()  # concurrent writes with other ids share the commit
                 if w.ops:
                     await self._store.write_batch(w.ops)
             self.note_written(w)
