@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable
 from typing import Any
 
 import aiohttp
@@ -155,7 +156,9 @@ async def test_writes_with_distinct_dedup_ids_share_commits(node: Node) -> None:
     await node.catalog.create_topic("t")
     await node.catalog.subscribe("t", "q")
     in_flight = _slow_writes(node, 0.05)
-    sends = [node.queues.enqueue("q", [NewMessage(b"x", dedup_id=f"s{i}")]) for i in range(16)]
+    sends: list[Awaitable[object]] = [
+        node.queues.enqueue("q", [NewMessage(b"x", dedup_id=f"s{i}")]) for i in range(16)
+    ]
     sends += [node.topics.publish("t", [NewMessage(b"y", dedup_id=f"p{i}")]) for i in range(8)]
     t0 = asyncio.get_running_loop().time()
     await asyncio.gather(*sends)
