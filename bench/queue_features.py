@@ -6,7 +6,10 @@ retention and the delay mover configured, side by side on one node, plus redrive
 Both queues live on the same real node and are loaded alternately, round after
 round (so they see the same machine noise): batched enqueue (msgpack, 100 a
 request, C connections) then receive 100 + delete. The result holds each
-queue's rates and their ratio (featured / plain; 1.0 = no cost). Then a
+queue's rates and their ratio (featured / plain; 1.0 = no cost). Single sends
+(one message a request, 16 connections) are timed the same way, plain against
+each carrying a group and its own dedup id as every SQS FIFO send does
+(``single_group_dedup_ratio``). Then a
 dead-letter queue holding N messages is redriven into the plain queue at the
 highest rate a task may ask for, timed until its task reads ``done``
 (``redrive_msgs_per_s``); and N messages enqueued with a 1 s delay are timed
@@ -57,6 +60,30 @@ async def _enqueue(s: aiohttp.ClientSession, url: str, n: int, conns: int, **ext
     return (n // BATCH) * BATCH / (time.perf_counter() - t0)
 
 
+async def _single_sends(
+    s: aiohttp.ClientSession, url: str, n: int, conns: int, tagged: bool, tag: str
+) -> float:
+    """``n`` one-message enqueues from ``conns`` connections; ``tagged``: each with its
+    own dedup id and one of ``conns`` groups (as every SQS FIFO send is)."""
+    t0 = time.perf_counter()
+    left = [n]
+
+    async def worker(w: int) -> None:
+        while left[0] > 0:
+            left[0] -= 1
+            m: dict[str, Any] = {"body": BODY}
+            if tagged:
+                m.update(group=f"g{w}", dedup_id=f"{tag}-{left[0]}")
+            async with s.post(
+                f"{url}/messages", data=msgpack.packb({"messages": [m]}), headers=MP
+            ) as r:
+                assert r.status == 200, await r.text()
+                await r.read()
+
+    await asyncio.gather(*(worker(w) for w in range(conns)))
+    return n / (time.perf_counter() - t0)
+
+
 async def _consume(s: aiohttp.ClientSession, url: str, n: int, conns: int, limit_s: float) -> float:
     t0 = time.perf_counter()
     got = [0]
@@ -105,6 +132,16 @@ async def _run(base: str, n: int, rounds: int, conns: int) -> dict[str, Any]:
                 rates[q]["consume"].append(c)
                 progress(f"round {r + 1} {q:<9} enqueue {e:>8.0f} msgs/s  consume {c:>8.0f} msgs/s")
 
+        # single sends: one message a request, plain against group + dedup id (FIFO-style)
+        singles: dict[str, list[float]] = {"plain": [], "tagged": []}
+        for r in range(rounds):
+            for kind in ("plain", "tagged") if r % 2 == 0 else ("tagged", "plain"):
+                url = f"{base}/v2/queues/plain"
+                rate = await _single_sends(s, url, n // 4, 16, kind == "tagged", f"r{r}")
+                await _consume(s, url, n // 4, conns, 120)
+                singles[kind].append(rate)
+                progress(f"round {r + 1} single sends x16, {kind:<6} {rate:>8.0f} msgs/s")
+
         # redrive: N messages in the DLQ moved to the plain queue at the fastest allowed rate
         await _enqueue(s, f"{base}/v2/queues/dlq", n, conns)
         t0 = time.perf_counter()
@@ -136,6 +173,12 @@ async def _run(base: str, n: int, rounds: int, conns: int) -> dict[str, Any]:
         out[f"plain_{what}_msgs_per_s"] = round(plain, 1)
         out[f"featured_{what}_msgs_per_s"] = round(feat, 1)
         out[f"{what}_ratio"] = round(feat / plain, 3) if plain else 0.0
+    plain_single, tagged_single = mean(singles["plain"]), mean(singles["tagged"])
+    out["single_plain_msgs_per_s"] = round(plain_single, 1)
+    out["single_group_dedup_msgs_per_s"] = round(tagged_single, 1)
+    out["single_group_dedup_ratio"] = (
+        round(tagged_single / plain_single, 3) if plain_single else 0.0
+    )
     out["redrive_msgs_per_s"] = round(redrive, 1)
     out["delayed_msgs_per_s"] = round(delayed, 1)
     return out

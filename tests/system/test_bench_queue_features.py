@@ -33,6 +33,8 @@ def test_queue_features_quick_reports_named_positive_figures() -> None:
         "featured_consume_msgs_per_s",
         "redrive_msgs_per_s",
         "delayed_msgs_per_s",
+        "single_plain_msgs_per_s",
+        "single_group_dedup_msgs_per_s",
     ):
         assert result[name] > 0, name
     assert result["enqueue_ratio"] > 0 and result["consume_ratio"] > 0
