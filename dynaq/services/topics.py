@@ -141,7 +141,7 @@ class TopicService:
 
         async def write() -> list[PreparedWrite]:
             writes: list[PreparedWrite] = []
-            async with self._writer.dedup_guard([q for q, _ in targets], messages) as claim:
+            async with self._writer.dedup.guard([q for q, _ in targets], messages) as claim:
                 for q, copies in targets:
                     writes.append(await self._writer.prepare(q, copies, claim))
                 claim.unlock()  # concurrent publishes with other ids share the commit

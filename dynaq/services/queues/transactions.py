@@ -247,7 +247,7 @@ class Transactions:
             per_queue.setdefault(e.info.number, (e.info, []))[1].append(i)
         infos = [info for info, _ in per_queue.values()]
         messages = [e.message for e in enqueues]
-        async with self._writer.dedup_guard(infos, messages):
+        async with self._writer.dedup.guard(infos, messages):
             items = await self._store.get_many(
                 [keys.message(d.info.number, d.message_id) for d in deletes]
             )

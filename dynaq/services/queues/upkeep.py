@@ -20,7 +20,7 @@ from dynaq.core import keys
 from dynaq.errors import DynaqError
 from dynaq.services.catalog import Catalog
 from dynaq.services.queue_records import Tombstone
-from dynaq.services.queues.writes import dedup_bucket
+from dynaq.services.queues.dedup import dedup_bucket
 from dynaq.storage.base import Delete, Store, prefix_end
 from dynaq.tasks import cancel_and_wait, every
 

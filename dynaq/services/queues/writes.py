@@ -3,9 +3,9 @@
 A write is three phases so one storage batch can span several queues (a
 topic's fanout): :meth:`Writer.prepare` draws ids and encodes, the caller
 writes the ops in one ``write_batch``, and :meth:`Writer.note_written`
-accounts for it once durable. :meth:`Writer.dedup_guard` wraps the first two
+accounts for it once durable. :meth:`.Dedup.guard` wraps the first two
 when messages carry dedup ids (its lock covering the dedup check, its claim the
-write), and :meth:`Writer.run_to_completion` keeps a
+write; see :mod:`.dedup`), and :meth:`Writer.run_to_completion` keeps a
 dedup'd write going when its caller is cancelled.
 """
 
@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-
-import msgpack
 
 from dynaq.clock import Clock
 from dynaq.core import keys
@@ -28,6 +25,7 @@ from dynaq.core.messages import NewMessage, encode
 from dynaq.errors import IdClockStalled, InvalidInput, PayloadTooLarge
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import QueueInfo
+from dynaq.services.queues.dedup import Dedup, DedupClaim
 from dynaq.services.queues.handover import HintRouter
 from dynaq.services.queues.state import QueueStates
 from dynaq.storage.base import Put, Store
@@ -64,51 +62,6 @@ class PreparedWrite:
     """Ids of every message this write stores (visible and delayed), in input order."""
 
 
-InFlight = dict[int, dict[str, asyncio.Event]]
-"""Per queue number: the dedup ids of writes prepared and not yet landed, each with
-the event its write sets when it has landed or failed."""
-
-
-class DedupClaim:
-    """The dedup ids one write registered as in flight, and the queue locks it holds
-    until :meth:`unlock` (see :meth:`Writer.dedup_guard`)."""
-
-    __slots__ = ("_done", "_held", "_in_flight", "locks")
-
-    def __init__(self, in_flight: InFlight) -> None:
-        self._in_flight = in_flight
-        self._done = asyncio.Event()
-        self._held: list[tuple[int, str]] = []
-        self.locks: list[asyncio.Lock] = []
-
-    def register(self, number: int, dedup_id: str) -> None:
-        self._in_flight.setdefault(number, {})[dedup_id] = self._done
-        self._held.append((number, dedup_id))
-
-    def unlock(self) -> None:
-        """Let later writes of these queues check their dedup ids (call once prepared,
-        before writing); idempotent."""
-        for lock in reversed(self.locks):
-            lock.release()
-        self.locks.clear()
-
-    def landed(self) -> None:
-        """The write ended (stored or not): later checks may read the store now."""
-        for number, dedup_id in self._held:
-            flying = self._in_flight.get(number)
-            if flying is not None and flying.get(dedup_id) is self._done:
-                del flying[dedup_id]
-                if not flying:
-                    del self._in_flight[number]
-        self._held.clear()
-        self._done.set()
-
-
-def dedup_bucket(wall_ms: int, window_s: float) -> int:
-    """The time bucket a dedup record written at ``wall_ms`` goes to (one window wide)."""
-    return wall_ms // max(1, int(window_s * 1000))
-
-
 class Writer:
     """Prepares, checks and accounts for message writes into any queue."""
 
@@ -130,9 +83,7 @@ class Writer:
         self._states = states
         self._hints = hints
         self.limits = limits
-        self.dedup_window_s = dedup_window_s
-        self._dedup_locks: dict[int, asyncio.Lock] = {}
-        self._in_flight: InFlight = {}
+        self.dedup = Dedup(store, clock, dedup_window_s)
         self._finishing: set[asyncio.Task[Any]] = set()
         self.refresh_ids: Callable[[], Awaitable[None]] | None = None
         """Persists a new id high-water mark (the node's :class:`IdFloor`), called when
@@ -190,44 +141,8 @@ class Writer:
             self.check_message(m)
 
     def forget(self, number: int) -> None:
-        """A queue is gone: drop its dedup lock (no per-queue state outlives its queue;
-        its in-flight dedup ids leave as their writes land)."""
-        lock = self._dedup_locks.get(number)
-        if lock is not None and not lock.locked():
-            del self._dedup_locks[number]
-
-    @asynccontextmanager
-    async def dedup_guard(
-        self, infos: Sequence[QueueInfo], messages: Sequence[NewMessage]
-    ) -> AsyncIterator[DedupClaim]:
-        """Serialize the dedup checks of writes that carry dedup ids, per queue, on
-        this node; yield the claim that :meth:`prepare` registers their ids under.
-
-        The dedup check and the write are two store calls. The queue's lock is
-        held from the check until the caller calls :meth:`DedupClaim.unlock`,
-        after preparing and before writing: the ids are then registered as in
-        flight, and a later write's check that meets one of them waits until
-        this write has landed (or failed) and reads the store again. So two
-        racing enqueues with the same id on one node never both store a copy,
-        while writes with distinct ids share one commit instead of queueing for
-        one each. A caller that never unlocks (a transaction) holds the lock
-        until its write ends, as before. (Across nodes a race within
-        milliseconds can still enqueue twice: documented.) Batches without
-        dedup ids never wait.
-        """
-        claim = DedupClaim(self._in_flight)
-        if not any(m.dedup_id for m in messages):
-            yield claim
-            return
-        try:
-            for number in sorted({i.number for i in infos}):
-                lock = self._dedup_locks.setdefault(number, asyncio.Lock())
-                await lock.acquire()
-                claim.locks.append(lock)
-            yield claim
-        finally:  # stored, failed or cancelled: the ids leave, then the locks
-            claim.landed()
-            claim.unlock()
+        """A queue is gone: drop its per-queue state (no state outlives its queue)."""
+        self.dedup.forget(number)
 
     async def prepare(
         self, info: QueueInfo, messages: Sequence[NewMessage], claim: DedupClaim | None = None
@@ -238,41 +153,14 @@ class Writer:
         message's id and is not written again; an id held by a write still in
         flight on this node is checked once that write has landed. The dedup
         ids this write adds are registered under ``claim`` (see
-        :meth:`dedup_guard`). Grouped messages go to their group's lane; the
+        :meth:`.Dedup.guard`). Grouped messages go to their group's lane; the
         others share one lane so the write appends.
         """
         ids: list[int | None] = [None] * len(messages)
-        known: dict[str, int] = {}
         wanted = list(dict.fromkeys(m.dedup_id for m in messages if m.dedup_id))
         now_ms = self._clock.wall_ms()
-        # A dedup window is elapsed time: a wall-clock step must not end or stretch it.
-        dedup_ms = self._clock.steady_wall_ms()
-        bucket = dedup_bucket(dedup_ms, self.dedup_window_s)
-        self_expiring = self._self_expiring
-        # Key prefixes once per write, not once per message (a relay's batch holds
-        # a thousand dedup ids).
-        if self_expiring:
-            write_prefix = keys.dedup_prefix(info.number)
-            lookup_prefixes: tuple[bytes, ...] = (write_prefix,)
-        else:
-            write_prefix = keys.dedup_bucket_prefix(bucket, info.number)
-            lookup_prefixes = self._dedup_lookup_prefixes(info.number, bucket)
-        if wanted:
-            await self._wait_in_flight(info.number, wanted)
-            items = await self._store.get_many(
-                [p + d.encode() for d in wanted for p in lookup_prefixes]
-            )
-            per = len(lookup_prefixes)
-            for i, d in enumerate(wanted):
-                for item in items[per * i : per * (i + 1)]:
-                    if item is not None:
-                        mid, expires_ms = msgpack.unpackb(item.value)
-                        # A store that expires records itself (Cassandra's TTL) times the
-                        # window by one clock; comparing this node's clock with the
-                        # writer's would end it early when the two disagree.
-                        if expires_ms > dedup_ms or self_expiring:
-                            known[d] = int(mid)
-                            break
+        seen = await self.dedup.check(info.number, wanted) if wanted else None
+        known: dict[str, int] = {} if seen is None else seen.known
         fresh: list[tuple[int, NewMessage]] = []
         for i, m in enumerate(messages):
             if m.dedup_id is not None and m.dedup_id in known:
@@ -295,7 +183,6 @@ class Writer:
             self._allocate(fresh, ids)
         compress = info.settings.compressed_messages
         default_delay = info.settings.delay_s
-        expires_ms = dedup_ms + int(self.dedup_window_s * 1000)
         ops: list[Put] = []
         written: list[int] = []
         grouped: list[int] = []
@@ -318,8 +205,8 @@ class Writer:
                 if m.group is not None:
                     grouped.append(mid)
             if m.dedup_id is not None:
-                record = msgpack.packb([mid, expires_ms])
-                ops.append(Put(write_prefix + m.dedup_id.encode(), record))
+                assert seen is not None
+                ops.append(Put(seen.write_prefix + m.dedup_id.encode(), seen.record(mid)))
                 if claim is not None:
                     claim.register(info.number, m.dedup_id)
         out: list[int] = []
@@ -332,16 +219,6 @@ class Writer:
             assert mid is not None and mid >= 0
             out.append(mid)
         return PreparedWrite(info, out, ops, written, grouped, delayed, stored)
-
-    async def _wait_in_flight(self, number: int, wanted: list[str]) -> None:
-        """Wait until every write in flight that holds one of ``wanted`` has landed
-        or failed: the store read that follows then shows its records, or none."""
-        flying = self._in_flight.get(number)
-        if not flying:
-            return
-        events = {id(e): e for e in (flying.get(d) for d in wanted) if e is not None}
-        for event in events.values():
-            await event.wait()
 
     def _allocate(self, fresh: list[tuple[int, NewMessage]], ids: list[int | None]) -> None:
         """Draw ids for the messages to write: the plain ones share a lane, each
@@ -380,24 +257,6 @@ class Writer:
         for lane, last in zip(lanes, lasts, strict=True):
             if last is not None:
                 self.ids.observe(lane, keys.message_id(last))
-
-    @property
-    def _self_expiring(self) -> bool:
-        return self._store.expires_itself(keys.DEDUP)
-
-    @staticmethod
-    def _dedup_lookup_prefixes(number: int, bucket: int) -> tuple[bytes, ...]:
-        """Where a record younger than the window may be, on a store that does not
-        expire records itself: this bucket or the one before (or, written by an
-        earlier release, under the one-key-per-id layout). A self-expiring store
-        (Cassandra's TTL) keeps one key per id, written and read under
-        :func:`~dynaq.core.keys.dedup_prefix`; elsewhere a record goes to the
-        current time bucket, so a whole bucket expires by one range delete."""
-        return (
-            keys.dedup_bucket_prefix(bucket, number),
-            keys.dedup_bucket_prefix(bucket - 1, number),
-            keys.dedup_prefix(number),
-        )
 
     def note_written(self, w: PreparedWrite) -> None:
         """Account for a prepared write once it is durable."""
@@ -442,7 +301,7 @@ class Writer:
             return w.ids
 
         async def write() -> PreparedWrite:
-            async with self.dedup_guard([info], messages) as claim:
+            async with self.dedup.guard([info], messages) as claim:
                 w = await self.prepare(info, messages, claim)
                 claim.unlock()  # concurrent writes with other ids share the commit
                 if w.ops:

@@ -1,0 +1,192 @@
+"""Dedup ids on one node: which were stored within the window, and the guard that
+keeps two writes of one id from both storing a copy.
+
+A write's dedup check (a store read of dedup records) and its write are two
+store calls. :meth:`Dedup.guard` serializes the checks per queue; the ids a
+write adds stay registered as *in flight* until its write has landed or failed,
+and a later check that meets one of them waits for that write, then reads the
+store. Writes with distinct ids therefore share one commit instead of queueing
+for one each, and a duplicate never stores a second copy, nor is answered with
+the id of a message whose write failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import msgpack
+
+from dynaq.clock import Clock
+from dynaq.core import keys
+from dynaq.core.messages import NewMessage
+from dynaq.services.catalog import QueueInfo
+from dynaq.storage.base import Store
+
+InFlight = dict[int, dict[str, asyncio.Event]]
+"""Per queue number: the dedup ids of writes prepared and not yet landed, each with
+the event its write sets when it has landed or failed."""
+
+
+def dedup_bucket(wall_ms: int, window_s: float) -> int:
+    """The time bucket a dedup record written at ``wall_ms`` goes to (one window wide)."""
+    return wall_ms // max(1, int(window_s * 1000))
+
+
+@dataclass(slots=True)
+class DedupSeen:
+    """One write's dedup check: ids already stored, and how new records are written."""
+
+    known: dict[str, int]
+    """Dedup id → the id of the message stored under it within the window."""
+    write_prefix: bytes
+    """A new record's key is this prefix + the id's UTF-8."""
+    expires_ms: int
+    """When a record written now leaves the window (the steady wall clock)."""
+
+    def record(self, message_id: int) -> bytes:
+        """The value of a new record pointing at ``message_id``."""
+        return msgpack.packb([message_id, self.expires_ms])  # type: ignore[no-any-return]
+
+
+class DedupClaim:
+    """The dedup ids one write registered as in flight, and the queue locks it holds
+    until :meth:`unlock` (see :meth:`Dedup.guard`)."""
+
+    __slots__ = ("_done", "_held", "_in_flight", "locks")
+
+    def __init__(self, in_flight: InFlight) -> None:
+        self._in_flight = in_flight
+        self._done = asyncio.Event()
+        self._held: list[tuple[int, str]] = []
+        self.locks: list[asyncio.Lock] = []
+
+    def register(self, number: int, dedup_id: str) -> None:
+        """``dedup_id`` is written into queue ``number`` by this write."""
+        self._in_flight.setdefault(number, {})[dedup_id] = self._done
+        self._held.append((number, dedup_id))
+
+    def unlock(self) -> None:
+        """Let later writes of these queues check their dedup ids (call once prepared,
+        before writing); idempotent."""
+        for lock in reversed(self.locks):
+            lock.release()
+        self.locks.clear()
+
+    def landed(self) -> None:
+        """The write ended (stored or not): later checks may read the store now."""
+        for number, dedup_id in self._held:
+            flying = self._in_flight.get(number)
+            if flying is not None and flying.get(dedup_id) is self._done:
+                del flying[dedup_id]
+                if not flying:
+                    del self._in_flight[number]
+        self._held.clear()
+        self._done.set()
+
+
+class Dedup:
+    """The dedup window of every queue on this node: checks, records and the guard."""
+
+    def __init__(self, store: Store, clock: Clock, window_s: float) -> None:
+        self._store = store
+        self._clock = clock
+        self.window_s = window_s
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._in_flight: InFlight = {}
+
+    def forget(self, number: int) -> None:
+        """A queue is gone: drop its lock (its in-flight ids leave as their writes land)."""
+        lock = self._locks.get(number)
+        if lock is not None and not lock.locked():
+            del self._locks[number]
+
+    @asynccontextmanager
+    async def guard(
+        self, infos: Sequence[QueueInfo], messages: Sequence[NewMessage]
+    ) -> AsyncIterator[DedupClaim]:
+        """Serialize the dedup checks of writes that carry dedup ids, per queue, on
+        this node; yield the claim their new ids are registered under.
+
+        The queues' locks are held until the caller calls
+        :meth:`DedupClaim.unlock`, after preparing and before writing; a caller
+        that never unlocks (a transaction) holds them until its write ends. On
+        leaving, the claim's ids leave the in-flight table (the write landed,
+        failed or was cancelled). Two racing enqueues with the same id on one
+        node never both store a copy. (Across nodes a race within milliseconds
+        can still enqueue twice: documented.) Batches without dedup ids never
+        wait.
+        """
+        claim = DedupClaim(self._in_flight)
+        if not any(m.dedup_id for m in messages):
+            yield claim
+            return
+        try:
+            for number in sorted({i.number for i in infos}):
+                lock = self._locks.setdefault(number, asyncio.Lock())
+                await lock.acquire()
+                claim.locks.append(lock)
+            yield claim
+        finally:  # stored, failed or cancelled: the ids leave, then the locks
+            claim.landed()
+            claim.unlock()
+
+    async def check(self, number: int, wanted: list[str]) -> DedupSeen:
+        """Which of ``wanted`` were stored within the window (their first message ids),
+        and where and how a write records the others. An id held by a write still
+        in flight is checked once that write has landed."""
+        # A dedup window is elapsed time: a wall-clock step must not end or stretch it.
+        dedup_ms = self._clock.steady_wall_ms()
+        bucket = dedup_bucket(dedup_ms, self.window_s)
+        self_expiring = self._store.expires_itself(keys.DEDUP)
+        # Key prefixes once per write, not once per message (a relay's batch holds
+        # a thousand dedup ids).
+        if self_expiring:
+            write_prefix = keys.dedup_prefix(number)
+            lookup_prefixes: tuple[bytes, ...] = (write_prefix,)
+        else:
+            write_prefix = keys.dedup_bucket_prefix(bucket, number)
+            lookup_prefixes = _lookup_prefixes(number, bucket)
+        await self._wait_in_flight(number, wanted)
+        items = await self._store.get_many(
+            [p + d.encode() for d in wanted for p in lookup_prefixes]
+        )
+        per = len(lookup_prefixes)
+        known: dict[str, int] = {}
+        for i, d in enumerate(wanted):
+            for item in items[per * i : per * (i + 1)]:
+                if item is not None:
+                    mid, expires_ms = msgpack.unpackb(item.value)
+                    # A store that expires records itself (Cassandra's TTL) times the
+                    # window by one clock; comparing this node's clock with the
+                    # writer's would end it early when the two disagree.
+                    if expires_ms > dedup_ms or self_expiring:
+                        known[d] = int(mid)
+                        break
+        return DedupSeen(known, write_prefix, dedup_ms + int(self.window_s * 1000))
+
+    async def _wait_in_flight(self, number: int, wanted: list[str]) -> None:
+        """Wait until every write in flight that holds one of ``wanted`` has landed
+        or failed: the store read that follows then shows its records, or none."""
+        flying = self._in_flight.get(number)
+        if not flying:
+            return
+        events = {id(e): e for e in (flying.get(d) for d in wanted) if e is not None}
+        for event in events.values():
+            await event.wait()
+
+
+def _lookup_prefixes(number: int, bucket: int) -> tuple[bytes, ...]:
+    """Where a record younger than the window may be, on a store that does not expire
+    records itself: this bucket or the one before (or, written by an earlier
+    release, under the one-key-per-id layout). A self-expiring store (Cassandra's
+    TTL) keeps one key per id, written and read under
+    :func:`~dynaq.core.keys.dedup_prefix`; elsewhere a record goes to the current
+    time bucket, so a whole bucket expires by one range delete."""
+    return (
+        keys.dedup_bucket_prefix(bucket, number),
+        keys.dedup_bucket_prefix(bucket - 1, number),
+        keys.dedup_prefix(number),
+    )
