@@ -169,8 +169,8 @@ async def test_writes_with_distinct_dedup_ids_share_commits(node: Node) -> None:
 
 async def test_a_duplicate_of_a_write_in_flight_waits_for_it(node: Node) -> None:
     """A retry arriving while the first copy is still being written gets the first
-    copy's id once it has landed, and is not stored again; if the first write fails,
-    the retry stores the message (nothing is lost to a write that never landed)."""
+    copy's id once it has landed, and is not stored again; if the first write fails
+    whole (as an LMDB commit does), the retry stores the message."""
     await node.catalog.create_queue("q")
     _slow_writes(node, 0.05)
     first = asyncio.ensure_future(node.queues.enqueue("q", [NewMessage(b"x", dedup_id="r1")]))

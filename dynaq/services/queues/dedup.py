@@ -6,8 +6,10 @@ store calls. :meth:`Dedup.guard` serializes the checks per queue; the ids a
 write adds stay registered as *in flight* until its write has landed or failed,
 and a later check that meets one of them waits for that write, then reads the
 store. Writes with distinct ids therefore share one commit instead of queueing
-for one each, and a duplicate never stores a second copy, nor is answered with
-the id of a message whose write failed.
+for one each, and a duplicate never stores a second copy while the first is
+being written. What a failed write leaves is what the retry's check reads: on
+LMDB nothing (a commit is all or nothing); on Cassandra and Riak a failed batch
+may be partly applied, or applied later, as before this guard existed.
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ class Dedup:
         wait.
         """
         claim = DedupClaim(self._in_flight)
-        if not any(m.dedup_id for m in messages):
+        if all(m.dedup_id is None for m in messages):
             yield claim
             return
         try:
@@ -137,7 +139,9 @@ class Dedup:
         """Which of ``wanted`` were stored within the window (their first message ids),
         and where and how a write records the others. An id held by a write still
         in flight is checked once that write has landed."""
+        await self._wait_in_flight(number, wanted)
         # A dedup window is elapsed time: a wall-clock step must not end or stretch it.
+        # Read after the wait, so a record written now lasts the whole window.
         dedup_ms = self._clock.steady_wall_ms()
         bucket = dedup_bucket(dedup_ms, self.window_s)
         self_expiring = self._store.expires_itself(keys.DEDUP)
@@ -149,7 +153,6 @@ class Dedup:
         else:
             write_prefix = keys.dedup_bucket_prefix(bucket, number)
             lookup_prefixes = _lookup_prefixes(number, bucket)
-        await self._wait_in_flight(number, wanted)
         items = await self._store.get_many(
             [p + d.encode() for d in wanted for p in lookup_prefixes]
         )

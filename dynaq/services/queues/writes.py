@@ -102,7 +102,7 @@ class Writer:
         until they end, and :meth:`wait_finishing` lets shutdown wait for them
         before the store closes.
         """
-        if not always and not any(m.dedup_id for m in messages):
+        if not always and all(m.dedup_id is None for m in messages):
             return await write
         task = asyncio.ensure_future(write)
         self._finishing.add(task)
@@ -157,7 +157,7 @@ class Writer:
         others share one lane so the write appends.
         """
         ids: list[int | None] = [None] * len(messages)
-        wanted = list(dict.fromkeys(m.dedup_id for m in messages if m.dedup_id))
+        wanted = list(dict.fromkeys(m.dedup_id for m in messages if m.dedup_id is not None))
         now_ms = self._clock.wall_ms()
         seen = await self.dedup.check(info.number, wanted) if wanted else None
         known: dict[str, int] = {} if seen is None else seen.known
@@ -291,7 +291,7 @@ class Writer:
     async def write(self, info: QueueInfo, messages: Sequence[NewMessage]) -> list[int]:
         """Store ``messages`` durably in one queue; return their ids in order."""
         self.check_for_queue(info, messages)
-        if not any(m.dedup_id for m in messages):
+        if all(m.dedup_id is None for m in messages):
             # The common case, inline: no dedup lock to hold, and nothing a
             # cancelled caller must see finished (see run_to_completion).
             w = await self.prepare(info, messages)
