@@ -257,13 +257,13 @@ async def test_event_loop_stays_responsive(cassandra_store: CassandraStore) -> N
         stop.set()
         await task
     # A query run on the loop would stall it for the whole burst; one scheduling
-    # hiccup on a busy 2-core machine is not that (it made this test flaky).
-    # A burst run on the loop would leave no tick in between; with ticks, the 90th
-    # percentile is judged only over enough of them (over five, it is the maximum).
+    # hiccup on a busy 2-core machine is not that (it made this test flaky: CI
+    # once saw 1.1 s among ten ticks, which a 90th percentile of ten cannot
+    # tell from a stall). So the typical tick is judged (the median, which one
+    # hiccup cannot move), and the worst only against a whole-burst stall.
     assert len(lags) >= 2, lags
     lags.sort()
-    if len(lags) >= 10:
-        assert lags[len(lags) * 9 // 10] < 0.1, lags[-5:]
+    assert lags[len(lags) // 2] < 0.05, lags
     assert lags[-1] < 2.0, lags[-5:]
 
 
