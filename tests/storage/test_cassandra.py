@@ -263,7 +263,7 @@ async def test_event_loop_stays_responsive(cassandra_store: CassandraStore) -> N
     # hiccup cannot move), and the worst only against a whole-burst stall.
     assert len(lags) >= 2, lags
     lags.sort()
-    assert lags[len(lags) // 2] < 0.05, lags
+    assert lags[(len(lags) - 1) // 2] < 0.05, lags
     assert lags[-1] < 2.0, lags[-5:]
 
 
