@@ -189,6 +189,36 @@ async def test_a_duplicate_of_a_write_in_flight_waits_for_it(node: Node) -> None
     assert retry in {m.id for m in got}
 
 
+async def test_a_retry_waiting_for_a_slow_write_does_not_hold_up_other_senders(
+    node: Node,
+) -> None:
+    """While a retry waits for its first copy's slow write, senders with other dedup
+    ids to the same queue go on (it waits without the queue's check lock)."""
+    await node.catalog.create_queue("q")
+    real_write = node.store.write_batch
+    slow_once = [True]
+
+    async def write(ops: Any) -> list[bool]:
+        if slow_once[0]:
+            slow_once[0] = False
+            await asyncio.sleep(1.0)  # the first copy's write: a slow store
+        return await real_write(ops)
+
+    node.store.write_batch = write  # type: ignore[method-assign]
+    first = asyncio.ensure_future(node.queues.enqueue("q", [NewMessage(b"x", dedup_id="r1")]))
+    await asyncio.sleep(0.05)
+    retry = asyncio.ensure_future(node.queues.enqueue("q", [NewMessage(b"x", dedup_id="r1")]))
+    await asyncio.sleep(0.05)  # the retry now waits for the first write
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    others = await asyncio.gather(
+        *(node.queues.enqueue("q", [NewMessage(b"o", dedup_id=f"o{i}")]) for i in range(5))
+    )
+    assert loop.time() - t0 < 0.5 and not retry.done()
+    assert await retry == await first
+    assert node.queues.depth(await node.catalog.queue("q")) == 1 + len(others)
+
+
 async def test_topic_publish_dedups_per_queue(node: Node) -> None:
     for q in ("a", "b"):
         await node.catalog.create_queue(q)

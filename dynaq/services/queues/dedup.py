@@ -77,6 +77,22 @@ class DedupClaim:
             lock.release()
         self.locks.clear()
 
+    async def wait_unlocked(self, events: list[asyncio.Event]) -> bool:
+        """Wait for ``events`` without holding this claim's locks, if that is safe; then
+        take the locks again. False (nothing done) when it is not: a claim that has
+        registered ids may be waited on by a holder of its locks (a transaction),
+        and taking them back would then wait forever."""
+        if self._held or not self.locks:
+            return False
+        locks = list(self.locks)
+        self.unlock()
+        for event in events:
+            await event.wait()
+        for lock in locks:  # the guard's order (sorted by queue number)
+            await lock.acquire()
+            self.locks.append(lock)
+        return True
+
     def landed(self) -> None:
         """The write ended (stored or not): later checks may read the store now."""
         for number, dedup_id in self._held:
@@ -135,11 +151,16 @@ class Dedup:
             claim.landed()
             claim.unlock()
 
-    async def check(self, number: int, wanted: list[str]) -> DedupSeen:
+    async def check(
+        self, number: int, wanted: list[str], claim: DedupClaim | None = None
+    ) -> DedupSeen:
         """Which of ``wanted`` were stored within the window (their first message ids),
         and where and how a write records the others. An id held by a write still
-        in flight is checked once that write has landed."""
-        await self._wait_in_flight(number, wanted)
+        in flight is checked once that write has landed; meanwhile ``claim``'s
+        locks are let go when that is safe (:meth:`DedupClaim.wait_unlocked`),
+        so one retry waiting out a slow write does not hold up every other
+        sender to the queue."""
+        await self._wait_in_flight(number, wanted, claim)
         # A dedup window is elapsed time: a wall-clock step must not end or stretch it.
         # Read after the wait, so a record written now lasts the whole window.
         dedup_ms = self._clock.steady_wall_ms()
@@ -170,15 +191,24 @@ class Dedup:
                         break
         return DedupSeen(known, write_prefix, dedup_ms + int(self.window_s * 1000))
 
-    async def _wait_in_flight(self, number: int, wanted: list[str]) -> None:
+    async def _wait_in_flight(
+        self, number: int, wanted: list[str], claim: DedupClaim | None
+    ) -> None:
         """Wait until every write in flight that holds one of ``wanted`` has landed
         or failed: the store read that follows then shows its records, or none."""
-        flying = self._in_flight.get(number)
-        if not flying:
-            return
-        events = {id(e): e for e in (flying.get(d) for d in wanted) if e is not None}
-        for event in events.values():
-            await event.wait()
+        while True:
+            flying = self._in_flight.get(number)
+            if not flying:
+                return
+            held = (flying.get(d) for d in wanted)
+            events = list({id(e): e for e in held if e is not None}.values())
+            if not events:
+                return
+            if claim is None or not await claim.wait_unlocked(events):
+                for event in events:  # no one registers these ids while the locks are held
+                    await event.wait()
+                return
+            # The locks were let go: another write may have taken one of the ids since.
 
 
 def _lookup_prefixes(number: int, bucket: int) -> tuple[bytes, ...]:

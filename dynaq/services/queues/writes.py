@@ -159,7 +159,7 @@ class Writer:
         ids: list[int | None] = [None] * len(messages)
         wanted = list(dict.fromkeys(m.dedup_id for m in messages if m.dedup_id is not None))
         now_ms = self._clock.wall_ms()
-        seen = await self.dedup.check(info.number, wanted) if wanted else None
+        seen = await self.dedup.check(info.number, wanted, claim) if wanted else None
         known: dict[str, int] = {} if seen is None else seen.known
         fresh: list[tuple[int, NewMessage]] = []
         for i, m in enumerate(messages):
