@@ -1,7 +1,8 @@
 """Background queue tasks with readable progress: redrive (dead letters back) and purge.
 
 A task runs on the node that accepted it and writes its progress record
-(``t/`` + task id, JSON) after every page, so any node can answer
+(``t/`` + task id, JSON) after every page (a purge: at most every second; a
+purge resumed after a crash may count fewer than it removed), so any node can answer
 ``GET /v2/tasks/{task}``. Guarantees:
 
 * **Redrive** moves each message of a (dead-letter) queue to ``to_queue``, or
@@ -50,6 +51,7 @@ _PURGE_CHUNK = 1000
 _PURGE_LANES_AT_ONCE = 32
 _WINDOW_TIMEOUT_S = 20.0
 _WINDOW_TRIES = 3
+_PROGRESS_EVERY_MS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +264,7 @@ class QueueTasks:
                     )
             else:
                 raise StorageUnavailable(f"purge of {info.name!r}: delayed messages did not answer")
+        saved_ms = self._clock.wall_ms()
         for first in range(rec.cursor, LANES, _PURGE_LANES_AT_ONCE):
             lanes = range(first, min(first + _PURGE_LANES_AT_ONCE, LANES))
             # Lanes are independent ranges (partitions on Cassandra): a window of
@@ -269,11 +272,14 @@ class QueueTasks:
             removed = await self._purge_window(info, rec, lanes)
             if removed:
                 self._note_purged(info, removed)
-            rec = replace(
-                rec, moved=rec.moved + removed, cursor=lanes[-1] + 1,
-                updated_at_ms=self._clock.wall_ms(),
-            )  # fmt: skip
-            await self._save(rec)
+            now = self._clock.wall_ms()
+            rec = replace(rec, moved=rec.moved + removed, cursor=lanes[-1] + 1, updated_at_ms=now)
+            # Progress at most every second (a record write is a Paxos round on
+            # Cassandra); the caller saves the last one. A resumed purge redoes at
+            # most that second's windows, and deleting is idempotent.
+            if now - saved_ms >= _PROGRESS_EVERY_MS and rec.cursor < LANES:
+                await self._save(rec)
+                saved_ms = now
         return rec
 
     async def _purge_window(self, info: QueueInfo, rec: TaskRecord, lanes: range) -> int:
