@@ -188,6 +188,31 @@ def test_batches_report_errors_per_entry(sqs: Any) -> None:
     assert [(f["Id"], f["Code"]) for f in deleted["Failed"]] == [("bad", "ReceiptHandleIsInvalid")]
 
 
+def test_a_standard_queue_refuses_deduplication_ids_as_aws_does(sqs: Any) -> None:
+    """AWS answers InvalidParameterValue; accepting the id and ignoring it would let a
+    sender believe its retries are deduplicated. A MessageGroupId is accepted (AWS's
+    fair queues) and nothing is left behind by the refused sends."""
+    url = sqs.create_queue(QueueName="plain-dedup")["QueueUrl"]
+    with pytest.raises(ClientError) as err:
+        sqs.send_message(QueueUrl=url, MessageBody="x", MessageDeduplicationId="once")
+    assert _code(err.value) == "InvalidParameterValue"
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert "MessageDeduplicationId" in err.value.response["Error"]["Message"]
+    out = sqs.send_message_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": "a", "MessageBody": "kept", "MessageGroupId": "tenant-1"},
+            {"Id": "b", "MessageBody": "refused", "MessageDeduplicationId": "once"},
+        ],
+    )
+    assert [s["Id"] for s in out["Successful"]] == ["a"]
+    assert [(f["Id"], f["Code"], f["SenderFault"]) for f in out["Failed"]] == [
+        ("b", "InvalidParameterValue", True)
+    ]
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    assert [m["Body"] for m in got["Messages"]] == ["kept"]
+
+
 def test_visibility_and_stale_receipt_handles(sqs: Any) -> None:
     url = sqs.create_queue(QueueName="vis")["QueueUrl"]
     sqs.send_message(QueueUrl=url, MessageBody="job")

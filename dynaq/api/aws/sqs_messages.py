@@ -8,7 +8,9 @@
 * FIFO queues (``.fifo``) map MessageGroupId onto dynaq groups (one in flight per
   group, in order) and MessageDeduplicationId (or, with content-based
   deduplication, the body's SHA-256) onto dedup ids, within dynaq's dedup window
-  (5 minutes by default, as SQS).
+  (5 minutes by default, as SQS). On a standard queue a MessageDeduplicationId
+  is refused with AWS's InvalidParameterValue (per entry in a batch), and a
+  MessageGroupId is accepted and carries no order (AWS's fair queues).
 * Message attributes keep their data types; MD5OfMessageBody and
   MD5OfMessageAttributes are computed as SQS does, so SDKs verify them.
 """
@@ -74,8 +76,14 @@ def _new_message(info: QueueInfo, p: dict[str, Any]) -> tuple[NewMessage, str | 
             raise invalid("The queue should either have ContentBasedDeduplication enabled or "
                           "MessageDeduplicationId provided explicitly")  # fmt: skip
     else:
+        if dedup is not None:
+            # As AWS answers: silently dropping it would let a sender believe its
+            # retries are deduplicated on a queue that delivers every copy.
+            raise invalid(
+                f"Value {dedup} for parameter MessageDeduplicationId is invalid. Reason: "
+                "The request include parameter that is not valid for this queue type."
+            )
         group = None  # standard queues: MessageGroupId only tags fair queues on AWS
-        dedup = None
     if delay is not None and (not isinstance(delay, int) or not 0 <= delay <= 900):
         raise invalid(
             f"Value {delay} for parameter DelaySeconds is invalid. "
