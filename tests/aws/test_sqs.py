@@ -213,6 +213,32 @@ def test_a_standard_queue_refuses_deduplication_ids_as_aws_does(sqs: Any) -> Non
     assert [m["Body"] for m in got["Messages"]] == ["kept"]
 
 
+def test_bodies_outside_sqs_characters_are_refused_with_its_codes(sqs: Any) -> None:
+    """SQS's allowed characters (XML's): a NUL or another control character is
+    InvalidMessageContents, per entry in a batch; a lone surrogate, which no UTF-8
+    store can hold, is a SerializationException. Each a 400, never a 500."""
+    url = sqs.create_queue(QueueName="contents")["QueueUrl"]
+    for body, code in [
+        ("a\x00b", "InvalidMessageContents"),
+        ("bell\x07", "InvalidMessageContents"),
+        ("\ufffe", "InvalidMessageContents"),
+        ("half \ud800 pair", "SerializationException"),
+    ]:
+        with pytest.raises(ClientError) as err:
+            sqs.send_message(QueueUrl=url, MessageBody=body)
+        assert _code(err.value) == code, body
+        assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    allowed = "tab\t nl\n cr\r \u00e9 \ud7ff \ue000 \U0001f600"
+    out = sqs.send_message_batch(
+        QueueUrl=url,
+        Entries=[{"Id": "ok", "MessageBody": allowed}, {"Id": "nul", "MessageBody": "\x00"}],
+    )
+    assert [s["Id"] for s in out["Successful"]] == ["ok"]
+    assert [(f["Id"], f["Code"]) for f in out["Failed"]] == [("nul", "InvalidMessageContents")]
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    assert [m["Body"] for m in got["Messages"]] == [allowed]
+
+
 def test_visibility_and_stale_receipt_handles(sqs: Any) -> None:
     url = sqs.create_queue(QueueName="vis")["QueueUrl"]
     sqs.send_message(QueueUrl=url, MessageBody="job")

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from dynaq.api.aws.sigv4 import AccessKey, verify
 from dynaq.api.aws.sqs_wire import SqsError, invalid, no_queue
+from dynaq.api.codec import parse_json
 from dynaq.clock import Clock
 from dynaq.core.access import ADMIN, READ, WRITE
 from dynaq.errors import (
@@ -157,10 +158,14 @@ async def _dispatch(request: web.Request, target: str) -> dict[str, Any]:
 
 
 def _params(body: bytes) -> dict[str, Any]:
+    if not body.strip():
+        return {}
     try:
-        params = json.loads(body or b"{}")
-    except ValueError:
-        raise SqsError("SerializationException", "The request body is not JSON.") from None
+        # The REST API's strict parser: no NaN, no lone surrogates (they cannot be
+        # stored as UTF-8), bounded nesting and object counts.
+        params = parse_json(body)
+    except InvalidInput as exc:
+        raise SqsError("SerializationException", f"The request body is not JSON: {exc}") from None
     if not isinstance(params, dict):
         raise SqsError("SerializationException", "The request body must be a JSON object.")
     return params

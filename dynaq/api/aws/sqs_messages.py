@@ -11,6 +11,8 @@
   (5 minutes by default, as SQS). On a standard queue a MessageDeduplicationId
   is refused with AWS's InvalidParameterValue (per entry in a batch), and a
   MessageGroupId is accepted and carries no order (AWS's fair queues).
+* A body outside SQS's characters (XML 1.0's) is refused with
+  InvalidMessageContents, as SQS refuses it.
 * Message attributes keep their data types; MD5OfMessageBody and
   MD5OfMessageAttributes are computed as SQS does, so SDKs verify them.
 """
@@ -48,11 +50,30 @@ _SYSTEM = ("ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveT
            "MessageGroupId", "SenderId")  # fmt: skip
 
 
+# What SQS lets a message body hold (XML 1.0's characters): #x9 | #xA | #xD |
+# #x20-#xD7FF | #xE000-#xFFFD | #x10000-#x10FFFF.
+_NOT_ALLOWED = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _check_contents(body: str) -> None:
+    """Refuse what SQS refuses, with its code: a body outside the allowed characters
+    would break clients that parse replies as XML, on SQS and here alike."""
+    bad = _NOT_ALLOWED.search(body)
+    if bad is not None:
+        raise SqsError(
+            "InvalidMessageContents",
+            f"Invalid binary character '#x{ord(bad.group()):X}' was found in the message "
+            "body, the set of allowed characters is #x9 | #xA | #xD | #x20 to #xD7FF | "
+            "#xE000 to #xFFFD | #x10000 to #x10FFFF",
+        )
+
+
 def _new_message(info: QueueInfo, p: dict[str, Any]) -> tuple[NewMessage, str | None]:
     """One SendMessage's parameters → a dynaq message and its attributes' MD5."""
     body = p.get("MessageBody")
     if not isinstance(body, str) or not body:
         raise missing("MessageBody")
+    _check_contents(body)
     attrs, shaped = to_dynaq_attributes(p.get("MessageAttributes"))
     raw = body.encode()
     size = len(raw) + sum(len(k) + len(v) for k, v in attrs.items())
