@@ -27,7 +27,7 @@ from dynaq.storage.cassandra_schema import Statements
 from dynaq.storage.cassandra_session import BatchStatement, BatchType, CassandraSession
 
 _KEYSPACE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
-_DELETE_TRIES = 50
+_CONDITIONAL_TRIES = 50
 """Conditional writes of one key tried before giving up to writers racing for it."""
 
 
@@ -209,7 +209,7 @@ class CassandraStore(Store):
         every write of the key after the one before it, on every version, and
         matches the conditional deletes of these keys.
         """
-        for _ in range(_DELETE_TRIES):
+        for _ in range(_CONDITIONAL_TRIES):
             item = await self.get(key)
             if item is None:
                 v = await self.put_if_absent(key, value)
@@ -253,7 +253,7 @@ class CassandraStore(Store):
         # the conditional puts of the same keys (Cassandra 2.1 has no
         # ``IF version > 0``, and ``IF EXISTS`` would count a bare row marker).
         p, ck = kv_part(key)
-        for _ in range(_DELETE_TRIES):
+        for _ in range(_CONDITIONAL_TRIES):
             item = await self.get(key)
             if item is None:
                 return False
