@@ -16,12 +16,12 @@ import asyncio
 import importlib
 import logging
 import os
-import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
 from dynaq.cli.admin import DEFAULT_ENDPOINT
 from dynaq.logs import setup_logging
+from dynaq.stop_signals import ignore_signals_once_stopped, stop_on_signals
 
 if TYPE_CHECKING:
     from dynaq.processors import Graph
@@ -86,8 +86,7 @@ async def serve(
     loop = asyncio.get_running_loop()
     async with AsyncClient(endpoint, token=token) as client:
         runner = GraphRunner(graph, client, lease_ttl_s=lease_ttl_s)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, runner.request_stop)
+        stop_on_signals(loop, runner.request_stop)
         await runner.start()
         log.info("worker started", extra={"graph": graph.name, "endpoint": endpoint})
         stopped = asyncio.Event()
@@ -101,6 +100,7 @@ async def serve(
             stopped.set()
             if reporter is not None:
                 await reporter  # its last report says "stopped"
+            ignore_signals_once_stopped(loop)
         log.info("worker stopped", extra={"graph": graph.name, "status": runner.status()})
 
 

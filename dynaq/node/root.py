@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -53,6 +52,7 @@ from dynaq.services.processors import ProcessorRegistry
 from dynaq.services.queues import Limits, QueueService
 from dynaq.services.queues.transactions import CrashPoint
 from dynaq.services.topics import TopicService
+from dynaq.stop_signals import ignore_signals_once_stopped, stop_on_signals
 from dynaq.storage.base import Store
 from dynaq.storage.embedded import LmdbStore
 from dynaq.streams.authority import StreamAuthority
@@ -368,10 +368,12 @@ async def run_node(
     node.queues.transactions.crash = CrashPoint(crash_at)
     stop = node.stop_requested  # set by SIGTERM/SIGINT, or by losing the writer slot
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop_on_signals(loop, stop.set)
     try:
         await node.start()
         await stop.wait()
     finally:
-        await node.stop()
+        try:
+            await node.stop()
+        finally:
+            ignore_signals_once_stopped(loop)

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dynaq.clock import Clock, SystemClock
 from dynaq.config import Config
 from dynaq.node.workers import ROLE_ENV, WorkerRole, worker_count, worker_name
+from dynaq.stop_signals import ignore_signals_once_stopped, stop_on_signals
 from dynaq.tasks import cancel_all
 
 log = logging.getLogger(__name__)
@@ -210,6 +211,8 @@ async def run_supervisor(config: Config, argv: Sequence[str]) -> None:
     """Run a node of several workers until SIGTERM or SIGINT."""
     sup = Supervisor(config, argv)
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, sup.stopping.set)
-    await sup.run()
+    stop_on_signals(loop, sup.stopping.set)
+    try:
+        await sup.run()
+    finally:
+        ignore_signals_once_stopped(loop)

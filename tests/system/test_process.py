@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -127,11 +129,32 @@ async def test_sigterm_answers_long_polls_and_requests_in_flight(node_proc: Node
         polls = [asyncio.create_task(long_poll()) for _ in range(3)]
         await asyncio.sleep(0.3)
         t0 = time.monotonic()
-        node_proc.proc.send_signal(__import__("signal").SIGTERM)  # type: ignore[union-attr]
+        node_proc.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
         results = await asyncio.gather(*polls)
         assert all(r == (200, {"messages": []}) for r in results)
         assert time.monotonic() - t0 < 5  # not the 20 s of the poll
     assert await asyncio.to_thread(node_proc.terminate) == 0
+
+
+async def test_repeated_sigterms_still_exit_cleanly(node_proc: NodeProcess) -> None:
+    """A supervisor that asks again (or a second Ctrl-C) while the node drains or
+    exits must not turn its clean exit into death by signal: SIGTERM every 5 ms
+    until the process is gone, and the exit status is still 0."""
+    await asyncio.to_thread(node_proc.start)
+    async with aiohttp.ClientSession(node_proc.url) as s, s.put("/v1/queues/q") as r:
+        assert r.status == 201
+    proc = node_proc.proc
+    assert proc is not None
+    deadline = time.monotonic() + 20
+    sent = 0
+    while proc.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+            sent += 1
+        await asyncio.sleep(0.005)
+    assert proc.wait(5) == 0 and sent > 1
+    log = await asyncio.to_thread(node_proc.log)
+    assert '"msg": "node stopped"' in log and "Traceback" not in log
 
 
 def test_env_overrides_and_health(tmp_path: Path) -> None:
