@@ -283,21 +283,26 @@ class QueueTasks:
         return rec
 
     async def _purge_window(self, info: QueueInfo, rec: TaskRecord, lanes: range) -> int:
-        """Purge ``lanes`` at once; a window whose store calls have not answered within
-        ``_WINDOW_TIMEOUT_S`` is tried again (deleting is idempotent), so one lost
-        reply cannot hold the task for ever."""
+        """Purge ``lanes`` at once; the lanes whose store calls have not answered
+        within ``_WINDOW_TIMEOUT_S`` are tried again (deleting is idempotent), so one
+        lost reply cannot hold the task for ever. A lane that answered keeps its
+        count: a retry finds its messages gone, and must not count them as none."""
+        removed: dict[int, int] = {}
+
+        async def purge(lane: int) -> None:
+            removed[lane] = await self._purge_lane(info, rec, lane)
+
         for attempt in range(1, _WINDOW_TRIES + 1):
+            left = [lane for lane in lanes if lane not in removed]
             try:
                 async with asyncio.timeout(_WINDOW_TIMEOUT_S):
-                    done = await asyncio.gather(
-                        *(self._purge_lane(info, rec, lane) for lane in lanes)
-                    )
-                return sum(done)
+                    await asyncio.gather(*(purge(lane) for lane in left))
+                return sum(removed.values())
             except TimeoutError:
                 log.warning(
-                    "purge window timed out; trying it again",
+                    "purge window timed out; trying its lanes that did not answer again",
                     extra={"task": rec.id, "lanes": f"{lanes.start}-{lanes.stop - 1}",
-                           "attempt": attempt},
+                           "unanswered": len(lanes) - len(removed), "attempt": attempt},
                 )  # fmt: skip
         raise StorageUnavailable(
             f"purge of {info.name!r}: lanes {lanes.start}-{lanes.stop - 1} did not answer "
