@@ -142,3 +142,69 @@ def test_sns_errors_and_grants(node: NodeProcess) -> None:
     with pytest.raises(ClientError) as wrong:
         _client(node, "sns", secret="nope").list_topics()
     assert wrong.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
+
+
+def _queue_arn(sqs: Any, url: str) -> str:
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]
+    return str(attrs["QueueArn"])
+
+
+def test_message_structure_json_delivers_the_sqs_entry_or_the_default(node: NodeProcess) -> None:
+    """``MessageStructure=json``: one message per protocol; a queue gets the ``sqs``
+    entry, else ``default``, raw or inside the envelope (with the Subject)."""
+    sns, sqs = _client(node, "sns"), _client(node, "sqs")
+    arn = sns.create_topic(Name="structured")["TopicArn"]
+    raw_url = sqs.create_queue(QueueName="structured-raw")["QueueUrl"]
+    env_url = sqs.create_queue(QueueName="structured-env")["QueueUrl"]
+    sns.subscribe(TopicArn=arn, Protocol="sqs", Endpoint=_queue_arn(sqs, raw_url),
+                  Attributes={"RawMessageDelivery": "true"})  # fmt: skip
+    sns.subscribe(TopicArn=arn, Protocol="sqs", Endpoint=_queue_arn(sqs, env_url))
+    per_protocol = {"default": "for everyone", "sqs": "for queues", "email": "for people"}
+    sns.publish(TopicArn=arn, Message=json.dumps(per_protocol), MessageStructure="json",
+                Subject="Order 42 shipped!")  # fmt: skip
+    sns.publish_batch(TopicArn=arn, PublishBatchRequestEntries=[
+        {"Id": "a", "Message": json.dumps({"default": "only default"}), "MessageStructure": "json"},
+        {"Id": "b", "Message": '{"sqs": "no default"}', "MessageStructure": "json"},
+    ])  # fmt: skip
+
+    def bodies(url: str) -> list[str]:
+        got: list[str] = []
+        for _ in range(10):
+            r = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+            got += [m["Body"] for m in r.get("Messages", [])]
+            if len(got) >= 2:
+                break
+        return got
+
+    assert sorted(bodies(raw_url)) == ["for queues", "only default"]
+    envelopes = {json.loads(b)["Message"]: json.loads(b) for b in bodies(env_url)}
+    assert set(envelopes) == {"for queues", "only default"}
+    assert envelopes["for queues"]["Subject"] == "Order 42 shipped!"
+
+
+@pytest.mark.parametrize(
+    ("params", "reason"),
+    [
+        ({"Message": "{not json", "MessageStructure": "json"}, "failed to parse"),
+        ({"Message": '["default"]', "MessageStructure": "json"}, "failed to parse"),
+        ({"Message": '{"sqs": "x"}', "MessageStructure": "json"}, "No default entry"),
+        ({"Message": '{"default": 7}', "MessageStructure": "json"}, "non-empty string"),
+        ({"Message": '{"default": "x"}', "MessageStructure": "xml"}, "MessageStructure"),
+        ({"Message": "x", "Subject": " starts with a space"}, "Subject"),
+        ({"Message": "x", "Subject": "two\nlines"}, "Subject"),
+        ({"Message": "x", "Subject": "caf\u00e9"}, "Subject"),
+        ({"Message": "x", "Subject": "s" * 100}, "Subject"),
+    ],
+)
+def test_a_bad_structure_or_subject_is_an_invalid_parameter(
+    node: NodeProcess, params: dict[str, str], reason: str
+) -> None:
+    sns = _client(node, "sns")
+    arn = sns.create_topic(Name="checked")["TopicArn"]
+    with pytest.raises(sns.exceptions.InvalidParameterException) as bad:
+        sns.publish(TopicArn=arn, **params)
+    assert reason in bad.value.response["Error"]["Message"]
+    out = sns.publish_batch(TopicArn=arn, PublishBatchRequestEntries=[{"Id": "e", **params}])
+    [failed] = out["Failed"]
+    assert failed["Code"] == "InvalidParameter" and reason in failed["Message"]
+    assert sns.publish(TopicArn=arn, Message="x", Subject="s" * 99)["MessageId"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -33,6 +34,7 @@ from dynaq.api.aws.query_wire import (
 from dynaq.api.aws.sigv4 import AccessKey
 from dynaq.api.aws.sqs import SQS, authenticate
 from dynaq.api.aws.sqs_wire import ACCOUNT, SqsError, to_dynaq_attributes
+from dynaq.api.codec import parse_json
 from dynaq.api.keys import CATALOG, TOPICS
 from dynaq.core.access import ADMIN, READ, WRITE
 from dynaq.core.filters import compile_policy
@@ -294,15 +296,45 @@ async def set_subscription_attributes(call: SnsCall) -> web.Response:
     return ok("SetSubscriptionAttributes")
 
 
+# SNS's rule for a Subject: printable ASCII that does not start with a space,
+# under 100 characters.
+_SUBJECT = re.compile(r"[!-~][ -~]{0,98}")
+
+
+def _structured(message: str) -> str:
+    """``MessageStructure=json``: the message is a JSON object of one string per
+    protocol; a queue gets its ``sqs`` entry, else the ``default`` one (required)."""
+    try:
+        per_protocol = parse_json(message.encode())
+    except InvalidInput:
+        raise invalid("Message Structure - JSON message body failed to parse") from None
+    if not isinstance(per_protocol, dict):
+        raise invalid("Message Structure - JSON message body failed to parse")
+    if "default" not in per_protocol:
+        raise invalid("Message Structure - No default entry in JSON message body")
+    chosen = per_protocol.get("sqs", per_protocol["default"])
+    if not isinstance(chosen, str) or not chosen:
+        raise invalid(
+            "Message Structure - the entry for sqs (or default) must be a non-empty string"
+        )
+    return chosen
+
+
 def _message(p: Mapping[str, str], attrs: dict[str, dict[str, Any]]) -> NewMessage:
     body = p.get("Message")
     if not body:
         raise invalid("Empty message")
-    if p.get("MessageStructure"):
-        raise invalid("MessageStructure: per-protocol messages are not supported")
+    structure = p.get("MessageStructure")
+    if structure is not None:
+        if structure != "json":
+            raise invalid("MessageStructure: the only structure is json")
+        body = _structured(body)
+    subject = p.get("Subject")
+    if subject is not None and not _SUBJECT.fullmatch(subject):
+        raise invalid("Subject: printable ASCII, not starting with a space, at most 99 characters")
     dynaq_attrs, _ = to_dynaq_attributes(attrs or None)
-    if p.get("Subject"):
-        dynaq_attrs[SUBJECT_ATTRIBUTE] = p["Subject"]
+    if subject:
+        dynaq_attrs[SUBJECT_ATTRIBUTE] = subject
     return NewMessage(
         body.encode(), dynaq_attrs or None, p.get("MessageGroupId"), p.get("MessageDeduplicationId")
     )
