@@ -11,7 +11,7 @@ floor's small modules may import each other)::
     services, cluster
     core
     storage
-    errors, clock, tasks, config, metrics, logs
+    errors, clock, tasks, stop_signals, config, metrics, logs
 
 Beside the floors stand ``client``, ``spark``, ``processors`` and ``testing``: no server
 component imports them (the CLI's admin commands use ``client``, as any
@@ -51,7 +51,7 @@ FLOORS: list[set[str]] = [
     {"services", "streams", "cluster"},
     {"core"},
     {"storage"},
-    {"errors", "clock", "tasks", "config", "metrics", "prometheus", "logs"},
+    {"errors", "clock", "tasks", "stop_signals", "config", "metrics", "prometheus", "logs"},
 ]
 FLOOR = {component: i for i, floor in enumerate(FLOORS) for component in floor}
 BASE = len(FLOORS) - 1
