@@ -129,6 +129,11 @@ async def _run(args: argparse.Namespace, server: Any, mark_batch: int) -> dict[s
             mark_batch=mark_batch,
             max_in_flight=args.max_in_flight,
             metrics_interval_s=1.0,
+            **(
+                {}
+                if args.max_publish_batch is None
+                else {"max_publish_batch": args.max_publish_batch}
+            ),
         )
         relay = OutboxRelay(
             cfg,
@@ -175,6 +180,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--mark-batch", type=int, default=1000)
     p.add_argument("--max-in-flight", type=int, default=1000)
+    p.add_argument(
+        "--max-publish-batch",
+        type=int,
+        default=None,
+        help="the relay's outbox.max_publish_batch (default: the config's)",
+    )
     p.add_argument("--max-seconds", type=float, default=120.0)
     p.add_argument("--no-durable", action="store_true", help="PostgreSQL with fsync off")
     p.add_argument("--quick", action="store_true", help="10k rows, one run")

@@ -53,12 +53,17 @@ the due ones are one range scan from the start, whatever the backlog."""
 TASK = b"t/"
 """Background queue tasks' progress records (redrive, purge), JSON, by task id."""
 SCHEMA = b"c/schema"
+"""The store's schema version (written by ``dynaq migrate``)."""
 
-GROWTH_PREFIXES = (BATCH_HEADER, BATCH_BLOCK, DEDUP, DEDUP_BUCKETED)
+GROWTH_PREFIXES = (BATCH_HEADER, BATCH_BLOCK)
 """New records under these grow the store with user data, as messages do: a full
 store refuses them (opening a batch, adding items) and keeps its reserve for
-deletes, acks and the small records that run the node (config, leases, marks)."""
-"""The store's schema version (written by ``dynaq migrate``)."""
+deletes, acks and the small records that run the node (config, leases, marks);
+an overwrite of one (a batch ack) may use the reserve."""
+ADDED_PREFIXES = (DEDUP, DEDUP_BUCKETED)
+"""Records written once, in the store batch of the messages they come with (dedup
+records): each put counts as growth, as a message's does, without a read to tell
+a new key from an old one."""
 
 _QID = struct.Struct(">I")
 _MSG = struct.Struct(">cIQ")

@@ -48,6 +48,7 @@ def build_store(config: Config, *, version_tag: int = 0, version_tags: int = 1) 
             fill_limit=e.fill_limit_percent / 100,
             min_free_disk=e.min_free_disk_mb * 1024 * 1024,
             growth_prefixes=keys.GROWTH_PREFIXES,
+            added_prefixes=keys.ADDED_PREFIXES,
             version_tag=version_tag,
             version_tags=version_tags,
         )

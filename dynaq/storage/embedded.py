@@ -63,7 +63,9 @@ class LmdbStore(Store):
 
     ``path`` is a directory; ``map_size`` is address space, not disk, so it
     can be large. ``max_commit_ops`` caps how many operations one commit takes.
-    Writes that add messages, or new keys under ``growth_prefixes``, are refused
+    Writes that add messages, new keys under ``growth_prefixes``, or any key
+    under ``added_prefixes`` (records written once, with the messages they come
+    with: no read tells a new key from an old one) are refused
     (:class:`InsufficientStorage`) past ``fill_limit`` (a fraction) of the map
     or when less than ``min_free_disk`` bytes are left on the disk: the rest is
     the reserve deletes need.
@@ -84,6 +86,7 @@ class LmdbStore(Store):
         fill_limit: float = 0.9,
         min_free_disk: int = 64 * 1024**2,
         growth_prefixes: tuple[bytes, ...] = (),
+        added_prefixes: tuple[bytes, ...] = (),
         version_tag: int = 0,
         version_tags: int = 1,
     ) -> None:
@@ -96,6 +99,7 @@ class LmdbStore(Store):
         self._max_commit_ops = max_commit_ops
         self._read_threads = read_threads
         self._growth_prefixes = growth_prefixes
+        self._added_prefixes = added_prefixes
         self._version_tag = version_tag
         self._version_tags = version_tags
         self._env: Any = None
@@ -141,6 +145,7 @@ class LmdbStore(Store):
             min_free_disk=self._min_free_disk,
             max_commit_ops=self._max_commit_ops,
             growth_prefixes=self._growth_prefixes,
+            added_prefixes=self._added_prefixes,
             on_commit=lambda seconds: self.on_commit(seconds) if self.on_commit else None,
             version_tag=self._version_tag,
             version_tags=self._version_tags,

@@ -69,8 +69,8 @@ class GroupCommitter:
     ``fill_bytes`` of the ``map_size`` may hold data before message writes are
     refused; ``min_free_disk`` bytes of the disk are likewise kept for deletes.
     At most ``max_commit_ops`` operations go into one commit. New keys under
-    ``growth_prefixes`` count against the limit like messages (see
-    :func:`growth_bytes`).
+    ``growth_prefixes``, and every key under ``added_prefixes``, count against
+    the limit like messages (see :func:`growth_bytes`).
     """
 
     def __init__(
@@ -84,6 +84,7 @@ class GroupCommitter:
         min_free_disk: int,
         max_commit_ops: int,
         growth_prefixes: tuple[bytes, ...] = (),
+        added_prefixes: tuple[bytes, ...] = (),
         on_commit: Callable[[float], None] | None = None,
         version_tag: int = 0,
         version_tags: int = 1,
@@ -95,6 +96,7 @@ class GroupCommitter:
         self._env = env
         self._on_commit = on_commit
         self._growth_prefixes = growth_prefixes
+        self._added_prefixes = MESSAGE_PREFIX, *added_prefixes
         self._db = db
         self._reserve = Reserve(
             env, db, path, map_size=map_size, fill_bytes=fill_bytes, min_free_disk=min_free_disk
@@ -217,7 +219,9 @@ class GroupCommitter:
     def _commit(self, batch: list[WriteRequest]) -> None:
         try:
             with self._env.begin(write=True, db=self._db) as txn:
-                sizes = [growth_bytes(txn, r, self._growth_prefixes) for r in batch]
+                sizes = [
+                    growth_bytes(txn, r, self._growth_prefixes, self._added_prefixes) for r in batch
+                ]
                 room = self._reserve.room(txn) if any(sizes) else None
                 # Puts of consecutive put-only requests go to LMDB in one call on
                 # one cursor (in request order): py-lmdb gives the GIL away around
@@ -309,14 +313,21 @@ class GroupCommitter:
                 loop.call_soon_threadsafe(_resolve_all, reqs)
 
 
-def growth_bytes(txn: Any, req: WriteRequest, growth_prefixes: tuple[bytes, ...]) -> int:
+def growth_bytes(
+    txn: Any,
+    req: WriteRequest,
+    growth_prefixes: tuple[bytes, ...],
+    added_prefixes: tuple[bytes, ...] = (MESSAGE_PREFIX,),
+) -> int:
     """About how many bytes ``req`` adds that must stay out of the reserve (0: none).
 
-    Messages always count. A put under another of ``growth_prefixes`` (batch
-    headers and item blocks, dedup records) counts when it creates its key:
-    opening batches and adding items is refused on a full store, while
-    overwriting an existing record (a batch ack) uses the reserve like a
-    delete, so a consumer can still delete a batch-tagged message.
+    A put under ``added_prefixes`` (messages, and the records written once with
+    them: dedup records) always counts, unread: reading each key would cost the
+    writer a GIL round trip per put. A put under ``growth_prefixes`` (batch
+    headers and item blocks) counts when it creates its key: opening batches and
+    adding items is refused on a full store, while overwriting an existing
+    record (a batch ack) uses the reserve like a delete, so a consumer can still
+    delete a batch-tagged message.
     """
     if req.kind == BATCH:
         puts = [(op.key, op.value) for op in req.payload if type(op) is Put]
@@ -326,7 +337,9 @@ def growth_bytes(txn: Any, req: WriteRequest, growth_prefixes: tuple[bytes, ...]
         return 0
     total = 0
     for key, value in puts:
-        if key[:1] == MESSAGE_PREFIX or (key.startswith(growth_prefixes) and txn.get(key) is None):
+        if key.startswith(added_prefixes) or (
+            key.startswith(growth_prefixes) and txn.get(key) is None
+        ):
             total += len(key) + len(value) + _ENTRY_OVERHEAD
     return total
 

@@ -94,3 +94,29 @@ async def test_new_records_under_growth_prefixes_are_refused_but_overwrites_are_
         await s.put(b"c/small", b"x" * 64)  # small records still use the reserve
     finally:
         await s.close()
+
+
+async def test_records_under_added_prefixes_count_whether_new_or_not(tmp_path: Path) -> None:
+    """Dedup records (an added prefix) are written once, with their messages: every
+    put of one counts against the limit, a rewrite of an old key too (the store does
+    not read the key to tell), while a growth prefix's overwrite still passes."""
+    s = LmdbStore(
+        tmp_path / "db", map_size=MAP, min_free_disk=0,
+        growth_prefixes=(b"b/g/",), added_prefixes=(b"d/",),
+    )  # fmt: skip
+    await s.open()
+    try:
+        await s.put(b"d/old", b"x" * 64)
+        await s.put(b"b/g/old", b"x" * 64)
+        n = await _fill(s)
+        assert n > 0
+        # Bigger than the room a refused batch of 20 messages left.
+        with pytest.raises(InsufficientStorage):
+            await s.put(b"d/new", b"x" * 8000)
+        with pytest.raises(InsufficientStorage):
+            await s.put(b"d/old", b"y" * 8000)
+        assert (await s.get(b"d/old")).value == b"x" * 64  # type: ignore[union-attr]
+        await s.put(b"b/g/old", b"y" * 8000)  # an ack's overwrite: allowed
+        await s.put(b"c/small", b"x" * 64)
+    finally:
+        await s.close()
