@@ -34,6 +34,7 @@ codes.
     │   │                            stream at another size: that index is taken or not next
     │   ├── StaleReceipts       409  a transaction's receipts are not current: nothing applied
     │   ├── ReceiptsInUse       409  another request with these receipts is committing: retry
+    │   ├── TaskNotRunning      409  a cancel of a task that has ended, or of a purge
     │   └── ReplicaOutOfStep    409  a stream's copy sent entries for an index it is not at
     ├── ClusterFull             503  every writer slot is held by a live node
     ├── SlotLost                503  another node took this node's writer slot: stop
@@ -207,6 +208,13 @@ class Conflict(DynaqError):
     status = 409
     code = "conflict"
     retriable = True
+
+
+class TaskNotRunning(Conflict):
+    """A task that has ended (or one that cannot be stopped) was asked to stop."""
+
+    code = "task_not_running"
+    retriable = False
 
 
 class BatchClosed(Conflict):
@@ -466,6 +474,7 @@ __all__ = [
     "StreamNotFound",
     "StreamUnavailable",
     "SubscriptionNotFound",
+    "TaskNotRunning",
     "TopicNotFound",
     "Unauthorized",
     "UnexpectedResponse",

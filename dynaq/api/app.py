@@ -22,7 +22,11 @@ from dynaq.api import (
 from dynaq.api import processors as processor_routes
 from dynaq.api import streams as stream_routes
 from dynaq.api.auth import ACCESS
-from dynaq.api.aws import sqs_messages, sqs_queues  # noqa: F401  (they register the actions)
+from dynaq.api.aws import (  # noqa: F401  (they register the actions)
+    sqs_messages,
+    sqs_move_tasks,
+    sqs_queues,
+)
 from dynaq.api.aws.endpoint import endpoint as aws_endpoint
 from dynaq.api.aws.sqs import SQS, SqsSettings
 from dynaq.api.batches import BATCHES

@@ -139,6 +139,7 @@ ROUTES: dict[tuple[str, str], tuple[Need, ...] | None] = {
     ("POST", "/v2/queues/{queue}/redrive"): (*_q(ADMIN), Need(WRITE, "queue", "*")),
     ("POST", "/v2/queues/{queue}/purge"): _q(ADMIN),
     ("GET", "/v2/tasks/{task}"): ANY_TOKEN,  # 128-bit random ids
+    ("POST", "/v2/queues/{queue}/tasks/{task}/cancel"): _q(ADMIN),
     # bulk reads
     ("GET", "/v2/queues/{queue}/partitions"): _q(READ),
     ("GET", "/v2/queues/{queue}/snapshot"): _q(READ),

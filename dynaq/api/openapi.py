@@ -21,12 +21,17 @@ from dynaq.api import (
     openapi_processors,
     openapi_queues,
     openapi_streams,
+    openapi_tasks,
     openapi_topics,
     openapi_transactions,
     openapi_v1,
     openapi_v2,
 )
-from dynaq.api.aws import sqs_messages, sqs_queues  # noqa: F401  (they register the actions)
+from dynaq.api.aws import (  # noqa: F401  (they register the actions)
+    sqs_messages,
+    sqs_move_tasks,
+    sqs_queues,
+)
 from dynaq.api.aws.sqs import ACTIONS as SQS_ACTIONS
 from dynaq.api.codec import json_response
 from dynaq.api.openapi_common import (
@@ -93,6 +98,7 @@ def build_spec(limits: SpecLimits | None = None) -> Obj:
             **openapi_v2.paths(limits),
             **openapi_transactions.paths(limits),
             **openapi_queues.paths(),
+            **openapi_tasks.paths(),
             **openapi_batches.paths(limits),
             **openapi_streams.paths(),
             **openapi_topics.paths(),

@@ -168,7 +168,8 @@ _ERRORS: dict[int, tuple[str, str, tuple[str, ...]]] = {
         "Conflict",
         "A concurrent update won (retry), a closed batch, a queue name deleted moments ago, "
         "a stream order key that decreases, an incompatible stream schema, a fenced publisher, "
-        "or a conditional append (expect_index) whose index is taken.",
+        "a conditional append (expect_index) whose index is taken, or a cancel of a task "
+        "that is not a running redrive.",
         (
             "conflict",
             "batch_closed",
@@ -177,6 +178,7 @@ _ERRORS: dict[int, tuple[str, str, tuple[str, ...]]] = {
             "publisher_fenced",
             "replica_out_of_step",
             "index_taken",
+            "task_not_running",
         ),
     ),
     413: (

@@ -38,9 +38,21 @@ async def purge(request: web.Request) -> web.Response:
     return json_response(await request.app[QUEUES].tasks.start_purge(info), 202)
 
 
-@routes.get("/v2/tasks/{task}")
-async def task(request: web.Request) -> web.Response:
+def _task_id(request: web.Request) -> str:
     task_id = request.match_info["task"]
     if not _TASK_ID.fullmatch(task_id):
         raise InvalidInput(f"malformed task id {task_id!r}: expected 32 hex digits")
-    return json_response(await request.app[QUEUES].tasks.get(task_id))
+    return task_id
+
+
+@routes.get("/v2/tasks/{task}")
+async def task(request: web.Request) -> web.Response:
+    return json_response(await request.app[QUEUES].tasks.get(_task_id(request)))
+
+
+@routes.post("/v2/queues/{queue}/tasks/{task}/cancel")
+async def cancel_task(request: web.Request) -> web.Response:
+    """Stop a running redrive of the queue (SQS's CancelMessageMoveTask)."""
+    info = await request.app[CATALOG].queue(request.match_info["queue"])
+    task_id = _task_id(request)
+    return json_response(await request.app[QUEUES].tasks.cancel(task_id, info.name), 202)

@@ -36,6 +36,12 @@ def add_verbs(verbs: Any) -> None:
     common(p)
     p.set_defaults(handler=redrive)
 
+    p = verbs.add_parser("cancel-task", help="stop a running redrive (what it moved stays)")
+    p.add_argument("name", help="the dead-letter queue the redrive empties")
+    p.add_argument("task", help="the task id (from redrive --no-wait, or --json)")
+    common(p)
+    p.set_defaults(handler=cancel_task)
+
     p = verbs.add_parser("dlq-sources", help="the queues that use this dead-letter queue")
     p.add_argument("name")
     common(p)
@@ -55,6 +61,15 @@ def purge(args: argparse.Namespace, c: Client) -> int:
 
 def redrive(args: argparse.Namespace, c: Client) -> int:
     return _follow(args, c, c.redrive(args.name, args.to, args.rate))
+
+
+def cancel_task(args: argparse.Namespace, c: Client) -> int:
+    t = c.cancel_task(args.name, args.task)
+    if args.json:
+        emit_json(asdict(t))
+    else:
+        print(f"{t.kind} of {t.queue} {t.state}: {t.moved} moved (task {t.id})")
+    return OK
 
 
 def _follow(args: argparse.Namespace, c: Client, t: TaskInfo) -> int:

@@ -283,6 +283,11 @@ class Client(SyncStreams, SyncBatches, SyncProcessors):
         at most ``max_per_s`` a second; poll :meth:`task` for progress."""
         return self._run(ops_tasks.redrive(dlq, to_queue, max_per_s))
 
+    def cancel_task(self, queue: str, task_id: str) -> TaskInfo:
+        """Stop a running redrive of ``queue`` before its next page; it reads
+        ``cancelling``, then ``cancelled`` (a finished task or a purge: 409)."""
+        return self._run(ops_tasks.cancel_task(queue, task_id))
+
     def task(self, task_id: str) -> TaskInfo:
         """A purge or redrive task's progress (any node answers)."""
         return self._run(ops_tasks.task(task_id))

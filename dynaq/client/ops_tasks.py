@@ -1,4 +1,4 @@
-"""Queue task operations as data: purge, redrive (dead letters back), task progress,
+"""Queue task operations as data: purge, redrive (dead letters back), cancel, task progress,
 and which queues use a dead-letter queue (see :mod:`dynaq.client.ops`)."""
 
 from __future__ import annotations
@@ -36,6 +36,12 @@ def redrive(dlq: str, to_queue: str | None, max_per_s: int | None) -> Op[TaskInf
             retry=Retry.UNSENT,
         )
     )
+
+
+def cancel_task(queue: str, task_id: str) -> Op[TaskInfo]:
+    """Stop a running redrive of ``queue`` before its next page (what moved stays moved)."""
+    path = f"/v2/queues/{quoted(queue)}/tasks/{quoted(task_id)}/cancel"
+    return single(Call("POST", path, _task, retry=Retry.UNSENT))
 
 
 def task(task_id: str) -> Op[TaskInfo]:

@@ -289,7 +289,8 @@ class TaskInfo:
     kind: str
     queue: str
     state: str
-    """``running``, ``done``, ``failed`` or ``interrupted`` (its node stopped answering)."""
+    """``running``, ``cancelling``, ``cancelled``, ``done``, ``failed`` or ``interrupted``
+    (its node stopped answering)."""
     moved: int
     skipped: int
     to_queue: str | None = None
@@ -297,7 +298,7 @@ class TaskInfo:
 
     @property
     def finished(self) -> bool:
-        return self.state != "running"
+        return self.state not in ("running", "cancelling")
 
     @classmethod
     def from_wire(cls, got: Mapping[str, Any]) -> TaskInfo:

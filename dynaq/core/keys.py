@@ -52,6 +52,8 @@ DELAYED = b"y/"
 the due ones are one range scan from the start, whatever the backlog."""
 TASK = b"t/"
 """Background queue tasks' progress records (redrive, purge), JSON, by task id."""
+TASK_CANCEL = b"tc/"
+"""A request to cancel a running task, by task id (outside the task records' range)."""
 SCHEMA = b"c/schema"
 """The store's schema version (written by ``dynaq migrate``)."""
 
@@ -190,6 +192,11 @@ def batch_id_after(prefix: bytes, key: bytes) -> int:
 def task(task_id: str) -> bytes:
     """A background queue task's progress record."""
     return TASK + task_id.encode()
+
+
+def task_cancel(task_id: str) -> bytes:
+    """The request to cancel task ``task_id``, which its runner looks for after each page."""
+    return TASK_CANCEL + task_id.encode()
 
 
 def task_end() -> bytes:

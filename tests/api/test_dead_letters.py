@@ -13,7 +13,7 @@ from dynaq.clock import ManualClock
 from dynaq.core import ids as ids_mod
 from dynaq.core import keys
 from dynaq.node import Node
-from dynaq.services.queues import tasks as queue_tasks
+from dynaq.services.queues import purge as queue_purge
 
 
 async def _call(
@@ -223,15 +223,15 @@ async def test_a_purge_window_whose_store_calls_never_answer_is_tried_again(
     window that did answer keep their counts (their messages are gone by the retry,
     which must not count them as none)."""
     # Long enough that the retried (real) call finishes in time on a loaded machine.
-    monkeypatch.setattr(queue_tasks, "_WINDOW_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(queue_purge, "_WINDOW_TIMEOUT_S", 1.0)
     assert (await _call(http, "PUT", "/v1/queues/stuck"))[0] == 201
     ids = await _enqueue(http, "stuck", *({"body": f"m{i}"} for i in range(10)))
     full = {ids_mod.lane_of(int(i)) for i in ids}
     # The silent lane: one holding no message, in the window of a lane that holds some.
-    window = min(full) // queue_tasks._PURGE_LANES_AT_ONCE * queue_tasks._PURGE_LANES_AT_ONCE
+    window = min(full) // queue_purge._PURGE_LANES_AT_ONCE * queue_purge._PURGE_LANES_AT_ONCE
     silent = next(
         lane
-        for lane in range(window, window + queue_tasks._PURGE_LANES_AT_ONCE)
+        for lane in range(window, window + queue_purge._PURGE_LANES_AT_ONCE)
         if lane not in full
     )
     real = node.store.delete_range

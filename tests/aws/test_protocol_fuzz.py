@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dynaq.api.aws.sqs_messages
+import dynaq.api.aws.sqs_move_tasks
 import dynaq.api.aws.sqs_queues  # fills ACTIONS
 from dynaq.api.aws.sqs import ACTIONS as SQS_ACTIONS
 from dynaq.testing.process import NodeProcess, node_process
@@ -40,7 +41,7 @@ def _names(*files: str) -> list[str]:
 
 
 SQS_PARAMS = [
-    *_names("sqs.py", "sqs_queues.py", "sqs_messages.py", "sqs_wire.py"),
+    *_names("sqs.py", "sqs_queues.py", "sqs_messages.py", "sqs_move_tasks.py", "sqs_wire.py"),
     "QueueUrl", "Entries", "Attributes", "Tags", "TagKeys", "MaxResults",
 ]  # fmt: skip
 SNS_ACTIONS = sorted(set(re.findall(r'@action\("([A-Za-z]+)"\)', (_AWS / "sns.py").read_text())))

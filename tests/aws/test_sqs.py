@@ -335,6 +335,47 @@ def test_dead_letters_and_a_move_task_back(sqs: Any) -> None:
     assert back["Body"] == "bad"
 
 
+def test_a_move_task_is_cancelled_and_keeps_what_it_moved(sqs: Any) -> None:
+    """CancelMessageMoveTask: the task stops before its next page (at once: it runs on
+    this node), what it moved stays moved; a finished or unknown task is
+    ResourceNotFoundException, as on SQS."""
+    arns = {}
+    urls = {}
+    for q in ("cancel-dlq", "cancel-dest"):
+        urls[q] = sqs.create_queue(QueueName=q)["QueueUrl"]
+        arns[q] = sqs.get_queue_attributes(QueueUrl=urls[q], AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+    for i in range(0, 30, 10):
+        entries = [{"Id": str(j), "MessageBody": f"m{j}"} for j in range(i, i + 10)]
+        assert not sqs.send_message_batch(QueueUrl=urls["cancel-dlq"], Entries=entries).get(
+            "Failed"
+        )
+    handle = sqs.start_message_move_task(
+        SourceArn=arns["cancel-dlq"], DestinationArn=arns["cancel-dest"],
+        MaxNumberOfMessagesPerSecond=1,
+    )["TaskHandle"]  # fmt: skip
+    time.sleep(0.5)  # the first page (one message) moves; then it waits a second
+    moved = sqs.cancel_message_move_task(TaskHandle=handle)["ApproximateNumberOfMessagesMoved"]
+    assert 0 <= moved <= 2
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        [task] = sqs.list_message_move_tasks(SourceArn=arns["cancel-dlq"])["Results"]
+        if task["Status"] != "CANCELLING":
+            break
+        time.sleep(0.1)
+    assert task["TaskHandle"] == handle and task["Status"] == "CANCELLED"
+    left = sqs.get_queue_attributes(
+        QueueUrl=urls["cancel-dlq"], AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]["ApproximateNumberOfMessages"]
+    assert int(left) + task["ApproximateNumberOfMessagesMoved"] == 30
+    assert int(left) >= 27  # stopped: at one a second it had time for a page or two
+    for bad in (handle, "0" * 32, "not-a-handle"):
+        with pytest.raises(ClientError) as gone:
+            sqs.cancel_message_move_task(TaskHandle=bad)
+        assert gone.value.response["Error"]["Code"] == "ResourceNotFoundException"
+
+
 def test_long_poll_returns_when_a_message_arrives(sqs: Any, node: NodeProcess) -> None:
     url = sqs.create_queue(QueueName="lp")["QueueUrl"]
     other = _client(node)

@@ -54,5 +54,17 @@ class Run:
         self.stderr = done.stderr
         return done.stdout
 
+    def exit_code(self, *args: str) -> int:
+        """Run ``dynaq ARGS`` and return its exit code, whatever it is (stderr kept)."""
+        done = subprocess.run(
+            [sys.executable, "-m", "dynaq", *args],
+            env=env_for(self.node, self.token),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        self.stderr = done.stderr
+        return done.returncode
+
     def json(self, *args: str, stdin: str | None = None) -> Any:
         return json.loads(self(*args, "--json", stdin=stdin))

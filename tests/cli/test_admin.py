@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,6 +107,25 @@ def test_queue_task_commands(dynaq: Run) -> None:
     dynaq("queue", "redrive", "work-dlq", "--to", "work-dlq", code=1)  # refused: 422
     assert "to_queue" in dynaq.stderr
     for q in ("work", "work-dlq"):  # the module's node is shared: leave it as found
+        dynaq("queue", "delete", q)
+
+
+def test_a_redrive_is_cancelled_from_the_cli(dynaq: Run) -> None:
+    dynaq("queue", "create", "slow-dlq")
+    dynaq("queue", "create", "slow")
+    dynaq("queue", "send", "slow-dlq", *(f"m{i}" for i in range(10)))
+    started = dynaq.json("queue", "redrive", "slow-dlq", "--to", "slow", "--rate", "1", "--no-wait")
+    out = dynaq.json("queue", "cancel-task", "slow-dlq", started["id"])
+    assert out["id"] == started["id"] and out["state"] in ("cancelling", "cancelled")
+    # Asked again, it answers cancelling until the task has ended, then 409.
+    deadline = time.monotonic() + 10
+    while dynaq.exit_code("queue", "cancel-task", "slow-dlq", started["id"]) == 0:
+        assert time.monotonic() < deadline, "the redrive did not stop"
+        time.sleep(0.1)
+    assert "task_not_running" in dynaq.stderr and "cancelled" in dynaq.stderr
+    left = dynaq.json("queue", "show", "slow-dlq")["depth"]
+    assert left >= 8 and left + dynaq.json("queue", "show", "slow")["depth"] == 10
+    for q in ("slow", "slow-dlq"):
         dynaq("queue", "delete", q)
 
 

@@ -6,7 +6,7 @@ received through either, and settings set through either show in both);
 queue URLs are built from the Host the client used, so they stay valid
 through any node and any balancer. Errors have SQS's shape and codes, so SDK
 exceptions and retries behave as on AWS. Actions are in
-:mod:`.sqs_queues` and :mod:`.sqs_messages`; authentication in :mod:`.sigv4`.
+:mod:`.sqs_queues`, :mod:`.sqs_messages` and :mod:`.sqs_move_tasks`; authentication in :mod:`.sigv4`.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class Call:
 
 Action = Callable[[Call], Awaitable[dict[str, Any]]]
 ACTIONS: dict[str, Action] = {}
-"""Action name → handler (filled by :mod:`.sqs_queues` and :mod:`.sqs_messages`)."""
+"""Action name → handler (filled by :mod:`.sqs_queues`, :mod:`.sqs_messages`, :mod:`.sqs_move_tasks`)."""
 PERMS = {"read": READ, "write": WRITE, "admin": ADMIN}
 
 

@@ -1,5 +1,5 @@
 """SQS message actions on dynaq queues: send, receive, delete, change visibility
-(single and batch), and message-move (redrive) tasks.
+(single and batch); message-move tasks are in :mod:`.sqs_move_tasks`.
 
 * Receipt handles are dynaq receipts: a delete or visibility change acts only on
   the delivery it names (:mod:`dynaq.services.queues.receipts`); a delete with a
@@ -32,13 +32,11 @@ from dynaq.api.aws.sqs_wire import (
     invalid,
     md5_hex,
     missing,
-    name_of_arn,
-    queue_arn,
     to_dynaq_attributes,
     wire_attributes,
 )
-from dynaq.api.keys import CATALOG, QUEUES
-from dynaq.core.access import ADMIN, READ, WRITE
+from dynaq.api.keys import QUEUES
+from dynaq.core.access import READ, WRITE
 from dynaq.core.messages import Message, NewMessage
 from dynaq.core.receipts import decode_receipt, encode_receipt
 from dynaq.errors import DynaqError, InvalidInput
@@ -341,47 +339,3 @@ async def change_message_visibility_batch(call: Call) -> dict[str, Any]:
         except SqsError as exc:
             failed.append(_failed(e["Id"], exc))
     return {"Successful": ok, "Failed": failed}
-
-
-@action("StartMessageMoveTask")
-async def start_message_move_task(call: Call) -> dict[str, Any]:
-    source = name_of_arn(call.params.get("SourceArn"))
-    call.require(ADMIN, source)
-    info = await call.request.app[CATALOG].queue(source)
-    dest = call.params.get("DestinationArn")
-    to_queue = None if dest is None else name_of_arn(dest)
-    rate = call.params.get("MaxNumberOfMessagesPerSecond", 500)
-    if not isinstance(rate, int) or not 1 <= rate <= 500:
-        raise invalid(f"Value {rate} for parameter MaxNumberOfMessagesPerSecond is invalid.")
-    task = await call.request.app[QUEUES].tasks.start_redrive(info, to_queue, rate)
-    return {"TaskHandle": task["id"]}
-
-
-_STATUS = {"running": "RUNNING", "done": "COMPLETED", "failed": "FAILED", "interrupted": "FAILED"}
-
-
-@action("ListMessageMoveTasks")
-async def list_message_move_tasks(call: Call) -> dict[str, Any]:
-    source = name_of_arn(call.params.get("SourceArn"))
-    call.require(READ, source)
-    await call.request.app[CATALOG].queue(source)
-    limit = call.params.get("MaxResults", 1)
-    if not isinstance(limit, int) or not 1 <= limit <= 10:
-        raise invalid(f"Value {limit} for parameter MaxResults is invalid.")
-    tasks = await call.request.app[QUEUES].tasks.list_for(source, "redrive", limit)
-    results = []
-    for t in tasks:
-        r: dict[str, Any] = {
-            "TaskHandle": t["id"],
-            "Status": _STATUS.get(t["state"], "RUNNING"),
-            "SourceArn": queue_arn(call.region, source),
-            "MaxNumberOfMessagesPerSecond": t["max_per_s"],
-            "ApproximateNumberOfMessagesMoved": t["moved"],
-            "StartedTimestamp": t["started_at_ms"],
-        }
-        if t.get("to_queue"):
-            r["DestinationArn"] = queue_arn(call.region, t["to_queue"])
-        if t.get("error"):
-            r["FailureReason"] = t["error"]
-        results.append(r)
-    return {"Results": results}

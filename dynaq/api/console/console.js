@@ -185,7 +185,7 @@ async function startTask(name, kind, body, depth) {
       try {
         t = await api("GET", "/v2/tasks/" + t.id);
         show();
-        if (t.state === "running") { taskTimer = setTimeout(poll, 500); return; }
+        if (t.state === "running" || t.state === "cancelling") { taskTimer = setTimeout(poll, 500); return; }
         // What the task left: the depth and the stored messages.
         const q = encodeURIComponent(name);
         const [i, messages] = await Promise.all([api("GET", "/v2/queues/" + q), messagesTable(q)]);
