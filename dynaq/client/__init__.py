@@ -1,7 +1,7 @@
 """The dynaq client library: :class:`Client` (blocking) and :class:`AsyncClient` (asyncio).
 
 Both have the same methods, with the same arguments and typed results
-(:mod:`dynaq.client.types`), over the whole API: v1/v2 queues and messages,
+(:mod:`dynaq.client.types`, :mod:`dynaq.client.stream_types`), over the whole API: v1/v2 queues and messages,
 topics and subscriptions, batches, streams (with the publisher lease, and
 :meth:`~Client.follow` to read one live), the ring. Both take several endpoints and
 fail over between them, retry with backoff and jitter only what is safe to
@@ -25,8 +25,14 @@ from typing import TYPE_CHECKING
 from dynaq.client._sync import Client
 from dynaq.client.ops import MAX_BATCH
 from dynaq.client.policy import RetryPolicy
-from dynaq.client.types import (
+from dynaq.client.stream_types import (
     Appended,
+    PublisherLease,
+    StreamDeclared,
+    StreamEntry,
+    StreamInfo,
+)
+from dynaq.client.types import (
     BatchCompletion,
     BatchInfo,
     BrowsePage,
@@ -35,14 +41,10 @@ from dynaq.client.types import (
     NewMessage,
     PartitionRange,
     PeekedMessage,
-    PublisherLease,
     QueueInfo,
     QueueSettings,
     ReceivedMessage,
     RingMember,
-    StreamDeclared,
-    StreamEntry,
-    StreamInfo,
     TaskInfo,
     TxnDelete,
     TxnEnqueue,

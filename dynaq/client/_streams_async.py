@@ -16,7 +16,13 @@ import aiohttp
 from dynaq.client import ops_streams
 from dynaq.client.ops import Op
 from dynaq.client.policy import Endpoints, RetryPolicy
-from dynaq.client.types import Appended, PublisherLease, StreamDeclared, StreamEntry, StreamInfo
+from dynaq.client.stream_types import (
+    Appended,
+    PublisherLease,
+    StreamDeclared,
+    StreamEntry,
+    StreamInfo,
+)
 from dynaq.client.wire import parse
 from dynaq.errors import ClientError, DynaqError, Unreachable
 

@@ -23,7 +23,13 @@ from typing import Any
 import msgpack
 
 from dynaq.client.ops import JSON, Call, Op, Retry, json_bytes, nothing, quoted, single
-from dynaq.client.types import Appended, PublisherLease, StreamDeclared, StreamEntry, StreamInfo
+from dynaq.client.stream_types import (
+    Appended,
+    PublisherLease,
+    StreamDeclared,
+    StreamEntry,
+    StreamInfo,
+)
 
 TOKEN_HEADER = "X-Publisher-Token"
 FOLLOW_FORMAT = "msgpack"
