@@ -109,11 +109,24 @@ def subscription_body() -> Obj:
                         "type": "object",
                         "minProperties": 1,
                         "maxProperties": 10,
-                        "additionalProperties": {"type": "array", "minItems": 1},
+                        "additionalProperties": {
+                            "oneOf": [
+                                {"type": "array", "minItems": 1},
+                                {"type": "object", "minProperties": 1},
+                            ]
+                        },
                         "description": "SNS's grammar on message attributes: exact values, "
-                        '{"prefix"}, {"numeric": [op, n, ...]}, {"exists"}, {"anything-but"}.',
+                        '{"prefix"}, {"numeric": [op, n, ...]}, {"exists"}, {"anything-but"}; '
+                        "with filter_scope body, nested objects of keys mirroring the JSON "
+                        "body, whose leaves are arrays of those rules.",
                     }
                 ),
+                "filter_scope": {
+                    "enum": ["attributes", "body"],
+                    "default": "attributes",
+                    "description": "What the policy reads: the message's attributes, or its "
+                    "body as JSON (a body that is not a JSON object matches nothing).",
+                },
                 "raw_delivery": {"type": "boolean", "default": True},
             },
             "additionalProperties": False,

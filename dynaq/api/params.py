@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dynaq.api.codec import body_from_wire
-from dynaq.core.filters import compile_policy
+from dynaq.core.filters import compile_body_policy, compile_policy
 from dynaq.core.ids import MAX_ID, is_valid_id
 from dynaq.core.messages import NewMessage
 from dynaq.core.receipts import decode_receipt
@@ -324,15 +324,19 @@ def redrive_request(body: Any) -> tuple[str | None, int]:
 
 
 def subscription_options(body: Any) -> Subscription:
-    """A subscribe's optional body ``{"filter_policy"?: {...} | null, "raw_delivery"?: bool}``."""
+    """A subscribe's optional body ``{"filter_policy"?: {...} | null, "filter_scope"?:
+    "attributes" | "body", "raw_delivery"?: bool}``."""
     body = body_object(body)
-    extra = set(body) - {"filter_policy", "raw_delivery"}
+    extra = set(body) - {"filter_policy", "filter_scope", "raw_delivery"}
     if extra:
         raise InvalidInput(f"unknown subscription members: {', '.join(sorted(map(str, extra)))}")
+    scope = body.get("filter_scope", "attributes")
+    if scope not in ("attributes", "body"):
+        raise InvalidInput('filter_scope must be "attributes" or "body"')
     policy = body.get("filter_policy")
-    if policy is not None:
-        compile_policy(policy)  # InvalidInput names what is wrong
+    if policy is not None:  # InvalidInput names what is wrong
+        (compile_body_policy if scope == "body" else compile_policy)(policy)
     raw = body.get("raw_delivery", True)
     if not isinstance(raw, bool):
         raise InvalidInput("raw_delivery must be a boolean")
-    return Subscription(None if policy is None else dict(policy), raw)
+    return Subscription(None if policy is None else dict(policy), raw, scope)

@@ -95,7 +95,11 @@ def _topic_json(info: TopicInfo) -> dict[str, object]:
     out: dict[str, object] = {"Queues": list(info.queues)}
     if info.subscriptions:
         out["Subscriptions"] = {
-            q: {"filter_policy": o.filter_policy, "raw_delivery": o.raw}
+            q: {
+                "filter_policy": o.filter_policy,
+                "filter_scope": o.filter_scope,
+                "raw_delivery": o.raw,
+            }
             for q, o in info.subscriptions.items()
         }
     return out

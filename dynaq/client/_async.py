@@ -377,9 +377,21 @@ class AsyncClient(AsyncStreams, AsyncBatches, AsyncProcessors):
     async def delete_topic(self, name: str) -> None:
         await self._run(ops_topics.delete_topic(name))
 
-    async def subscribe(self, topic: str, queue: str) -> list[str]:
-        """Subscribe ``queue`` to ``topic`` (idempotent); the topic's queues."""
-        return await self._run(ops_topics.subscribe(topic, queue))
+    async def subscribe(
+        self,
+        topic: str,
+        queue: str,
+        *,
+        filter_policy: Mapping[str, Any] | None = None,
+        filter_scope: str = "attributes",
+        raw_delivery: bool = True,
+    ) -> list[str]:
+        """Subscribe ``queue`` to ``topic`` (idempotent; the options replace the old
+        ones): only messages ``filter_policy`` matches on their attributes (or, with
+        ``filter_scope="body"``, their JSON bodies), raw or in an envelope."""
+        return await self._run(
+            ops_topics.subscribe(topic, queue, filter_policy, filter_scope, raw_delivery)
+        )
 
     async def unsubscribe(self, topic: str, queue: str) -> list[str]:
         return await self._run(ops_topics.unsubscribe(topic, queue))

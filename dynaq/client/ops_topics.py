@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dynaq.client.ops import Call, Op, nothing, quoted, send_messages, single
+from dynaq.client.ops import JSON, Call, Op, nothing, quoted, send_messages, single
 from dynaq.client.types import MessageLike
 
 # topics ----------------------------------------------------------------------
@@ -27,9 +28,26 @@ def delete_topic(name: str) -> Op[None]:
     return single(Call("DELETE", f"/v1/topics/{quoted(name)}", nothing))
 
 
-def subscribe(topic: str, queue: str) -> Op[list[str]]:
+def subscribe(
+    topic: str,
+    queue: str,
+    filter_policy: Mapping[str, Any] | None = None,
+    filter_scope: str = "attributes",
+    raw_delivery: bool = True,
+) -> Op[list[str]]:
+    """Subscribe (idempotent); the options replace the subscription's own."""
     path = f"/v1/topics/{quoted(topic)}/queues/{quoted(queue)}"
-    return single(Call("PUT", path, lambda got: list(got["Queues"])))
+    options = {
+        "filter_policy": filter_policy,
+        "filter_scope": filter_scope,
+        "raw_delivery": raw_delivery,
+    }
+    body = json.dumps(options).encode()
+    return single(Call("PUT", path, _queues, body=body, content_type=JSON))
+
+
+def _queues(got: Any) -> list[str]:
+    return list(got["Queues"])
 
 
 def unsubscribe(topic: str, queue: str) -> Op[list[str]]:

@@ -103,11 +103,13 @@ class QueueInfo:
 @dataclass(frozen=True, slots=True)
 class Subscription:
     """How a queue takes a topic's messages: only those its ``filter_policy`` matches
-    (SNS's grammar, :mod:`dynaq.core.filters`; None: all), as published (``raw``) or
+    (SNS's grammar, :mod:`dynaq.core.filters`; None: all) on their attributes or, with
+    ``filter_scope`` ``"body"``, on their JSON bodies, as published (``raw``) or
     wrapped in a JSON envelope."""
 
     filter_policy: dict[str, Any] | None = None
     raw: bool = True
+    filter_scope: str = "attributes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +226,7 @@ def encode_topic(info: TopicInfo) -> bytes:
     data: dict[str, Any] = {"queues": list(info.queues)}
     subs = {
         q: {"filter": s.filter_policy, "raw": s.raw}
+        | ({"scope": s.filter_scope} if s.filter_scope != "attributes" else {})
         for q, s in info.subscriptions.items()
         if q in info.queues and s != _PLAIN
     }
@@ -237,7 +240,9 @@ def encode_topic(info: TopicInfo) -> bytes:
 def decode_topic(name: str, raw: bytes) -> TopicInfo:
     data = msgpack.unpackb(raw)
     subs = {
-        q: Subscription(s.get("filter"), bool(s.get("raw", True)))
+        q: Subscription(
+            s.get("filter"), bool(s.get("raw", True)), str(s.get("scope", "attributes"))
+        )
         for q, s in data.get("subs", {}).items()
     }
     return TopicInfo(name, tuple(data.get("queues", [])), subs, bool(data.get("history", False)))

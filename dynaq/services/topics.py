@@ -33,7 +33,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from dynaq.core.filters import Predicate, compile_policy
+from dynaq.core.filters import compile_body_policy, compile_policy
 from dynaq.core.messages import (
     HIDDEN_ATTRIBUTE_PREFIXES,
     SUBJECT_ATTRIBUTE,
@@ -102,7 +102,7 @@ class TopicService:
         self._writer = writer
         self._clock_ms = clock_ms
         # compiled filter policies per (topic, queue), recompiled when the subscription changes
-        self._policies: dict[tuple[str, str], tuple[Subscription, Predicate]] = {}
+        self._policies: dict[tuple[str, str], tuple[Subscription, _Matches]] = {}
         self.history: HistorySink | None = None
         """Where topics with ``history`` keep what is published (set by the node)."""
 
@@ -187,14 +187,26 @@ class TopicService:
         if sub.filter_policy is not None:
             matches = self._policies.get((topic, queue))
             if matches is None or matches[0] != sub:
-                matches = (sub, compile_policy(sub.filter_policy))
+                matches = (sub, _matcher(sub))
                 self._policies[topic, queue] = matches
-            picked = [(m, i) for m, i in picked if matches[1](m.attributes)]
+            picked = [(m, i) for m, i in picked if matches[1](m)]
         if sub.raw:
             return [m for m, _ in picked]
         now_ms = self._clock_ms()
         arn = self._arn_prefix + topic
         return [replace(m, body=_envelope(topic, arn, i, m, now_ms)) for m, i in picked]
+
+
+_Matches = Callable[[NewMessage], bool]
+
+
+def _matcher(sub: Subscription) -> _Matches:
+    """The subscription's filter over a whole message: its attributes, or its body."""
+    if sub.filter_scope == "body":
+        on_body = compile_body_policy(sub.filter_policy)
+        return lambda m: on_body(m.body)
+    on_attributes = compile_policy(sub.filter_policy)
+    return lambda m: on_attributes(m.attributes)
 
 
 def _envelope(topic: str, arn: str, message_id: str, m: NewMessage, now_ms: int) -> bytes:

@@ -36,6 +36,7 @@ async def test_filter_policies_route_only_matching_messages(http: aiohttp.Client
     assert status == 200 and topic["Queues"] == ["big", "eu", "all", "env"]
     assert topic["Subscriptions"]["env"] == {
         "filter_policy": {"region": [{"exists": True}]},
+        "filter_scope": "attributes",
         "raw_delivery": False,
     }
     msgs: list[dict[str, Any]] = [
@@ -89,3 +90,51 @@ async def test_bad_subscription_options_are_422(http: aiohttp.ClientSession) -> 
         assert status == 422 and err["code"] == "invalid_input", body
     _, topic = await _call(http, "GET", "/v1/topics/t")
     assert topic == {"Queues": []}
+
+
+async def test_a_body_policy_routes_json_bodies_by_their_content(
+    http: aiohttp.ClientSession,
+) -> None:
+    """``filter_scope: body``: the policy reads the JSON body (nested keys, arrays, a
+    missing key); a body that is not a JSON object matches nothing; a policy that is
+    wrong for its scope is a 422."""
+    assert (await _call(http, "PUT", "/v1/topics/shop"))[0] == 201
+    for q in ("eu-big", "no-coupon"):
+        assert (await _call(http, "PUT", f"/v1/queues/{q}"))[0] == 201
+    eu_big = {
+        "filter_scope": "body",
+        "filter_policy": {
+            "order": {"total": [{"numeric": [">", 100]}], "region": [{"prefix": "eu-"}]}
+        },
+    }
+    no_coupon = {"filter_scope": "body", "filter_policy": {"coupon": [{"exists": False}]}}
+    assert (await _call(http, "PUT", "/v1/topics/shop/queues/eu-big", eu_big))[0] == 200
+    status, topic = await _call(http, "PUT", "/v1/topics/shop/queues/no-coupon", no_coupon)
+    assert status == 200 and topic["Subscriptions"]["no-coupon"]["filter_scope"] == "body"
+    bodies = [
+        {"order": {"total": 250, "region": "eu-west"}},
+        {"order": {"total": 250, "region": "us-east"}, "coupon": "X1"},
+        {"order": [{"total": 5, "region": "eu-north"}, {"total": 101, "region": "eu-x"}]},
+        {"order": {"total": "250", "region": "eu-west"}, "coupon": None},
+    ]
+    msgs = [{"body": json.dumps(b)} for b in bodies] + [{"body": "not json"}, {"body": "[1]"}]
+    status, _ = await _call(http, "POST", "/v2/topics/shop/messages", {"messages": msgs})
+    assert status == 200
+    got = {q: [json.loads(b) for b in await _bodies(http, q)] for q in ("eu-big", "no-coupon")}
+    # The 4th: its total is a string that reads as 250 (rules read values as text).
+    assert sorted(json.dumps(b) for b in got["eu-big"]) == sorted(
+        json.dumps(b) for b in (bodies[0], bodies[2], bodies[3])
+    )
+    assert sorted(json.dumps(b) for b in got["no-coupon"]) == sorted(
+        json.dumps(b) for b in (bodies[0], bodies[2], bodies[3])
+    )
+    bad: list[dict[str, Any]] = [
+        {"filter_scope": "headers", "filter_policy": {"a": ["x"]}},
+        {"filter_scope": "body", "filter_policy": {"a": {}}},
+        {"filter_scope": "body", "filter_policy": {"a": {"b": {"c": {"d": {"e": {"f": ["x"]}}}}}}},
+        {"filter_scope": "body", "filter_policy": {"a": {"b": [{"numeric": ["~", 1]}]}}},
+        {"filter_policy": {"a": {"b": ["x"]}}},  # nested: a body policy, read as attributes
+    ]
+    for options in bad:
+        status, err = await _call(http, "PUT", "/v1/topics/shop/queues/eu-big", options)
+        assert status == 422 and err["code"] == "invalid_input", options

@@ -208,3 +208,31 @@ def test_a_bad_structure_or_subject_is_an_invalid_parameter(
     [failed] = out["Failed"]
     assert failed["Code"] == "InvalidParameter" and reason in failed["Message"]
     assert sns.publish(TopicArn=arn, Message="x", Subject="s" * 99)["MessageId"]
+
+
+def test_a_filter_policy_must_fit_its_scope(node: NodeProcess) -> None:
+    sns, sqs = _client(node, "sns"), _client(node, "sqs")
+    arn = sns.create_topic(Name="scoped")["TopicArn"]
+    qarn = _queue_arn(sqs, sqs.create_queue(QueueName="scoped-q")["QueueUrl"])
+    nested = json.dumps({"order": {"region": ["eu"]}})
+    for attrs in (
+        {"FilterPolicy": nested},  # nested keys read as attributes
+        {"FilterPolicy": nested, "FilterPolicyScope": "Headers"},
+        {"FilterPolicy": json.dumps({"a": {}}), "FilterPolicyScope": "MessageBody"},
+    ):
+        with pytest.raises(sns.exceptions.InvalidParameterException):
+            sns.subscribe(TopicArn=arn, Protocol="sqs", Endpoint=qarn, Attributes=attrs)
+    sub = sns.subscribe(
+        TopicArn=arn, Protocol="sqs", Endpoint=qarn, ReturnSubscriptionArn=True,
+        Attributes={"FilterPolicy": nested, "FilterPolicyScope": "MessageBody"},
+    )["SubscriptionArn"]  # fmt: skip
+    # Switching the scope back re-checks the policy against it: refused, nothing changes.
+    with pytest.raises(sns.exceptions.InvalidParameterException):
+        sns.set_subscription_attributes(
+            SubscriptionArn=sub, AttributeName="FilterPolicyScope",
+            AttributeValue="MessageAttributes",
+        )  # fmt: skip
+    got = sns.get_subscription_attributes(SubscriptionArn=sub)["Attributes"]
+    assert got["FilterPolicyScope"] == "MessageBody" and json.loads(got["FilterPolicy"]) == {
+        "order": {"region": ["eu"]}
+    }

@@ -194,3 +194,52 @@ def test_a_batch_entry_without_an_id_is_a_400(node: NodeProcess) -> None:
         urllib.request.urlopen(req)
     assert refused.value.code == 400
     assert b"<Code>InvalidBatchEntryId</Code>" in refused.value.read()
+
+
+def test_body_filter_policies_deliver_what_moto_delivers(node: NodeProcess, moto_url: str) -> None:
+    """``FilterPolicyScope: MessageBody`` (payload-based filtering), as moto's SNS does
+    it: the same policies on the same JSON bodies pick the same messages, and
+    GetSubscriptionAttributes answers the same scope."""
+    policies = {
+        "bodyf-nested": {
+            "order": {"region": [{"prefix": "eu-"}], "total": [{"numeric": [">", 100]}]}
+        },
+        "bodyf-flat": {"kind": ["refund", "chargeback"]},
+        "bodyf-absent": {"coupon": [{"exists": False}]},
+    }
+    bodies = [
+        {"kind": "sale", "order": {"region": "eu-west", "total": 250}},
+        {"kind": "refund", "order": {"region": "us-east", "total": 250}, "coupon": "C"},
+        {"kind": "chargeback", "order": {"region": "eu-north", "total": 50}},
+        {"kind": "sale", "order": {"region": "eu-west", "total": 99}, "coupon": "D"},
+    ]
+    delivered: dict[str, dict[str, list[str]]] = {}
+    scopes: dict[str, set[str]] = {}
+    for side, url in (("dynaq", node.url), ("moto", moto_url)):
+        sns, sqs = _clients(url)
+        topic = sns.create_topic(Name="bodyf-topic")["TopicArn"]
+        urls = {}
+        for q, policy in policies.items():
+            urls[q] = sqs.create_queue(QueueName=q)["QueueUrl"]
+            qarn = sqs.get_queue_attributes(QueueUrl=urls[q], AttributeNames=["QueueArn"])[
+                "Attributes"
+            ]["QueueArn"]
+            sub = sns.subscribe(
+                TopicArn=topic, Protocol="sqs", Endpoint=qarn, ReturnSubscriptionArn=True,
+                Attributes={"RawMessageDelivery": "true", "FilterPolicyScope": "MessageBody",
+                            "FilterPolicy": json.dumps(policy)},
+            )["SubscriptionArn"]  # fmt: skip
+            got = sns.get_subscription_attributes(SubscriptionArn=sub)["Attributes"]
+            scopes.setdefault(side, set()).add(got["FilterPolicyScope"])
+        for b in bodies:
+            sns.publish(TopicArn=topic, Message=json.dumps(b))
+        delivered[side] = {}
+        for q, u in urls.items():
+            seen: list[str] = []
+            for _ in range(3):
+                r = sqs.receive_message(QueueUrl=u, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+                seen += [m["Body"] for m in r.get("Messages", [])]
+            delivered[side][q] = sorted(seen)
+    assert scopes["dynaq"] == scopes["moto"] == {"MessageBody"}
+    assert delivered["dynaq"] == delivered["moto"]
+    assert [len(delivered["dynaq"][q]) for q in policies] == [1, 2, 2]

@@ -115,6 +115,14 @@ async def test_queues_messages_and_topics(node: NodeProcess) -> None:
         assert sorted(published) == ["audit", "jobs"] and all(
             len(v) == 2 for v in published.values()
         )
+        # Options: a body filter on "audit" (the subscription's options are replaced).
+        await c.subscribe(
+            "events", "audit", filter_policy={"level": ["error"]}, filter_scope="body"
+        )
+        published = await c.publish("events", ['{"level": "error"}', '{"level": "info"}'])
+        assert {q: len(ids) for q, ids in published.items()} == {"jobs": 2, "audit": 1}
+        with pytest.raises(InvalidInput):
+            await c.subscribe("events", "audit", filter_policy={"level": "error"})
         assert await c.unsubscribe("events", "audit") == ["jobs"]
         assert await c.topic_queues("events") == ["jobs"]
         assert "events" in await c.list_topics()

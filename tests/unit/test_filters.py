@@ -1,10 +1,13 @@
-"""SNS-grammar filter policies: each rule kind, AND across names, OR within one, bad input."""
+"""SNS-grammar filter policies: each rule kind, AND across names, OR within one, bad input;
+the same rules over JSON bodies (payload-based filtering)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from dynaq.core.filters import compile_policy
+from dynaq.core.filters import compile_body_policy, compile_policy
 from dynaq.errors import InvalidInput
 
 
@@ -66,3 +69,55 @@ def test_rules(policy: dict[str, object], attrs: dict[str, str] | None, expected
 def test_bad_policies_are_refused(policy: object) -> None:
     with pytest.raises(InvalidInput):
         compile_policy(policy)
+
+
+@pytest.mark.parametrize(
+    ("policy", "body", "expected"),
+    [
+        ({"a": ["x"]}, {"a": "x"}, True),
+        ({"a": ["x"]}, {"a": "y"}, False),
+        ({"a": {"b": ["x"]}}, {"a": {"b": "x"}}, True),
+        ({"a": {"b": ["x"]}}, {"a": {"c": "x"}}, False),
+        ({"a": {"b": [5]}}, {"a": {"b": 5}}, True),
+        ({"a": {"b": [{"numeric": [">", 1.5]}]}}, {"a": {"b": 2}}, True),
+        ({"a": [{"numeric": ["<", 0]}]}, {"a": "x"}, False),
+        ({"tags": ["red"]}, {"tags": ["blue", "red"]}, True),  # any element of an array
+        ({"tags": ["red"]}, {"tags": []}, False),
+        ({"a": {"b": ["x"]}}, {"a": [{"b": "y"}, {"b": "x"}]}, True),  # arrays on the way
+        ({"flag": ["true"]}, {"flag": True}, True),  # booleans as JSON writes them
+        ({"k": [{"exists": False}]}, {}, True),
+        ({"k": [{"exists": False}]}, {"k": None}, True),  # null reads as absent
+        ({"k": [{"exists": True}]}, {"k": 0}, True),
+        ({"k": [{"exists": True}]}, {"k": {"nested": 1}}, False),  # an object is no value
+        ({"k": [{"anything-but": "x"}]}, {"k": "y"}, True),
+        ({"k": [{"anything-but": "x"}]}, {}, False),
+        ({"a": ["x"], "b": {"c": [{"prefix": "p"}]}}, {"a": "x", "b": {"c": "pq"}}, True),
+        ({"a": ["x"], "b": {"c": [{"prefix": "p"}]}}, {"a": "x", "b": {"c": "q"}}, False),
+        ({"a": {"b": {"c": {"d": {"e": ["x"]}}}}}, {"a": {"b": {"c": {"d": {"e": "x"}}}}}, True),
+    ],
+)
+def test_body_rules(policy: dict[str, object], body: object, expected: bool) -> None:
+    assert compile_body_policy(policy)(json.dumps(body).encode()) is expected
+
+
+@pytest.mark.parametrize("raw", [b"not json", b"[1, 2]", b'"x"', b"\xff\xfe", b"[" * 100_000])
+def test_a_body_that_is_not_a_json_object_matches_nothing(raw: bytes) -> None:
+    assert compile_body_policy({"k": [{"exists": False}]})(raw) is False
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        {},
+        {"a": {}},
+        {"a": []},
+        {"a": "x"},
+        {"a": {"b": {"c": {"d": {"e": {"f": ["x"]}}}}}},  # 6 levels of keys: one too deep
+        {"a": {"b": [{"numeric": ["~", 1]}]}},
+        {f"k{i}": {"v": ["x"]} for i in range(11)},
+        {"a": {"b": ["v"] * 151}},
+    ],
+)
+def test_bad_body_policies_are_refused(policy: object) -> None:
+    with pytest.raises(InvalidInput):
+        compile_body_policy(policy)

@@ -6,7 +6,8 @@ subscription of a queue (one per topic and queue: its ARN is the topic's ARN
 and the queue's name), so a message published through either API reaches the
 queues of both. Subscriptions made through SNS default to SNS's enveloped
 delivery (``RawMessageDelivery`` false); filter policies use SNS's grammar on
-message attributes (``FilterPolicyScope`` ``MessageAttributes``).
+message attributes (``FilterPolicyScope`` ``MessageAttributes``) or on JSON
+message bodies (``MessageBody``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from dynaq.api.aws.sqs_wire import ACCOUNT, SqsError, to_dynaq_attributes
 from dynaq.api.codec import parse_json
 from dynaq.api.keys import CATALOG, TOPICS
 from dynaq.core.access import ADMIN, READ, WRITE
-from dynaq.core.filters import compile_policy
+from dynaq.core.filters import compile_body_policy, compile_policy
 from dynaq.core.messages import SUBJECT_ATTRIBUTE, NewMessage
 from dynaq.errors import AlreadyExists, DynaqError, InvalidInput, NotFound
 from dynaq.services.queue_records import Subscription
@@ -181,8 +182,11 @@ def _split_subscription(call: SnsCall) -> tuple[str, str]:
     return parts[5], parts[6]
 
 
+_SCOPES = {"MessageAttributes": "attributes", "MessageBody": "body"}
+
+
 def _options(attrs: Mapping[str, str], base: Subscription) -> Subscription:
-    policy, raw = base.filter_policy, base.raw
+    policy, raw, scope = base.filter_policy, base.raw, base.filter_scope
     for name, value in attrs.items():
         if name == "FilterPolicy":
             if value.strip() in ("", "{}"):
@@ -192,17 +196,19 @@ def _options(attrs: Mapping[str, str], base: Subscription) -> Subscription:
                     policy = json.loads(value)
                 except ValueError:
                     raise invalid("FilterPolicy: failed to parse JSON.") from None
-                compile_policy(policy)  # InvalidInput names the rule
         elif name == "FilterPolicyScope":
-            if value != "MessageAttributes":
-                raise invalid("FilterPolicyScope: dynaq filters on message attributes only")
+            if value not in _SCOPES:
+                raise invalid("FilterPolicyScope: MessageAttributes or MessageBody")
+            scope = _SCOPES[value]
         elif name == "RawMessageDelivery":
             if value.lower() not in ("true", "false"):
                 raise invalid("RawMessageDelivery: true or false")
             raw = value.lower() == "true"
         else:
             raise invalid(f"Attributes Reason: Unknown attribute {name}")
-    return Subscription(policy, raw)
+    if policy is not None:  # against the scope it ends with; InvalidInput names the rule
+        (compile_body_policy if scope == "body" else compile_policy)(policy)
+    return Subscription(policy, raw, scope)
 
 
 @action("Subscribe")
@@ -283,7 +289,9 @@ async def get_subscription_attributes(call: SnsCall) -> web.Response:
     }
     if sub.filter_policy is not None:
         attrs["FilterPolicy"] = json.dumps(sub.filter_policy)
-        attrs["FilterPolicyScope"] = "MessageAttributes"
+        attrs["FilterPolicyScope"] = (
+            "MessageBody" if sub.filter_scope == "body" else "MessageAttributes"
+        )
     return ok("GetSubscriptionAttributes", f"<Attributes>{attribute_entries(attrs)}</Attributes>")
 
 
