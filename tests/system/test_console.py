@@ -340,6 +340,20 @@ def test_dead_letters_redrive_and_purge(
         b.find_element(By.ID, "redrive-to").send_keys("payments")
         b.find_element(By.ID, "redrive-button").click()
         assert "invalid_input" in _text(b, "#error", "invalid_input")
+
+        # A slow redrive (one a second) is stopped from the page: what moved stays moved.
+        c.enqueue("payments-dlq", [f"late {i}" for i in range(30)])
+        b.get(f"{node.url}/ui/#/queue/payments-dlq")
+        _text(b, "#figures", "depth 30")
+        b.find_element(By.ID, "redrive-to").send_keys("payments")
+        b.find_element(By.ID, "redrive-rate").send_keys("1")
+        b.find_element(By.ID, "redrive-button").click()
+        WebDriverWait(b, 10).until(lambda d: d.find_element(By.ID, "task-cancel").is_displayed())
+        b.find_element(By.ID, "task-cancel").click()
+        assert _text(b, "#task-progress", "redrive cancelled").startswith("redrive cancelled: ")
+        assert not b.find_element(By.ID, "task-cancel").is_displayed()
+        moved = c.describe_queue("payments").depth
+        assert moved < 20 and c.describe_queue("payments-dlq").depth == 30 - moved
     assert (shots / "dead-letters.png").stat().st_size > 5000
 
 

@@ -165,7 +165,8 @@ function deadLetterSection(info, sources) {
     <form id="redrive"><label>Redrive to (empty: back where each came from)<input id="redrive-to" size="24"></label>
       <label>At most (msgs/s)<input id="redrive-rate" type="number" min="1"></label>
       <button id="redrive-button">Redrive</button> <button type="button" id="purge">Purge</button></form>
-    <p id="task"><progress id="task-bar" hidden></progress> <span id="task-progress"></span></p>`;
+    <p id="task"><progress id="task-bar" hidden></progress> <span id="task-progress"></span>
+      <button type="button" id="task-cancel" hidden>Cancel</button></p>`;
 }
 
 async function startTask(name, kind, body, depth) {
@@ -175,10 +176,17 @@ async function startTask(name, kind, body, depth) {
     const bar = $("#task-bar");
     bar.hidden = false;
     bar.max = Math.max(depth, 1);
+    const cancel = $("#task-cancel");
+    cancel.onclick = async () => {
+      try { t = await api("POST", `/v2/queues/${encodeURIComponent(name)}/tasks/${t.id}/cancel`); show(); }
+      catch (e) { showError(e); }
+    };
     const show = () => {
       bar.value = Math.min(t.moved + t.skipped, bar.max);
       $("#task-progress").textContent = `${t.kind} ${t.state}: ${t.moved} moved, ${t.skipped} skipped` +
         (t.to_queue ? ` (to ${t.to_queue})` : "") + (t.error ? ` — ${t.error}` : "");
+      // Only a running redrive can be stopped (a purge runs to its end).
+      cancel.hidden = !(t.kind === "redrive" && t.state === "running");
     };
     show();
     const poll = async () => {
