@@ -27,6 +27,13 @@ def stop_on_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -
 def ignore_signals_once_stopped(loop: asyncio.AbstractEventLoop) -> None:
     """The process has stopped its work: ignore SIGTERM and SIGINT for the rest of the process's
     exit (the loop no longer has handlers to put the default action back)."""
-    for sig in _STOP_SIGNALS:
-        loop.remove_signal_handler(sig)
-        signal.signal(sig, signal.SIG_IGN)
+    # Blocked meanwhile: removing the loop's handler puts the default action back for
+    # an instant, and a signal landing then would still kill the process. One that
+    # arrives while blocked is delivered, and dropped, once it is ignored.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        for sig in _STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)

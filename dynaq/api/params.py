@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from dynaq.api.codec import body_from_wire
-from dynaq.core.filters import compile_body_policy, compile_policy
+from dynaq.core.body_filters import compile_body_policy
+from dynaq.core.filters import compile_policy
 from dynaq.core.ids import MAX_ID, is_valid_id
 from dynaq.core.messages import NewMessage
 from dynaq.core.receipts import decode_receipt

@@ -97,10 +97,12 @@ async def serve(
         try:
             await runner.wait()
         finally:
-            stopped.set()
-            if reporter is not None:
-                await reporter  # its last report says "stopped"
-            ignore_signals_once_stopped(loop)
+            try:
+                stopped.set()
+                if reporter is not None:
+                    await reporter  # its last report says "stopped"
+            finally:
+                ignore_signals_once_stopped(loop)
         log.info("worker stopped", extra={"graph": graph.name, "status": runner.status()})
 
 

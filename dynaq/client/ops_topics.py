@@ -35,13 +35,19 @@ def subscribe(
     filter_scope: str = "attributes",
     raw_delivery: bool = True,
 ) -> Op[list[str]]:
-    """Subscribe (idempotent); the options replace the subscription's own."""
+    """Subscribe (idempotent); the options replace the subscription's own. Only the
+    options that differ from the defaults are sent (none: no body), so a plain
+    subscribe reads the same to nodes that predate an option."""
     path = f"/v1/topics/{quoted(topic)}/queues/{quoted(queue)}"
-    options = {
-        "filter_policy": filter_policy,
-        "filter_scope": filter_scope,
-        "raw_delivery": raw_delivery,
-    }
+    options: dict[str, Any] = {}
+    if filter_policy is not None:
+        options["filter_policy"] = dict(filter_policy)
+    if filter_scope != "attributes":
+        options["filter_scope"] = filter_scope
+    if not raw_delivery:
+        options["raw_delivery"] = False
+    if not options:
+        return single(Call("PUT", path, _queues))
     body = json.dumps(options).encode()
     return single(Call("PUT", path, _queues, body=body, content_type=JSON))
 

@@ -1,5 +1,5 @@
-"""Subscription filter policies: SNS's grammar on message attributes, or on message
-bodies (:func:`compile_body_policy`, SNS's payload-based filtering).
+"""Subscription filter policies: SNS's grammar on message attributes (on message
+bodies: :mod:`dynaq.core.body_filters`).
 
 A policy is a JSON object ``{attribute: [rule, ...]}``. A message matches when
 every attribute named matches at least one of its rules (AND across names, OR
@@ -22,7 +22,6 @@ predicate.
 
 from __future__ import annotations
 
-import json
 import math
 import operator
 from collections.abc import Callable, Mapping
@@ -68,7 +67,10 @@ def _exact(v: object, where: str) -> _Rule:
     raise InvalidInput(f"{where}: a value must be a string or a finite number")
 
 
-def _numeric(spec: object, where: str) -> _Rule:
+def numeric_bounds(
+    spec: object, where: str = "filter_policy"
+) -> list[tuple[Callable[[float, float], bool], float]]:
+    """A ``numeric`` rule's bounds: ``[op, n]`` or ``[op, n, op, n]`` as (comparison, n)."""
     if not isinstance(spec, list) or not spec or len(spec) % 2 or len(spec) > 4:
         raise InvalidInput(f'{where}: "numeric" takes [op, number] or [op, number, op, number]')
     bounds: list[tuple[Callable[[float, float], bool], float]] = []
@@ -76,6 +78,11 @@ def _numeric(spec: object, where: str) -> _Rule:
         if op not in _OPS or not _is_number(n):
             raise InvalidInput(f"{where}: numeric operators are {', '.join(_OPS)} with numbers")
         bounds.append((_OPS[op], float(n)))
+    return bounds
+
+
+def _numeric(spec: object, where: str) -> _Rule:
+    bounds = numeric_bounds(spec, where)
 
     def rule(a: str | None) -> bool:
         x = _number(a)
@@ -120,6 +127,11 @@ def _rule(spec: object, where: str) -> _Rule:
     )
 
 
+def validate_rule(spec: object, where: str) -> None:
+    """Raise :class:`~dynaq.errors.InvalidInput` naming what is wrong with one rule."""
+    _rule(spec, where)
+
+
 def compile_policy(policy: Any) -> Predicate:
     """Check ``policy`` and return the predicate it means (see the module docstring)."""
     if not isinstance(policy, Mapping) or not policy:
@@ -140,105 +152,5 @@ def compile_policy(policy: Any) -> Predicate:
     def matches(attributes: Mapping[str, str] | None) -> bool:
         attrs = attributes or {}
         return all(any(r(attrs.get(n)) for r in rules) for n, rules in compiled)
-
-    return matches
-
-
-BodyPredicate = Callable[[bytes], bool]
-MAX_BODY_DEPTH = 5
-"""Deepest nesting of a body policy's keys (SNS's limit for payload-based filtering)."""
-
-
-def _leaves(
-    policy: Mapping[str, Any], path: tuple[str, ...], out: list[tuple[tuple[str, ...], Any]]
-) -> None:
-    for name, inner in policy.items():
-        where = "filter_policy." + ".".join((*path, str(name)))
-        if not isinstance(name, str):
-            raise InvalidInput(f"{where}: keys must be strings")
-        if isinstance(inner, Mapping):
-            if len(path) + 1 >= MAX_BODY_DEPTH:
-                raise InvalidInput(f"{where}: keys nest at most {MAX_BODY_DEPTH} deep")
-            if not inner:
-                raise InvalidInput(f"{where} must be a non-empty object or array of rules")
-            _leaves(inner, (*path, name), out)
-        elif isinstance(inner, list) and inner:
-            out.append(((*path, name), inner))
-        else:
-            raise InvalidInput(f"{where} must be a non-empty array of rules or an object")
-
-
-def _scalar(v: object) -> str | None:
-    """A JSON value as the rules read it: strings as they are, numbers and booleans
-    as JSON writes them, null as absent."""
-    if v is None:
-        return None
-    if isinstance(v, str):
-        return v
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v) if isinstance(v, float) else str(v)
-    return None  # an object where a value was asked for: nothing to compare
-
-
-def _values_at(doc: object, path: tuple[str, ...]) -> list[str]:
-    """Every value at ``path`` in ``doc``: arrays on the way (or at the end) fan out,
-    so a rule matches when any element does (SNS's rule for arrays)."""
-    found: list[object] = [doc]
-    for key in path:
-        step: list[object] = []
-        for node in found:
-            for item in node if isinstance(node, list) else [node]:
-                if isinstance(item, Mapping) and key in item:
-                    step.append(item[key])
-        found = step
-    out: list[str] = []
-    for node in found:
-        for item in node if isinstance(node, list) else [node]:
-            s = _scalar(item)
-            if s is not None:
-                out.append(s)
-    return out
-
-
-def compile_body_policy(policy: Any) -> BodyPredicate:
-    """Check a policy on message bodies (SNS's ``FilterPolicyScope: MessageBody``) and
-    return its predicate over a raw body.
-
-    The policy mirrors the body's JSON: nested objects of keys whose leaves are
-    arrays of the rules above (AND across leaves, OR within one). A body that is
-    not a JSON object matches nothing; a leaf's value may be a string, number,
-    boolean or an array of them (matched when any element matches); a missing
-    key (or null) is what ``{"exists": false}`` matches.
-    """
-    if not isinstance(policy, Mapping) or not policy:
-        raise InvalidInput("filter_policy must be a non-empty object of body rules")
-    leaves: list[tuple[tuple[str, ...], Any]] = []
-    _leaves(policy, (), leaves)
-    if len(leaves) > MAX_ATTRIBUTES:
-        raise InvalidInput(f"filter_policy names at most {MAX_ATTRIBUTES} body keys")
-    if sum(len(rules) for _, rules in leaves) > MAX_RULES:
-        raise InvalidInput(f"filter_policy holds at most {MAX_RULES} rules")
-    compiled = [
-        (path, [_rule(r, "filter_policy." + ".".join(path)) for r in rules])
-        for path, rules in leaves
-    ]
-
-    def matches(body: bytes) -> bool:
-        try:
-            doc = json.loads(body)
-        except (ValueError, RecursionError):
-            return False
-        if not isinstance(doc, dict):
-            return False
-        for path, rules in compiled:
-            values = _values_at(doc, path)
-            if not values:
-                if not any(r(None) for r in rules):
-                    return False
-            elif not any(r(v) for v in values for r in rules):
-                return False
-        return True
 
     return matches

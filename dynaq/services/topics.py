@@ -33,7 +33,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from dynaq.core.filters import compile_body_policy, compile_policy
+from dynaq.core.body_filters import compile_body_policy
+from dynaq.core.filters import compile_policy
 from dynaq.core.messages import (
     HIDDEN_ATTRIBUTE_PREFIXES,
     SUBJECT_ATTRIBUTE,

@@ -73,8 +73,13 @@ async def test_a_cancel_made_through_another_node_is_seen_before_the_next_page(
     task = await _slow_redrive(http)
     await node.store.put(keys.task_cancel(task), b"0")
     assert (await _call(http, "GET", f"/v2/tasks/{task}"))[1]["state"] == "cancelling"
-    clock.advance(1.5)  # the rate limit's sleep ends; no second page is moved
-    done = await _until(http, task, lambda t: t["state"] != "cancelling")
+
+    def ended(t: dict[str, Any]) -> bool:
+        # Whenever its rate limit's sleep began, this ends it: no second page moves.
+        clock.advance(1.5)
+        return bool(t["state"] != "cancelling")
+
+    done = await _until(http, task, ended)
     assert done["state"] == "cancelled" and done["moved"] == 1
     assert await _depth(http, "dlq") == 19
 

@@ -206,12 +206,17 @@ def test_body_filter_policies_deliver_what_moto_delivers(node: NodeProcess, moto
         },
         "bodyf-flat": {"kind": ["refund", "chargeback"]},
         "bodyf-absent": {"coupon": [{"exists": False}]},
+        "bodyf-typed": {"code": [100], "label": ["7"]},
+        "bodyf-array": {"tags": [{"anything-but": "spam"}]},
     }
     bodies = [
         {"kind": "sale", "order": {"region": "eu-west", "total": 250}},
         {"kind": "refund", "order": {"region": "us-east", "total": 250}, "coupon": "C"},
         {"kind": "chargeback", "order": {"region": "eu-north", "total": 50}},
         {"kind": "sale", "order": {"region": "eu-west", "total": 99}, "coupon": "D"},
+        {"code": 100, "label": "7", "tags": ["a", "b"]},
+        {"code": "100", "label": 7, "tags": ["a", "spam"]},
+        {"code": 100.0, "label": "7", "coupon": None},
     ]
     delivered: dict[str, dict[str, list[str]]] = {}
     scopes: dict[str, set[str]] = {}
@@ -242,4 +247,4 @@ def test_body_filter_policies_deliver_what_moto_delivers(node: NodeProcess, moto
             delivered[side][q] = sorted(seen)
     assert scopes["dynaq"] == scopes["moto"] == {"MessageBody"}
     assert delivered["dynaq"] == delivered["moto"]
-    assert [len(delivered["dynaq"][q]) for q in policies] == [1, 2, 2]
+    assert [len(delivered["dynaq"][q]) for q in policies] == [1, 2, 4, 2, 1]

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from dynaq.core.filters import compile_body_policy, compile_policy
+from dynaq.core.body_filters import compile_body_policy
+from dynaq.core.filters import compile_policy
 from dynaq.errors import InvalidInput
 
 
@@ -79,18 +80,31 @@ def test_bad_policies_are_refused(policy: object) -> None:
         ({"a": {"b": ["x"]}}, {"a": {"b": "x"}}, True),
         ({"a": {"b": ["x"]}}, {"a": {"c": "x"}}, False),
         ({"a": {"b": [5]}}, {"a": {"b": 5}}, True),
+        ({"a": {"b": [5]}}, {"a": {"b": 5.0}}, True),
+        # JSON types are kept: a number never equals a string, nor a boolean a string
+        ({"a": [100]}, {"a": "100"}, False),
+        ({"a": ["100"]}, {"a": 100}, False),
+        ({"a": [{"numeric": [">", 1]}]}, {"a": "2"}, False),
+        ({"a": ["true"]}, {"a": True}, False),
+        ({"a": [{"prefix": "1"}]}, {"a": 10}, False),
         ({"a": {"b": [{"numeric": [">", 1.5]}]}}, {"a": {"b": 2}}, True),
         ({"a": [{"numeric": ["<", 0]}]}, {"a": "x"}, False),
         ({"tags": ["red"]}, {"tags": ["blue", "red"]}, True),  # any element of an array
         ({"tags": ["red"]}, {"tags": []}, False),
         ({"a": {"b": ["x"]}}, {"a": [{"b": "y"}, {"b": "x"}]}, True),  # arrays on the way
-        ({"flag": ["true"]}, {"flag": True}, True),  # booleans as JSON writes them
         ({"k": [{"exists": False}]}, {}, True),
-        ({"k": [{"exists": False}]}, {"k": None}, True),  # null reads as absent
+        ({"k": [{"exists": False}]}, {"k": []}, True),
+        ({"k": [{"exists": False}]}, {"k": None}, False),  # null is present
+        ({"k": [{"exists": True}]}, {"k": None}, True),
         ({"k": [{"exists": True}]}, {"k": 0}, True),
+        ({"k": [{"exists": True}]}, {"k": False}, True),
         ({"k": [{"exists": True}]}, {"k": {"nested": 1}}, False),  # an object is no value
         ({"k": [{"anything-but": "x"}]}, {"k": "y"}, True),
         ({"k": [{"anything-but": "x"}]}, {}, False),
+        ({"k": [{"anything-but": "x"}]}, {"k": ["y", "x"]}, False),  # no element excluded
+        ({"k": [{"anything-but": "x"}]}, {"k": ["y", "z"]}, True),
+        ({"k": [{"anything-but": 5}]}, {"k": "5"}, True),
+        ({"k": [{"anything-but": {"prefix": "tmp"}}]}, {"k": "tmp1"}, False),
         ({"a": ["x"], "b": {"c": [{"prefix": "p"}]}}, {"a": "x", "b": {"c": "pq"}}, True),
         ({"a": ["x"], "b": {"c": [{"prefix": "p"}]}}, {"a": "x", "b": {"c": "q"}}, False),
         ({"a": {"b": {"c": {"d": {"e": ["x"]}}}}}, {"a": {"b": {"c": {"d": {"e": "x"}}}}}, True),

@@ -38,7 +38,8 @@ from dynaq.api.aws.sqs_wire import ACCOUNT, SqsError, to_dynaq_attributes
 from dynaq.api.codec import parse_json
 from dynaq.api.keys import CATALOG, TOPICS
 from dynaq.core.access import ADMIN, READ, WRITE
-from dynaq.core.filters import compile_body_policy, compile_policy
+from dynaq.core.body_filters import compile_body_policy
+from dynaq.core.filters import compile_policy
 from dynaq.core.messages import SUBJECT_ATTRIBUTE, NewMessage
 from dynaq.errors import AlreadyExists, DynaqError, InvalidInput, NotFound
 from dynaq.services.queue_records import Subscription
@@ -333,12 +334,12 @@ def _message(p: Mapping[str, str], attrs: dict[str, dict[str, Any]]) -> NewMessa
     if not body:
         raise invalid("Empty message")
     structure = p.get("MessageStructure")
-    if structure is not None:
+    if structure:  # empty: absent, as it always read
         if structure != "json":
             raise invalid("MessageStructure: the only structure is json")
         body = _structured(body)
     subject = p.get("Subject")
-    if subject is not None and not _SUBJECT.fullmatch(subject):
+    if subject and not _SUBJECT.fullmatch(subject):  # empty: absent, as it always read
         raise invalid("Subject: printable ASCII, not starting with a space, at most 99 characters")
     dynaq_attrs, _ = to_dynaq_attributes(attrs or None)
     if subject:

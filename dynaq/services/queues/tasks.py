@@ -256,6 +256,6 @@ class QueueTasks:
 def _shown(rec: TaskRecord, cancel_requested: bool, now_ms: int) -> dict[str, Any]:
     """``rec`` as shown: a running task asked to stop reads ``cancelling``."""
     out = rec.public(now_ms)
-    if cancel_requested and rec.state == "running":
+    if cancel_requested and out["state"] == "running":  # not once its node is gone
         out["state"] = "cancelling"
     return out
