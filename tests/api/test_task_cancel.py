@@ -129,3 +129,21 @@ async def test_what_cannot_be_cancelled_is_refused_precisely(
     assert status == 404 and err["code"] == "queue_not_found"
     status, err = await _call(http, "POST", "/v2/queues/dlq/tasks/xyz/cancel")
     assert status == 422 and err["code"] == "invalid_input"
+
+
+async def test_a_cancel_asked_before_its_node_died_reads_interrupted_then_can_end_it(
+    http: aiohttp.ClientSession, node: Node, clock: ManualClock
+) -> None:
+    """The request was written, then the task's node died: the task must not read
+    ``cancelling`` for ever; once its record is stale it reads ``interrupted``, and a
+    cancel then ends it."""
+    assert (await _call(http, "PUT", "/v1/queues/dlq"))[0] == 201
+    now = clock.wall_ms()
+    rec = TaskRecord("cd" * 16, "redrive", "dlq", "running", 3, 0, "dead-node", now, now)
+    await node.store.put(keys.task(rec.id), rec.encode())
+    status, shown = await _call(http, "POST", f"/v2/queues/dlq/tasks/{rec.id}/cancel")
+    assert status == 202 and shown["state"] == "cancelling"  # its node may still act on it
+    clock.advance((STALE_MS + 1000) / 1000)
+    assert (await _call(http, "GET", f"/v2/tasks/{rec.id}"))[1]["state"] == "interrupted"
+    status, shown = await _call(http, "POST", f"/v2/queues/dlq/tasks/{rec.id}/cancel")
+    assert status == 202 and shown["state"] == "cancelled" and shown["moved"] == 3
