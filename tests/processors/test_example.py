@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from dynaq.client import Client
+from dynaq.errors import StreamNotFound
 from dynaq.testing.process import NodeProcess
-from tests.processors.harness import ROOT, Worker, entries, wait_for
+from tests.processors.harness import LIVE, ROOT, Worker, entries, wait_for
 
 
 def _worker(target: str, env: dict[str, str], log: Path, *args: str) -> Worker:
@@ -29,7 +30,9 @@ def _worker(target: str, env: dict[str, str], log: Path, *args: str) -> Worker:
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    return Worker(proc, log)
+    worker = Worker(proc, log)
+    LIVE.append(worker)  # killed after the test, whatever happens in it
+    return worker
 
 
 @pytest.mark.parametrize("how", ["env", "option"])
@@ -44,7 +47,12 @@ def test_pipeline_example(node: NodeProcess, tmp_path: Path, how: str) -> None:
         c.append("ex-in", [{"n": n} for n in ns])
 
         def done() -> bool:
-            return len(entries(c, "ex-out")) + len(entries(c, "ex-errors")) >= first + 30
+            # The worker declares its output streams as it starts: one may not be
+            # there yet when the input is.
+            try:
+                return len(entries(c, "ex-out")) + len(entries(c, "ex-errors")) >= first + 30
+            except StreamNotFound:
+                return False
 
         wait_for(done, 30, "the example's outputs")
         assert w.terminate() == 0, w.log()
