@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 
+from dynaq.core.ids import group_lane, lane_start
 from dynaq.testing.cluster import HaproxyProcess, LocalCluster, http_get
 from tests.fixtures.ring import SYNC_S
 
@@ -280,26 +281,30 @@ async def test_a_long_poll_sees_messages_in_any_nodes_slice(
             await asyncio.sleep(0.2)
         else:
             raise AssertionError(f"the ring never split the keyspace: {slices}")
-        cross = rounds = 0
-        while cross < 2 and rounds < 12:
-            n = cluster.nodes[rounds % len(cluster.nodes)]
-            rounds += 1
+        # Each message goes where the test puts it, outside the polled node's slice:
+        # a group's messages live in its group's lane (a plain one follows its
+        # writer's current lane, which chance may keep in the polled slice).
+        for rounds, n in enumerate(cluster.nodes * 2, start=1):
+            lo, hi = slices[n.name]
+            group = next(
+                g for g in (f"g{i}" for i in itertools.count())
+                if not lo <= lane_start(group_lane(g)) <= hi
+            )  # fmt: skip
             body = {"max_messages": 1, "wait_time_s": 15, "visibility_timeout_s": 30}
             poll = asyncio.create_task(
                 _json(s, "POST", f"{n.url}/v2/queues/lp/messages/receive", json=body)
             )
             await asyncio.sleep(0.5)  # the poll is waiting
             sent = time.monotonic()
-            msg = {"messages": [{"body": f"r{rounds}"}]}
+            msg = {"messages": [{"body": f"r{rounds}", "group": group}]}
             status, out = await _json(s, "POST", f"{lb.url}/v2/queues/lp/messages", json=msg)
             assert status == 200
             [mid] = out["ids"]
+            assert not lo <= int(mid) <= hi, (n.name, mid, lo, hi)
             status, got = await poll
             took = time.monotonic() - sent
             assert status == 200 and [m["id"] for m in got["messages"]] == [mid], (n.name, got)
             assert took < 5.0, f"{n.name} answered after {took:.1f} s"
-            lo, hi = slices[n.name]
-            cross += not lo <= int(mid) <= hi
             status, out = await _json(
                 s,
                 "POST",
@@ -307,4 +312,3 @@ async def test_a_long_poll_sees_messages_in_any_nodes_slice(
                 json={"receipts": [got["messages"][0]["receipt"]]},
             )
             assert (status, out["deleted"]) == (200, 1)
-        assert cross >= 2, f"only {cross} of {rounds} messages landed outside the polled slice"
