@@ -236,3 +236,15 @@ def test_a_filter_policy_must_fit_its_scope(node: NodeProcess) -> None:
     assert got["FilterPolicyScope"] == "MessageBody" and json.loads(got["FilterPolicy"]) == {
         "order": {"region": ["eu"]}
     }
+
+
+def test_a_filter_policy_nested_past_any_limit_is_an_invalid_parameter(node: NodeProcess) -> None:
+    """Thousands of nested brackets once blew the JSON parser's recursion: a 500."""
+    sns, sqs = _client(node, "sns"), _client(node, "sqs")
+    arn = sns.create_topic(Name="deep")["TopicArn"]
+    qarn = _queue_arn(sqs, sqs.create_queue(QueueName="deep-q")["QueueUrl"])
+    for policy in ("[" * 5000, '{"a":' * 5000):
+        with pytest.raises(sns.exceptions.InvalidParameterException):
+            sns.subscribe(
+                TopicArn=arn, Protocol="sqs", Endpoint=qarn, Attributes={"FilterPolicy": policy}
+            )

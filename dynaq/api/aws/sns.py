@@ -193,9 +193,9 @@ def _options(attrs: Mapping[str, str], base: Subscription) -> Subscription:
             if value.strip() in ("", "{}"):
                 policy = None
             else:
-                try:
-                    policy = json.loads(value)
-                except ValueError:
+                try:  # the strict parser: bounded nesting, so no RecursionError (a 500)
+                    policy = parse_json(value.encode())
+                except (InvalidInput, UnicodeEncodeError):
                     raise invalid("FilterPolicy: failed to parse JSON.") from None
         elif name == "FilterPolicyScope":
             if value not in _SCOPES:
