@@ -386,12 +386,9 @@ class AsyncClient(AsyncStreams, AsyncBatches, AsyncProcessors):
         filter_scope: str = "attributes",
         raw_delivery: bool = True,
     ) -> list[str]:
-        """Subscribe ``queue`` to ``topic`` (idempotent; the options replace the old
-        ones): only messages ``filter_policy`` matches on their attributes (or, with
-        ``filter_scope="body"``, their JSON bodies), raw or in an envelope."""
-        return await self._run(
-            ops_topics.subscribe(topic, queue, filter_policy, filter_scope, raw_delivery)
-        )
+        """Subscribe (idempotent; options replace the old): see :func:`.ops_topics.subscribe`."""
+        op = ops_topics.subscribe(topic, queue, filter_policy, filter_scope, raw_delivery)
+        return await self._run(op)
 
     async def unsubscribe(self, topic: str, queue: str) -> list[str]:
         return await self._run(ops_topics.unsubscribe(topic, queue))

@@ -35,7 +35,9 @@ def subscribe(
     filter_scope: str = "attributes",
     raw_delivery: bool = True,
 ) -> Op[list[str]]:
-    """Subscribe (idempotent); the options replace the subscription's own. Only the
+    """Subscribe ``queue`` to ``topic`` (idempotent): only messages ``filter_policy``
+    matches on their attributes (or, with ``filter_scope="body"``, their JSON bodies),
+    raw or in an envelope; the options replace the subscription's own. Only the
     options that differ from the defaults are sent (none: no body), so a plain
     subscribe reads the same to nodes that predate an option."""
     path = f"/v1/topics/{quoted(topic)}/queues/{quoted(queue)}"
