@@ -10,6 +10,15 @@ missing from (``lost``), and, for every message seen in any queue (acknowledged
 or not: a publish whose answer was lost may have landed), the queues it never
 reached (``partial``: must be 0).
 
+With ``filters``, queues subscribe with filter policies (on attributes or on
+the JSON body) and every message carries a random colour attribute and a body
+``{"token", "order": {"total", "region"}}``. Which queues a message belongs to
+is then decided by each filter's ``wants``, a plain-Python oracle written
+independently of the node's matcher: a message must reach exactly those
+queues (``misrouted``: copies in a queue whose filter refuses it, must be 0;
+``lost`` and ``partial`` count only the queues that want it), and each
+acknowledged publish must name exactly those queues in its answer.
+
     history = await run_fanout(FanoutWorkload(endpoints=[node.url]), faults)
     verdict = check_fanout(history)
     assert verdict.ok, verdict.as_dict()
@@ -35,6 +44,26 @@ from dynaq.testing.history import History, Outcome
 FanoutFaults = Callable[[History], Awaitable[None]]
 """Injects faults while the load runs (recorded in the history's ``faults``)."""
 
+COLOURS = ("red", "green", "blue")
+REGIONS = ("eu-west", "eu-north", "us-east")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What a filter sees of one message: its attributes and its JSON body."""
+
+    attributes: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Filter:
+    """One queue's subscription filter and the oracle that says what it lets in."""
+
+    policy: dict[str, Any]
+    scope: str  # "attributes" or "body"
+    wants: Callable[[Sample], bool]
+
 
 @dataclass
 class FanoutWorkload:
@@ -56,6 +85,8 @@ class FanoutWorkload:
     config_settle_s: float = 2.5
     """Wait after subscribing before publishing: subscriptions reach the other nodes
     of a ring within their ``sync.interval_s`` (1 s in the harness), as the README says."""
+    filters: dict[str, Filter] = field(default_factory=dict)
+    """queue -> its subscription filter (queues not named take every message)."""
 
 
 @dataclass
@@ -67,6 +98,8 @@ class Publish:
     endpoint: str = ""
     ids: dict[str, list[str]] = field(default_factory=dict)
     """queue -> the ids its copies got, as the answer said."""
+    routes: dict[str, list[str]] = field(default_factory=dict)
+    """token -> the queues that should get it (every queue when nothing filters)."""
 
 
 @dataclass
@@ -103,43 +136,85 @@ class FanoutVerdict:
     lost: int
     """(acknowledged message, queue) pairs never delivered from that queue."""
     partial: int
-    """Messages delivered from some of the topic's queues but never from others."""
+    """Messages delivered from some of the queues they belong to but never from others."""
     duplicates: int
     examples: dict[str, list[str]]
+    misrouted: int = 0
+    """(message, queue) pairs delivered from a queue whose filter refuses the message."""
+    wrong_answers: int = 0
+    """Acknowledged publishes whose answer named other queues than the filters pick."""
 
     @property
     def ok(self) -> bool:
-        return self.acked > 0 and self.lost == 0 and self.partial == 0
+        return (
+            self.acked > 0
+            and self.lost == 0
+            and self.partial == 0
+            and self.misrouted == 0
+            and self.wrong_answers == 0
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "acked": self.acked,
             "lost": self.lost,
             "partial": self.partial,
+            "misrouted": self.misrouted,
+            "wrong_answers": self.wrong_answers,
             "duplicates": self.duplicates,
             "ok": self.ok,
         }
 
 
 def check_fanout(fh: FanoutHistory) -> FanoutVerdict:
-    """Judge a fanout history: every acknowledged message in every queue, and every
-    message that reached any queue in all of them."""
+    """Judge a fanout history: every acknowledged message in every queue it belongs
+    to, every message that reached any of its queues in all of them, none in a
+    queue that does not want it, and every answer naming exactly its queues."""
+    routes: dict[str, set[str]] = {}
+    for p in fh.publishes:
+        for t in p.tokens:
+            routes[t] = set(p.routes.get(t, fh.queues))
     acked = {t for p in fh.publishes if p.outcome == "ok" for t in p.tokens}
     seen_anywhere = set().union(*(set(c) for c in fh.delivered.values()))
-    lost = [f"{t}@{q}" for t in sorted(acked) for q in fh.queues if not fh.delivered[q].get(t, 0)]
+    lost = [
+        f"{t}@{q}"
+        for t in sorted(acked)
+        for q in sorted(routes[t])
+        if not fh.delivered[q].get(t, 0)
+    ]
     partial = sorted(
         t
         for t in seen_anywhere
-        if t not in acked and any(not fh.delivered[q].get(t, 0) for q in fh.queues)
+        if t not in acked and any(not fh.delivered[q].get(t, 0) for q in routes.get(t, ()))
     )
+    misrouted = sorted(
+        f"{t}@{q}" for q, got in fh.delivered.items() for t in got if q not in routes.get(t, ())
+    )
+    wrong = [
+        f"{p.tokens[0]}..: answer {sorted(p.ids)} != {sorted(_queues_of(p))}"
+        for p in fh.publishes
+        if p.outcome == "ok" and {q for q, ids in p.ids.items() if ids} != _queues_of(p)
+    ]
     duplicates = sum(n - 1 for c in fh.delivered.values() for n in c.values() if n > 1)
     return FanoutVerdict(
         acked=len(acked),
         lost=len(lost),
         partial=len(partial),
         duplicates=duplicates,
-        examples={"lost": lost[:10], "partial": partial[:10]},
+        misrouted=len(misrouted),
+        wrong_answers=len(wrong),
+        examples={
+            "lost": lost[:10],
+            "partial": partial[:10],
+            "misrouted": misrouted[:10],
+            "wrong_answers": wrong[:10],
+        },
     )
+
+
+def _queues_of(p: Publish) -> set[str]:
+    """The queues at least one message of ``p`` belongs to."""
+    return {q for qs in p.routes.values() for q in qs} if p.routes else set(p.ids)
 
 
 class _FanoutRunner:
@@ -180,7 +255,7 @@ class _FanoutRunner:
             seq += n
             publish = Publish(tokens, endpoint=self.endpoint())
             self.fh.publishes.append(publish)
-            body = {"messages": [{"body": t} for t in tokens]}
+            body = {"messages": [self.message(t, publish) for t in tokens]}
             path = f"/v2/topics/{self.w.topic}/messages"
             status, data = await self.post(http, "publish", path, body, publish.endpoint)
             # 4xx and 507 stored nothing; anything else unanswered may have landed.
@@ -191,6 +266,27 @@ class _FanoutRunner:
                 publish.outcome = "failed"
             if status != 200:
                 await asyncio.sleep(0.05)  # a node is down: do not spin
+
+    def message(self, token: str, publish: Publish) -> dict[str, Any]:
+        """The publish item for ``token``; with filters, a random sample routed by
+        the filters' oracles (recorded in ``publish.routes``)."""
+        w = self.w
+        if not w.filters:
+            return {"body": token}
+        sample = Sample(
+            {"colour": self.rng.choice(COLOURS)},
+            {
+                "token": token,
+                "order": {
+                    "total": self.rng.randint(0, 200),
+                    "region": self.rng.choice(REGIONS),
+                },
+            },
+        )
+        publish.routes[token] = [
+            q for q in w.queues if q not in w.filters or w.filters[q].wants(sample)
+        ]
+        return {"body": json.dumps(sample.body), "attributes": sample.attributes}
 
     async def consume(self, http: aiohttp.ClientSession, queue: str) -> None:
         w = self.w
@@ -225,7 +321,7 @@ class _FanoutRunner:
                 continue
             self.last_delivery = self.h.now()
             for m in data["messages"]:
-                got[m["body"]] += 1
+                got[_token(m["body"]) if w.filters else m["body"]] += 1
             ids = {"ids": [m["id"] for m in data["messages"]]}
             await self.post(http, "delete", f"/v2/queues/{queue}/messages/delete", ids, at)
 
@@ -265,6 +361,15 @@ async def run_fanout(workload: FanoutWorkload, faults: FanoutFaults | None = Non
     return fh
 
 
+def _token(body: str) -> str:
+    """The token of a filtered run's message (its body as published, if not JSON)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body
+    return str(data["token"]) if isinstance(data, dict) and "token" in data else body
+
+
 async def _create_topic(http: aiohttp.ClientSession, w: FanoutWorkload) -> None:
     """Create the queues (with the workload's visibility timeout) and the topic, and
     subscribe them, through the first endpoint that answers: every step is idempotent."""
@@ -296,7 +401,13 @@ async def _set_up_through(http: aiohttp.ClientSession, base: str, w: FanoutWorkl
         if r.status not in exists:
             return False
     for q in w.queues:
-        async with http.put(f"{base}/v1/topics/{w.topic}/queues/{q}") as r:
+        f = w.filters.get(q)
+        options = (
+            None
+            if f is None
+            else {"filter_policy": f.policy, "filter_scope": f.scope, "raw_delivery": True}
+        )
+        async with http.put(f"{base}/v1/topics/{w.topic}/queues/{q}", json=options) as r:
             if r.status != 200:
                 return False
     return True
