@@ -167,6 +167,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "streams.replicas": (1, 9),
     "streams.quorum_timeout_s": (0.01, 600),
     "stats.flush_interval_s": (0.01, 3_600),
+    "aws.purge_interval_s": (0, _DAY_S),
     "outbox.max_in_flight": (1, 1_000_000),
     "outbox.mark_batch": (1, 100_000),
     "outbox.mark_backoff_ms": (0, 60_000),

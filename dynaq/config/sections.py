@@ -177,12 +177,16 @@ class AwsConfig:
     SigV4-signed with one of them unless ``anonymous = true``. Without keys, SQS
     requests are let in unsigned only when the node has no ``auth.tokens`` (or
     with ``anonymous = true``). ``region`` goes into queue ARNs.
+    ``purge_interval_s``: a ``PurgeQueue`` less than this long after the queue's
+    last purge started is refused with ``PurgeQueueInProgress``, as SQS does
+    (60 s); 0 lets every purge through (the v2 API's purge is never limited).
     """
 
     # repr=False: the list holds secrets.
     keys: list[str] = field(default_factory=list, repr=False)
     anonymous: bool = False
     region: str = "us-east-1"
+    purge_interval_s: float = 60.0
 
 
 @dataclass(frozen=True)

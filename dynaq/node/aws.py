@@ -16,4 +16,4 @@ def build_sqs(config: Config, access: AccessPolicy | None, clock: Clock) -> SqsS
     tokens = {} if access is None else {t.name: t for t in access.tokens}
     keys = parse_keys(config.aws.keys, tokens)
     anonymous = config.aws.anonymous or (not keys and access is None)
-    return SqsSettings(keys, anonymous, config.aws.region, clock)
+    return SqsSettings(keys, anonymous, config.aws.region, clock, config.aws.purge_interval_s)

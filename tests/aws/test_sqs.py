@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -436,3 +437,53 @@ def test_signatures_and_grants(node: NodeProcess, sqs: Any) -> None:
     assert refused.value.code == 403
     err = json.loads(refused.value.read())
     assert err["__type"].endswith("#MissingAuthenticationToken")
+
+
+def test_a_second_purge_within_the_interval_is_purge_queue_in_progress(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="purged-twice")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="gone")
+    sqs.purge_queue(QueueUrl=url)
+    # botocore's modeled exception, as for SQS's own answer.
+    with pytest.raises(sqs.exceptions.PurgeQueueInProgress) as again:
+        sqs.purge_queue(QueueUrl=url)
+    assert _code(again.value) == "AWS.SimpleQueueService.PurgeQueueInProgress"
+    assert again.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    assert "every 60 seconds" in again.value.response["Error"]["Message"]
+    # Another queue is not held by this one's purge.
+    other = sqs.create_queue(QueueName="purged-once")["QueueUrl"]
+    sqs.purge_queue(QueueUrl=other)
+    # The first purge still ran: the message is gone.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0)
+        attrs = sqs.get_queue_attributes(
+            QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+        if not got.get("Messages") and attrs["ApproximateNumberOfMessages"] == "0":
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("the purge did not empty the queue")
+
+
+def test_purge_interval_is_configurable_and_ends(tmp_path: Path) -> None:
+    env = {"DYNAQ_AWS_PURGE_INTERVAL_S": "1.5"}
+    p = node_process(tmp_path, env=env).start()
+    try:
+        client = boto3.client(
+            "sqs",
+            endpoint_url=p.url,
+            region_name="us-east-1",
+            aws_access_key_id="any",
+            aws_secret_access_key="any",
+            config=Config(retries={"max_attempts": 1}),
+        )
+        url = client.create_queue(QueueName="purged")["QueueUrl"]
+        client.purge_queue(QueueUrl=url)
+        with pytest.raises(ClientError) as again:
+            client.purge_queue(QueueUrl=url)
+        assert "every 1.5 seconds" in again.value.response["Error"]["Message"]
+        time.sleep(1.6)
+        client.purge_queue(QueueUrl=url)  # the interval has passed
+    finally:
+        p.kill()

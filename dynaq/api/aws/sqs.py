@@ -43,13 +43,15 @@ CONTENT_TYPE = "application/x-amz-json-1.0"
 @dataclass(frozen=True)
 class SqsSettings:
     """How the SQS endpoint authenticates: configured keys (``{}``: none), whether
-    unsigned requests are let in, the region in ARNs, and the clock signatures are
-    checked against."""
+    unsigned requests are let in, the region in ARNs, the clock signatures are
+    checked against, and how soon after a purge another ``PurgeQueue`` is refused
+    (0: never)."""
 
     keys: dict[str, AccessKey]
     anonymous: bool
     region: str
     clock: Clock
+    purge_interval_s: float = 60.0
 
 
 SQS = web.AppKey("sqs", SqsSettings)

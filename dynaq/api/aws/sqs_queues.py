@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dynaq.api.aws.sqs import Call, action
+from dynaq.api.aws.sqs import SQS, Call, action
 from dynaq.api.aws.sqs_wire import (
     SqsError,
     invalid,
@@ -251,8 +251,26 @@ async def set_queue_attributes(call: Call) -> dict[str, Any]:
 
 @action("PurgeQueue")
 async def purge_queue(call: Call) -> dict[str, Any]:
+    """Start the purge task, unless one of this queue started within
+    ``purge_interval_s`` (SQS allows one purge per queue every 60 s). Two purges
+    asked through two nodes at the same instant may both start: as on SQS, the
+    limit protects the queue from repeated purges, not from a race."""
     info = await queue_of(call, ADMIN)
-    await call.request.app[QUEUES].tasks.start_purge(info)
+    tasks = call.request.app[QUEUES].tasks
+    settings = call.request.app[SQS]
+    if settings.purge_interval_s > 0:
+        latest = await tasks.list_for(info.name, "purge", limit=1)
+        age_ms = settings.clock.wall_ms() - latest[0]["started_at_ms"] if latest else None
+        # A negative age (the wall clock stepped back) does not hold the queue.
+        if age_ms is not None and 0 <= age_ms < settings.purge_interval_s * 1000:
+            raise SqsError(
+                "PurgeQueueInProgress",
+                f"Only one PurgeQueue operation on {info.name} is allowed every "
+                f"{settings.purge_interval_s:g} seconds.",
+                status=403,
+                query_code="AWS.SimpleQueueService.PurgeQueueInProgress",
+            )
+    await tasks.start_purge(info)
     return {}
 
 
