@@ -5,7 +5,7 @@ Processors receive from ``in`` and commit transactions that delete 1-3
 received messages and enqueue 1-2 outputs (dedup id = transaction and output
 number) into ``out`` and ``audit``, while the node is killed with SIGKILL: at
 random moments from outside, and at each named step of the transaction path
-from inside (``DYNAQ_TESTING_CRASH_AT``, :class:`~dynaq.services.queues.transactions.CrashPoint`).
+from inside (``DYNAQ_TESTING_CRASH_AT``, :class:`~dynaq.services.queues.crash_point.CrashPoint`).
 Every attempt is recorded with what the node answered (committed, refused,
 or unknown: the connection died and retries ran out).
 

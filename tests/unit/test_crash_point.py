@@ -1,14 +1,14 @@
-"""The transaction crash point: parsed strictly, inert unless its step is reached.
+"""The crash point: parsed strictly, inert unless its step is reached.
 
 That it really kills the process at the step is what tests/faults/test_transactions.py
-relies on (each crash there is checked to have happened)."""
+and tests/faults/test_tasks.py rely on (each crash there is checked to have happened)."""
 
 from __future__ import annotations
 
 import pytest
 
 from dynaq.errors import InvalidInput
-from dynaq.services.queues.transactions import CRASH_STEPS, CrashPoint
+from dynaq.services.queues.crash_point import CRASH_STEPS, CrashPoint
 
 
 @pytest.mark.parametrize("spec", ["nowhere", "held:x", "held:", "held:0", ":3", "written:1:2"])

@@ -1,8 +1,9 @@
 """Background queue tasks with readable progress: redrive (dead letters back) and purge.
 
 A task runs on the node that accepted it and writes its progress record
-(``t/`` + task id, JSON) after every page (a purge: at most every second; a
-purge resumed after a crash may count fewer than it removed), so any node can answer
+(``t/`` + task id, JSON) with every page (a redrive: in the page's own store
+batch, so its counts are exact through any crash; a purge: at most every
+second, and one resumed after a crash may count fewer than it removed), so any node can answer
 ``GET /v2/tasks/{task}``. Guarantees:
 
 * **Redrive** moves each message of a (dead-letter) queue to ``to_queue``, or
@@ -44,10 +45,11 @@ from dynaq.errors import (
     TaskNotRunning,
 )
 from dynaq.services.catalog import Catalog, QueueInfo
+from dynaq.services.queues.crash_point import CrashPoint
 from dynaq.services.queues.dead_letters import DeadLetters
 from dynaq.services.queues.purge import Purger
 from dynaq.services.queues.task_record import STALE_MS, TaskRecord, decode_task
-from dynaq.storage.base import Store
+from dynaq.storage.base import Put, Store
 from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,8 @@ class QueueTasks:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._cancelled: dict[str, asyncio.Event] = {}
         """Set when a running task of this node is asked to stop (wakes its rate limit)."""
+        self.crash = CrashPoint(None)
+        """A test hook: SIGKILL after a redrive page's batch (see :mod:`.crash_point`)."""
 
     async def start(self) -> None:
         """Resume this node's tasks left running by its last stop or crash."""
@@ -224,19 +228,36 @@ class QueueTasks:
             rows = await self._store.scan(start, end, page)
             if not rows:
                 return rec
-            moved, skipped = await self._dead_letters.redrive_page(info, rows, rec.to_queue)
-            rec = replace(
-                rec,
-                moved=rec.moved + moved,
-                skipped=rec.skipped + skipped,
-                cursor=keys.message_id(rows[-1][0]) + 1,
-                updated_at_ms=self._clock.wall_ms(),
-            )
-            await self._save(rec)
+            # The record after this page goes into the page's own batch.
+            after: list[TaskRecord] = []
+            cursor = keys.message_id(rows[-1][0]) + 1
+            progress = self._page_progress(rec, cursor, after)
+            await self._dead_letters.redrive_page(info, rows, rec.to_queue, progress)
+            self.crash.reached("redrive_page")
+            rec = after[-1]
             # Bounded rate: a page of n messages takes at least n / max_per_s seconds.
             left = len(rows) / rec.max_per_s - (self._clock.monotonic() - began)
             if left > 0:
                 await self._sleep_unless_cancelled(rec.id, left)
+
+    def _page_progress(
+        self, before: TaskRecord, cursor: int, after: list[TaskRecord]
+    ) -> Callable[[int, int], Put]:
+        """The write of ``before``'s record once a page up to ``cursor`` moved and
+        skipped what it says (the new record is appended to ``after``)."""
+
+        def progress(moved: int, skipped: int) -> Put:
+            rec = replace(
+                before,
+                moved=before.moved + moved,
+                skipped=before.skipped + skipped,
+                cursor=cursor,
+                updated_at_ms=self._clock.wall_ms(),
+            )
+            after.append(rec)
+            return Put(keys.task(rec.id), rec.encode())
+
+        return progress
 
     async def _sleep_unless_cancelled(self, task_id: str, seconds: float) -> None:
         """The clock's sleep, cut short when this node is asked to cancel the task."""

@@ -72,14 +72,12 @@ Guarantees:
   by the journal's replay): a retry after the hold is then answered
   ``stale_receipt`` although the transaction is applied.
 
-A crash point (:class:`CrashPoint`) kills the node with SIGKILL at a named
-step, for tests; unset, it costs one comparison per step.
+A crash point (:class:`~dynaq.services.queues.crash_point.CrashPoint`) kills
+the node with SIGKILL at a named step, for tests.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -87,39 +85,10 @@ from dynaq.core import keys
 from dynaq.core.messages import NewMessage
 from dynaq.errors import DynaqError, InvalidInput, ReceiptsInUse, StaleReceipts
 from dynaq.services.catalog import QueueInfo
+from dynaq.services.queues.crash_point import CrashPoint
 from dynaq.services.queues.receipts import Claim, ReceiptActions
 from dynaq.services.queues.writes import PreparedWrite, Writer
 from dynaq.storage.base import Delete, Op, Store
-
-CRASH_STEPS = ("held", "prepared", "written")
-"""Where :class:`CrashPoint` can stop a transaction: after its receipts were held,
-after its outputs were prepared (dedup checked, ids drawn), after its write."""
-
-
-class CrashPoint:
-    """SIGKILL this process at a named step of a transaction (a test hook).
-
-    ``spec`` is ``"<step>"`` (the first time the step is reached) or
-    ``"<step>:<n>"`` (the n-th time); ``None`` disables it.
-    """
-
-    def __init__(self, spec: str | None) -> None:
-        self.step: str | None = None
-        self._left = 0
-        if spec:
-            step, sep, n = spec.partition(":")
-            if step not in CRASH_STEPS or (sep and not (n.isdecimal() and int(n) >= 1)):
-                raise InvalidInput(
-                    f"crash point {spec!r}: want <step>[:<n>], step in {CRASH_STEPS}"
-                )
-            self.step, self._left = step, int(n or 1)
-
-    def reached(self, step: str) -> None:
-        if self.step != step:
-            return
-        self._left -= 1
-        if self._left <= 0:
-            os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True, slots=True)
