@@ -1,5 +1,8 @@
 """The catalog: queue and topic configuration, stored in the store and cached.
 
+This module is the queue half and the one object callers use, :class:`Catalog`;
+the topic half, which it inherits, is :mod:`dynaq.services.catalog_topics`.
+
 Config lives under its own key prefix, one versioned record per queue or
 topic, so a node reloads everything cheaply every sync interval and
 concurrent PATCHes never lose each other (each update is a read, modify and
@@ -12,7 +15,6 @@ make a node hammer the store.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -21,30 +23,21 @@ from typing import Any
 from dynaq.clock import Clock
 from dynaq.config import QueueDefaults
 from dynaq.core import keys
-from dynaq.errors import (
-    AlreadyExists,
-    Conflict,
-    InvalidInput,
-    QueueNotFound,
-    TopicNotFound,
-)
+from dynaq.errors import AlreadyExists, Conflict, InvalidInput, QueueNotFound
+from dynaq.services.catalog_topics import CONFIG_RETRIES, TopicCatalog
 from dynaq.services.queue_records import (
     QueueInfo,
     QueueSettings,
-    Subscription,
     Tombstone,
     TopicInfo,
     apply_settings,
     check_name,
     decode_queue_record,
-    decode_topic,
     encode_queue,
     encode_tombstone,
-    encode_topic,
 )
 from dynaq.storage.base import Store, prefix_end
 
-_RETRIES = 20
 _NEGATIVE_CACHE_S = 1.0
 
 __all__ = ["Catalog", "QueueInfo", "QueueSettings", "Tombstone", "TopicInfo", "check_name"]
@@ -52,7 +45,7 @@ __all__ = ["Catalog", "QueueInfo", "QueueSettings", "Tombstone", "TopicInfo", "c
 log = logging.getLogger(__name__)
 
 
-class Catalog:
+class Catalog(TopicCatalog):
     """Queue and topic config, cached on this node.
 
     A cached queue is trusted for ``cache_ttl_s`` (the sync interval); after
@@ -72,7 +65,7 @@ class Catalog:
         cache_ttl_s: float = 30.0,
         recreate_after_s: float | None = None,
     ) -> None:
-        self._store = store
+        super().__init__(store)
         self._clock = clock
         self._defaults = defaults
         self._ttl_s = cache_ttl_s
@@ -81,7 +74,6 @@ class Catalog:
         )
         self._queues: dict[str, QueueInfo] = {}
         self._loaded: dict[str, float] = {}
-        self._topics: dict[str, TopicInfo] = {}
         self._missing: dict[bytes, float] = {}
         self._queue_listeners: list[Callable[[QueueInfo | None, QueueInfo | None], None]] = []
         self._delete_listeners: list[Callable[[Tombstone], None]] = []
@@ -134,10 +126,7 @@ class Catalog:
                 self._set_queue(name, None)
         for name, info in queues.items():
             self._set_queue(name, info)
-        self._topics = {
-            name: decode_topic(name, raw)
-            for name, raw in await self._scan_prefix(keys.CONFIG_TOPIC)
-        }
+        self._cache_topics(await self._scan_prefix(keys.CONFIG_TOPIC))
 
     async def _scan_prefix(self, prefix: bytes) -> list[tuple[str, bytes]]:
         out: list[tuple[str, bytes]] = []
@@ -199,7 +188,7 @@ class Catalog:
         return record
 
     async def _next_queue_number(self) -> int:
-        for _ in range(_RETRIES):
+        for _ in range(CONFIG_RETRIES):
             item = await self._store.get(keys.QUEUE_NUMBER_SEQ)
             if item is None:
                 if await self._store.put_if_absent(keys.QUEUE_NUMBER_SEQ, b"1") is not None:
@@ -277,7 +266,7 @@ class Catalog:
         """
         key = keys.queue_config(name)
         await self._check_redrive(name, changes)
-        for _ in range(_RETRIES):
+        for _ in range(CONFIG_RETRIES):
             record, version = await self._read_live(name)
             updated = replace(record, settings=apply_settings(record.settings, changes))
             if await self._store.put_if_version(key, encode_queue(updated), version):
@@ -305,7 +294,7 @@ class Catalog:
         and hand its number to the purgers (they resume from tombstones after a crash).
         """
         key = keys.queue_config(name)
-        for _ in range(_RETRIES):
+        for _ in range(CONFIG_RETRIES):
             record, version = await self._read_live(name)
             tomb = Tombstone(name, record.number, self._clock.wall_ms(), purged=False)
             if await self._store.put_if_version(key, encode_tombstone(tomb), version):
@@ -316,10 +305,7 @@ class Catalog:
         self.tombstones[name] = tomb
         for fn in self._delete_listeners:
             fn(tomb)
-        for topic in list(self._topics.values()):
-            if name in topic.queues:
-                with contextlib.suppress(TopicNotFound):
-                    await self.unsubscribe(topic.name, name)
+        await self._unsubscribe_everywhere(name)
         log.info("queue deleted", extra={"queue": name, "number": record.number})
         return record
 
@@ -334,86 +320,3 @@ class Catalog:
             done = Tombstone(tomb.name, tomb.number, record.deleted_ms, purged=True)
             await self._store.put_if_version(key, encode_tombstone(done), item.version)
         self.tombstones.pop(tomb.name, None)
-
-    # topics --------------------------------------------------------------
-
-    def topic_names(self) -> list[str]:
-        return sorted(self._topics)
-
-    async def topic(self, name: str, *, fresh: bool = False) -> TopicInfo:
-        """The topic and its subscriptions: cached (current within one config sync),
-        or read from the store when ``fresh``."""
-        info = self._topics.get(name)
-        if info is not None and not fresh:
-            return info
-        item = await self._store.get(keys.topic_config(name))
-        if item is None:
-            raise TopicNotFound("Topic did not exist.")
-        info = decode_topic(name, item.value)
-        self._topics[name] = info
-        return info
-
-    async def create_topic(self, name: str) -> TopicInfo:
-        check_name("topic", name)
-        info = TopicInfo(name, ())
-        if await self._store.put_if_absent(keys.topic_config(name), encode_topic(info)) is None:
-            raise AlreadyExists("Topic already exists.")
-        self._topics[name] = info
-        return info
-
-    async def delete_topic(self, name: str) -> None:
-        if not await self._store.delete(keys.topic_config(name)):
-            self._topics.pop(name, None)
-            raise TopicNotFound("Topic did not exist.")
-        self._topics.pop(name, None)
-
-    async def _update_topic(
-        self, name: str, change: Callable[[TopicInfo], TopicInfo], missing: str
-    ) -> TopicInfo:
-        key = keys.topic_config(name)
-        for _ in range(_RETRIES):
-            item = await self._store.get(key)
-            if item is None:
-                self._topics.pop(name, None)
-                raise TopicNotFound(missing)
-            updated = change(decode_topic(name, item.value))
-            if await self._store.put_if_version(key, encode_topic(updated), item.version):
-                self._topics[name] = updated
-                return updated
-        raise Conflict("topic changed concurrently; retry")
-
-    async def set_topic_history(self, name: str, on: bool) -> TopicInfo:
-        """Keep (or stop keeping) what is published to ``name`` as a stream."""
-        return await self._update_topic(
-            name, lambda t: replace(t, history=on), "Topic does not exist. Please create it first."
-        )
-
-    async def subscribe(
-        self, topic: str, queue: str, options: Subscription | None = None
-    ) -> TopicInfo:
-        """Subscribe ``queue`` to ``topic`` with ``options`` (idempotent; a subscription
-        that exists takes the new options, None meaning every message, raw)."""
-        if topic not in self._topics and await self._store.get(keys.topic_config(topic)) is None:
-            raise TopicNotFound("Topic does not exist. Please create it first.")
-        try:
-            await self.queue(queue)
-        except QueueNotFound:
-            raise QueueNotFound("Queue does not exist. Please create it first") from None
-
-        def add(t: TopicInfo) -> TopicInfo:
-            queues = t.queues if queue in t.queues else (*t.queues, queue)
-            subs = {q: o for q, o in t.subscriptions.items() if q != queue}
-            if options is not None:
-                subs[queue] = options
-            return replace(t, queues=queues, subscriptions=subs)
-
-        return await self._update_topic(topic, add, "Topic does not exist. Please create it first.")
-
-    async def unsubscribe(self, topic: str, queue: str) -> TopicInfo:
-        """Remove ``queue`` from ``topic``'s subscribers (idempotent)."""
-
-        def remove(t: TopicInfo) -> TopicInfo:
-            subs = {q: o for q, o in t.subscriptions.items() if q != queue}
-            return replace(t, queues=tuple(q for q in t.queues if q != queue), subscriptions=subs)
-
-        return await self._update_topic(topic, remove, "Topic did not exist.")

@@ -1,13 +1,23 @@
 """Queues: the :class:`QueueService` facade and the parts it is composed of.
 
 * :mod:`.service` -- the facade the API and the node use.
-* :mod:`.state` -- per-queue serving state and depth.
-* :mod:`.writes` -- limits, the dedup guard, id allocation, the three-phase
-  write a topic's fanout shares (``prepare``/``note_written``).
-* :mod:`.receive` -- long poll, expired in-flight messages, partition scans.
+* :mod:`.state` -- per-queue serving state and depth; :mod:`.stats` -- the
+  ring-wide figures.
+* :mod:`.writes` -- limits, id allocation, the three-phase write a topic's
+  fanout shares (``prepare``/``note_written``); :mod:`.dedup` -- the dedup guard
+  and its records.
+* :mod:`.receive` -- long poll, expired in-flight messages, partition scans;
+  :mod:`.ring_poll` -- long polls over every node's slice; :mod:`.lane_probe`.
+* :mod:`.deletes` -- deletes and their listeners; :mod:`.receipts` -- deletes
+  and visibility changes by receipt.
 * :mod:`.transactions` -- delete received messages and enqueue outputs, all or nothing.
+* :mod:`.dead_letters`, :mod:`.delays`, :mod:`.retention` -- dead letters,
+  delayed messages, retention.
+* :mod:`.tasks` (with :mod:`.task_record` and :mod:`.purge`) -- redrive and
+  purge tasks with readable progress.
 * :mod:`.upkeep` -- the dedup sweeper and purges of deleted queues.
 * :mod:`.handover` -- hints to slice owners and the graceful-leave handover.
+* :mod:`.crash_point` -- the test hook that kills the node at a named step.
 """
 
 from dynaq.services.queues.handover import PeerHints

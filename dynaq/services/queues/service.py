@@ -15,7 +15,8 @@ Guarantees:
 
 The work is done by parts the facade composes and hands the store, clock and
 ring view: :class:`QueueStates` (serving state, depth), :class:`Writer`,
-:class:`Receiver`, :class:`Transactions` (consume-produce, all or nothing),
+:class:`Receiver`, :class:`Deleter` (deletes and their listeners),
+:class:`Transactions` (consume-produce, all or nothing),
 :class:`Upkeep` (dedup sweeper, purges) and
 :class:`HintRouter` (hints and handover).
 """
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from dynaq.clock import Clock
@@ -34,11 +34,11 @@ from dynaq.core.ids import IdGenerator, lane_of
 from dynaq.core.keyspace import LaneRange
 from dynaq.core.membership import Member, MembershipView
 from dynaq.core.messages import Message, NewMessage, decode
-from dynaq.core.partitions import QueueState
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queues.dead_letters import DeadLetters
 from dynaq.services.queues.delays import DelayMover
+from dynaq.services.queues.deletes import BeforeDelete, DeleteListener, Deleter
 from dynaq.services.queues.handover import Handover, HintRouter, PeerHints, PeerVisibility
 from dynaq.services.queues.receipts import ReceiptActions
 from dynaq.services.queues.receive import Receiver, check_visibility
@@ -51,29 +51,12 @@ from dynaq.services.queues.transactions import Transactions
 from dynaq.services.queues.upkeep import Upkeep
 from dynaq.services.queues.writes import Limits, Writer
 from dynaq.services.snapshots import SnapshotPage, read_page
-from dynaq.storage.base import Delete, Store
+from dynaq.storage.base import Store
+
+__all__ = ["BeforeDelete", "DeleteListener", "QueueRef", "QueueService"]
 
 QueueRef = str | QueueInfo
 """A queue by name, or the :class:`QueueInfo` a handler already resolved (no second lookup)."""
-
-DeleteListener = Callable[[QueueInfo, list[tuple[int, dict[str, str]]]], Awaitable[None]]
-"""Called after messages were deleted (acknowledged), with ``(id, attributes)`` of
-each deleted message that had attributes."""
-
-
-@dataclass(frozen=True)
-class BeforeDelete:
-    """A delete listener that must succeed for the delete to happen.
-
-    It runs before the messages are deleted, with ``(id, attributes)`` of each
-    message about to be deleted that has attributes (one still stored, or in
-    flight here). If it raises, nothing is deleted and the error is the
-    delete's: the caller retries the delete and the listener runs again, so it
-    must be idempotent. This is how an effect is tied to a delete without a
-    window: an acknowledged delete implies the listener succeeded.
-    """
-
-    listener: DeleteListener
 
 
 class QueueService:
@@ -117,12 +100,17 @@ class QueueService:
             store, clock, view, self.states, metrics, catalog.cached_queues
         )
         self.statistics.dead_lettered = self.dead_letters.moved
+        self.deleter = Deleter(store, self.states, self.hints, metrics)
         self.receipts = ReceiptActions(
             self.states, view, clock, self.delete, self.change_visibility_here,
             lambda: self._peer_visibility,
         )  # fmt: skip
         self.transactions = Transactions(
-            store, self.writer, self.receipts, self.before_deleting, self.after_deleted
+            store,
+            self.writer,
+            self.receipts,
+            self.deleter.before_deleting,
+            self.deleter.after_deleted,
         )
         serving = lambda: self.receiver.in_ring and not self.receiver.draining  # noqa: E731
         self.delays = DelayMover(store, catalog, clock, view, self.states, metrics, serving)
@@ -134,8 +122,6 @@ class QueueService:
             store, catalog, self.dead_letters, self.note_purged, clock, lambda: view.me.name
         )
         self.upkeep = Upkeep(store, clock, catalog, dedup_window_s)
-        self._delete_listeners: list[DeleteListener] = []
-        self._before_delete: list[DeleteListener] = []
         catalog.on_queue_change(self._queue_changed)
         catalog.on_queue_deleted(lambda tomb: self.upkeep.start_purge(tomb.number, tomb))
         view.on_change(self.states.relayout)
@@ -317,87 +303,13 @@ class QueueService:
     # deletes & visibility -------------------------------------------------------
 
     def add_delete_listener(self, listener: DeleteListener | BeforeDelete) -> None:
-        """Be told about every deleted message with attributes: after the delete is
-        durable, or before it and able to stop it (:class:`BeforeDelete`).
-
-        A message this node has in flight (it served it) carries its attributes
-        in the in-flight table, so the usual receive-then-delete costs no read;
-        other ids (deleted through a node that did not serve them, or never
-        received) are read in one batch before the delete.
-        """
-        if isinstance(listener, BeforeDelete):
-            self._before_delete.append(listener.listener)
-        else:
-            self._delete_listeners.append(listener)
+        """Be told about every deleted message with attributes (see
+        :meth:`Deleter.add_listener`)."""
+        self.deleter.add_listener(listener)
 
     async def delete(self, queue: QueueRef, ids: Iterable[int]) -> list[int]:
-        """Delete messages; return the ids that existed (and were removed).
-
-        :class:`BeforeDelete` listeners run first; if one raises, nothing is
-        deleted and the error propagates.
-        """
-        info = await self._info(queue)
-        ids = list(dict.fromkeys(ids))
-        if not ids:
-            return []
-        attrs = await self.before_deleting(info, ids)
-        existed = await self._store.write_batch([Delete(keys.message(info.number, i)) for i in ids])
-        removed = [i for i, e in zip(ids, existed, strict=True) if e]
-        await self.after_deleted(info, ids, removed, attrs)
-        return removed
-
-    async def before_deleting(self, info: QueueInfo, ids: list[int]) -> dict[int, dict[str, str]]:
-        """Run the :class:`BeforeDelete` listeners for ``ids`` (raising stops the delete);
-        return the attributes the after-delete listeners will need."""
-        attrs: dict[int, dict[str, str]] = {}
-        if self._delete_listeners or self._before_delete:
-            attrs = await self._attributes(info, self.states.get(info.number), ids)
-        if self._before_delete and attrs:
-            doomed = [(i, attrs[i]) for i in ids if i in attrs]
-            for listener in self._before_delete:
-                await listener(info, doomed)
-        return attrs
-
-    async def after_deleted(
-        self, info: QueueInfo, ids: list[int], removed: list[int], attrs: dict[int, dict[str, str]]
-    ) -> None:
-        """Account for a durable delete of ``ids`` (``removed``: those that existed):
-        in-flight state, depth, hints to the owners, metrics, delete listeners."""
-        st = self.states.get(info.number)
-        if st is not None:
-            st.note_deleted(ids)
-            for i in ids:
-                st.forget(i)
-        self.hints.deleted(info, removed)
-        if removed:
-            self.states.add_depth(info.number, -len(removed))
-            self._metrics.incr(f"{info.name}.deleted.count", len(removed))
-            if attrs and self._delete_listeners:
-                deleted = [(i, attrs[i]) for i in removed if i in attrs]
-                if deleted:
-                    for listener in self._delete_listeners:
-                        await listener(info, deleted)
-
-    async def _attributes(
-        self, info: QueueInfo, st: QueueState | None, ids: list[int]
-    ) -> dict[int, dict[str, str]]:
-        """Attributes of the messages about to be deleted: from the in-flight table, else read."""
-        out: dict[int, dict[str, str]] = {}
-        unknown: list[int] = []
-        for i in ids:
-            f = st.inflight.get(i) if st is not None else None
-            if f is None:
-                unknown.append(i)
-            elif f.attributes:
-                out[i] = f.attributes
-        if unknown:
-            items = await self._store.get_many([keys.message(info.number, i) for i in unknown])
-            for i, it in zip(unknown, items, strict=True):
-                if it is not None:
-                    m = decode(i, it.value)
-                    if m.attributes:
-                        out[i] = m.attributes
-        return out
+        """Delete messages; return the ids that existed (see :meth:`Deleter.delete`)."""
+        return await self.deleter.delete(await self._info(queue), ids)
 
     async def change_visibility(
         self, queue: QueueRef, ids: Iterable[int], visibility_timeout_s: float
