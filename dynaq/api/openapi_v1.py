@@ -1,9 +1,15 @@
-"""The OpenAPI paths of the v1 (Dynamiq-compatible) routes, :mod:`dynaq.api.v1`."""
+"""The OpenAPI paths of the v1 (Dynamiq-compatible) routes, :mod:`dynaq.api.v1`.
+
+This module describes the routes that report the ring and manage queues and
+topics; the message routes (publish, enqueue, receive, peek, delete) are
+described in :mod:`dynaq.api.openapi_v1_messages`. :func:`paths` assembles
+both, in one fixed order (status, topics, publish, queues, queue messages), so
+every node's document lists them alike.
+"""
 
 from __future__ import annotations
 
 from dynaq.api.openapi_common import (
-    ITEM_ID,
     MAX_VISIBILITY_S,
     QUEUE,
     TOPIC,
@@ -14,48 +20,16 @@ from dynaq.api.openapi_common import (
     link,
     operation,
     path_param,
-    query_param,
     ref,
     response,
 )
 from dynaq.api.openapi_queues import settings_patch_extensions, subscription_body
+from dynaq.api.openapi_v1_messages import publish_paths, queue_message_paths
 
 TAG = "v1"
 
 _QUEUE_LINK = {"queue": "$request.path.queue"}
 _TOPIC_LINK = {"topic": "$request.path.topic"}
-
-_BATCH_ITEM = query_param(
-    "batch_item_id",
-    {"type": "string", "pattern": f"^$|^{ITEM_ID}$"},
-    "Tags the message with a batch item `batchId:blockId:index` (acked when the message "
-    "is deleted); a malformed id is a 422, an empty one tags nothing.",
-)
-_BATCH_ITEM_HEADER = {
-    **_BATCH_ITEM,
-    "in": "header",
-    "name": "X-Dynaq-Batch-Item",
-    "schema": {"type": "string", "pattern": f"^{ITEM_ID}$"},
-    "description": "The same as `batch_item_id` (which wins when both are given), but an "
-    "empty one is a 422.",
-}
-_RAW_BODY = body(
-    required=False,
-    octet={"type": "string", "format": "binary"},
-    text={"type": "string"},
-)
-_RAW_DESCRIPTION = (
-    "The raw request body is the message, whatever its Content-Type; over the message "
-    "size limit it is a 413."
-)
-
-
-def _ids_param(description: str) -> Obj:
-    return path_param(
-        "ids",
-        {"type": "string", "pattern": "^[0-9]{1,19}([ ,+]+[0-9]{1,19})*$"},
-        description,
-    )
 
 
 def _settings_patch() -> Obj:
@@ -215,28 +189,10 @@ def _topic_paths() -> Obj:
                 parameters=[TOPIC, unsubscribed],
             ),
         },
-        "/v1/topics/{topic}/message": {
-            "parameters": [TOPIC],
-            "put": operation(
-                "v1Publish",
-                "Publish one message to every subscribed queue",
-                TAG,
-                {
-                    "200": response(
-                        "One new id per subscribed queue.",
-                        json={"type": "object", "additionalProperties": ref("MessageId")},
-                    ),
-                    **errors(404, 413, 422, 503),
-                },
-                parameters=[_BATCH_ITEM, _BATCH_ITEM_HEADER],
-                body=_RAW_BODY,
-                description=_RAW_DESCRIPTION,
-            ),
-        },
     }
 
 
-def _queue_paths(limits: SpecLimits) -> Obj:
+def _queue_paths() -> Obj:
     return {
         "/v1/queues": {
             "get": operation(
@@ -299,124 +255,14 @@ def _queue_paths(limits: SpecLimits) -> Obj:
                 {"200": response("Deleted.", json=ref("Deleted")), **errors(404, 409, 503)},
             ),
         },
-        "/v1/queues/{queue}/message": {
-            "parameters": [QUEUE],
-            "put": operation(
-                "v1Enqueue",
-                "Enqueue one message",
-                TAG,
-                {
-                    "200": response(
-                        "The new message's id.",
-                        text={"type": "string", "pattern": "^[0-9]{1,19}$"},
-                        links={
-                            "Delete": link(
-                                "v1DeleteMessage",
-                                "Delete it",
-                                parameters={**_QUEUE_LINK, "ids": "$response.body"},
-                            ),
-                            "Peek": link(
-                                "v1Peek",
-                                "Peek at it",
-                                parameters={**_QUEUE_LINK, "ids": "$response.body"},
-                            ),
-                        },
-                    ),
-                    **errors(404, 413, 422, 503),
-                },
-                parameters=[_BATCH_ITEM, _BATCH_ITEM_HEADER],
-                body=_RAW_BODY,
-                description=_RAW_DESCRIPTION,
-            ),
-        },
-        "/v1/queues/{queue}/messages/{batch_size_or_ids}": {
-            "get": operation(
-                "v1Receive",
-                "Receive up to batch_size messages",
-                TAG,
-                {
-                    "200": response(
-                        "The messages; [] when nothing is visible.",
-                        json={
-                            "type": "array",
-                            "maxItems": limits.max_batch,
-                            "items": ref("V1Message"),
-                        },
-                    ),
-                    **errors(404, 422, 503),
-                },
-                parameters=[
-                    QUEUE,
-                    path_param(
-                        "batch_size_or_ids",
-                        {"type": "integer", "minimum": 1, "maximum": limits.max_batch},
-                        "The batch size, in ASCII digits.",
-                    ),
-                ],
-            ),
-            "delete": operation(
-                "v1DeleteMessages",
-                "Delete messages",
-                TAG,
-                {
-                    "200": response(
-                        "How many existed.",
-                        json={
-                            "type": "object",
-                            "required": ["deleted"],
-                            "properties": {"deleted": {"type": "integer", "minimum": 0}},
-                            "additionalProperties": False,
-                        },
-                    ),
-                    **errors(404, 422, 503),
-                },
-                parameters=[
-                    QUEUE,
-                    path_param(
-                        "batch_size_or_ids",
-                        {"type": "string", "pattern": "^[0-9]{1,19}([ ,+]+[0-9]{1,19})*$"},
-                        "Message ids separated by commas (or spaces or +).",
-                    ),
-                ],
-            ),
-        },
-        "/v1/queues/{queue}/message/{ids}": {
-            "get": operation(
-                "v1Peek",
-                "Read messages by id without locking them",
-                TAG,
-                {
-                    "200": response(
-                        "The messages that exist.",
-                        json={
-                            "type": "object",
-                            "required": ["messages"],
-                            "properties": {
-                                "messages": {"type": "array", "items": ref("V1Message")}
-                            },
-                            "additionalProperties": False,
-                        },
-                    ),
-                    **errors(404, 422, 503),
-                },
-                parameters=[QUEUE, _ids_param("Message ids separated by spaces (or , or +).")],
-            ),
-            "delete": operation(
-                "v1DeleteMessage",
-                "Delete one message",
-                TAG,
-                {
-                    "200": response("Whether it existed.", json={"type": "boolean"}),
-                    **errors(404, 422, 503),
-                },
-                parameters=[
-                    QUEUE,
-                    path_param("ids", {"type": "string", "pattern": "^[0-9]{1,19}$"}, "One id."),
-                ],
-            ),
-        },
     }
 
 
 def paths(limits: SpecLimits) -> Obj:
-    return {**_status_paths(), **_topic_paths(), **_queue_paths(limits)}
+    return {
+        **_status_paths(),
+        **_topic_paths(),
+        **publish_paths(),
+        **_queue_paths(),
+        **queue_message_paths(limits),
+    }

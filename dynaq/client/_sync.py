@@ -357,12 +357,8 @@ class Client(SyncStreams, SyncBatches, SyncProcessors):
     def transact(
         self, deletes: Sequence[TxnDelete] = (), enqueues: Sequence[TxnEnqueue] = ()
     ) -> TxnResult:
-        """Delete received messages (by receipt) and enqueue outputs, all or nothing.
-
-        Raises :class:`~dynaq.errors.StaleReceipts` (its ``receipts``) when a receipt
-        is not current (received again since, expired, or deleted): nothing was
-        applied. Outputs whose ``dedup_id`` is already stored come back ``duplicate``.
-        """
+        """Delete received messages and enqueue outputs, all or nothing: see
+        :func:`.ops_queues.transact`."""
         return self._run(ops_queues.transact(deletes, enqueues))
 
     # topics ------------------------------------------------------------------

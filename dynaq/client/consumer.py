@@ -23,7 +23,8 @@ What it does, and guarantees:
   (visibility 0); messages in hand are waited for (``drain_timeout_s``, with
   heartbeats) and their acks flushed before the block ends.
 
-Settle every message: ``message.ack()``, ``message.release()``, or use it as
+Settle every message (a :class:`Delivery`, defined in :mod:`dynaq.client.delivery`):
+``message.ack()``, ``message.release()``, or use it as
 ``async with message:`` (ack on success, release on an exception). Or let
 :meth:`Consumer.run` call a handler per message in up to ``concurrency`` tasks.
 """
@@ -36,11 +37,13 @@ import logging
 import random
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from types import TracebackType
 from typing import Protocol
 
+from dynaq.client.delivery import Delivery
 from dynaq.client.types import ReceivedMessage, RingMember
 from dynaq.errors import DynaqError
+
+__all__ = ["STOP_SIGNALS", "Consumer", "ConsumerClient", "Delivery"]
 
 
 class ConsumerClient(Protocol):
@@ -69,60 +72,6 @@ log = logging.getLogger(__name__)
 
 _ACK_LINGER_S = 0.02
 """Acks wait this long for company before a delete is sent."""
-
-
-class Delivery:
-    """A received message held by a consumer until it is settled."""
-
-    def __init__(self, consumer: Consumer, message: ReceivedMessage) -> None:
-        self._consumer = consumer
-        self.message = message
-        self.settled = False
-        self.lost_lease = False
-        """The serving node no longer had it in flight at a heartbeat (it restarted,
-        or the timeout passed): it may be served to another consumer too."""
-
-    @property
-    def id(self) -> int:
-        return self.message.id
-
-    @property
-    def body(self) -> bytes:
-        return self.message.body
-
-    @property
-    def attributes(self) -> dict[str, str]:
-        return self.message.attributes or {}
-
-    @property
-    def receive_count(self) -> int:
-        return self.message.receive_count
-
-    def ack(self) -> None:
-        """Done: delete it (in the next batch). Settling twice does nothing."""
-        if not self.settled:
-            self.settled = True
-            self._consumer._settle(self, ack=True)
-
-    def release(self) -> None:
-        """Not done: make it visible again now, for any consumer."""
-        if not self.settled:
-            self.settled = True
-            self._consumer._settle(self, ack=False)
-
-    async def __aenter__(self) -> Delivery:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if kind is None:
-            self.ack()
-        else:
-            self.release()
-
-    def __repr__(self) -> str:
-        return f"Delivery(id={self.id}, receive_count={self.receive_count})"
 
 
 class Consumer:

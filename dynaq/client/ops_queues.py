@@ -189,7 +189,12 @@ def peek(queue: str, ids: Sequence[int]) -> Op[list[PeekedMessage]]:
 
 
 def transact(deletes: Sequence[TxnDelete], enqueues: Sequence[TxnEnqueue]) -> Op[TxnResult]:
-    """One ``POST /v2/transactions`` (never split: it is all or nothing).
+    """Delete received messages (by receipt) and enqueue outputs, all or nothing: one
+    ``POST /v2/transactions`` (never split).
+
+    Raises :class:`~dynaq.errors.StaleReceipts` (its ``receipts``) when a receipt
+    is not current (received again since, expired, or deleted): nothing was
+    applied. Outputs whose ``dedup_id`` is already stored come back ``duplicate``.
 
     Resent after any retriable failure only when every output has a dedup id (and
     there is one): a retry of a transaction that committed is then answered as a

@@ -16,6 +16,8 @@ calls. What it models:
   prefix; it wraps at the partition's end. A partition whose full pass found
   nothing is *idle* and is not scanned again until an enqueue touches its
   lanes, or ``idle_rescan_s`` passes (other nodes may write into it).
+* The **deletes racing store reads**, so a read's snapshot never serves a
+  message deleted meanwhile (kept in a :class:`~dynaq.core.delete_record.DeleteRecord`).
 
 In-flight state lives in this node's memory only. If the node dies, the new
 owner of the slice serves those messages again at once: at-least-once, with
@@ -32,6 +34,7 @@ import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from dynaq.core.delete_record import DeleteRecord
 from dynaq.core.ids import LANE_SHIFT, lane_of
 from dynaq.core.keyspace import LaneRange, partition_ranges
 
@@ -111,9 +114,7 @@ class QueueState:
         self.signal = asyncio.Event()
         # Deletes that land while a store read is in flight: that read's
         # snapshot may still hold the deleted message, which must not be served.
-        self._active_reads: dict[int, int] = {}  # token -> reads holding it
-        self._delete_seq = 0
-        self._deleted: dict[int, int] = {}  # id -> delete seq, in seq order
+        self._reads = DeleteRecord()
         self._heap: list[tuple[float, int]] = []
         self.partitions: list[Partition] = []
         self._starts: list[int] = []
@@ -203,50 +204,27 @@ class QueueState:
                 return True
         return False
 
-    # reads racing deletes ------------------------------------------------
+    # reads racing deletes (see :class:`DeleteRecord`) -------------------
 
     def begin_read(self) -> int:
-        """Call before a store read whose rows may be served; returns a token.
-
-        Readers check :meth:`deleted_since` right after :meth:`end_read`
-        without awaiting in between, so deletes older than every read still
-        in flight can be forgotten (that keeps the record small under load,
-        when some read is nearly always in flight).
-        """
-        token = self._delete_seq
-        self._active_reads[token] = self._active_reads.get(token, 0) + 1
-        self._prune()
-        return token
+        """Call before a store read whose rows may be served; returns a token. Check
+        rows with :meth:`deleted_since` before awaiting anything after :meth:`end_read`."""
+        return self._reads.begin_read()
 
     def end_read(self, token: int) -> None:
-        left = self._active_reads[token] - 1
-        if left:
-            self._active_reads[token] = left
-        else:
-            del self._active_reads[token]
-
-    def _prune(self) -> None:
-        if not self._deleted:
-            return
-        oldest = min(self._active_reads, default=self._delete_seq)
-        stale: list[int] = []
-        for mid, seq in self._deleted.items():  # in seq order: stop at the first live one
-            if seq > oldest:
-                break
-            stale.append(mid)
-        for mid in stale:
-            del self._deleted[mid]
+        self._reads.end_read(token)
 
     def note_deleted(self, message_ids: Iterable[int]) -> None:
-        if self._active_reads:
-            self._delete_seq += 1
-            for mid in message_ids:
-                self._deleted.pop(mid, None)  # keep the dict in seq order
-                self._deleted[mid] = self._delete_seq
+        self._reads.note_deleted(message_ids)
 
     def deleted_since(self, message_id: int, token: int) -> bool:
         """Whether ``message_id`` was deleted after the read holding ``token`` began."""
-        return self._deleted.get(message_id, 0) > token
+        return self._reads.deleted_since(message_id, token)
+
+    @property
+    def _deleted(self) -> dict[int, int]:
+        """The deletes still remembered (a test checks the record stays small)."""
+        return self._reads.deleted
 
     # in-flight ----------------------------------------------------------
 

@@ -6,7 +6,8 @@ Guarantees:
 - **Durable before acknowledged.** :meth:`StreamService.append` returns only after
   its entries are written and fsync'd. Appends are handed to one I/O thread;
   while it commits a group, new appends queue up and go together in the next
-  group, so many concurrent appends share one fsync (group commit).
+  group, so many concurrent appends share one fsync (group commit:
+  :mod:`dynaq.streams.committer`).
 - **All or nothing per request**, and in order: an append whose entries fail the
   schema (422) or whose order keys decrease (409) writes nothing; indexes are
   dense, 0-based and assigned in commit order.
@@ -45,13 +46,13 @@ from dynaq.errors import (
     StreamUnavailable,
     SubscriptionNotFound,
 )
-from dynaq.streams.commits import AppendJob, io_commit
+from dynaq.streams.commits import AppendJob
+from dynaq.streams.committer import GroupCommit
 from dynaq.streams.leases import PublisherLease
 from dynaq.streams.listen import Chunk, Cursor, Stops
 from dynaq.streams.schema import EntryType
 from dynaq.streams.stream import META, Staged, Stream
 from dynaq.streams.subscriptions import Start, Subscription, follow, start_at
-from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,79}")
@@ -94,9 +95,7 @@ class StreamService:
         self._broken: dict[str, str] = {}
         self._io = ThreadPoolExecutor(1, thread_name_prefix="dynaq-streams-io")
         self._read = ThreadPoolExecutor(config.read_threads, thread_name_prefix="dynaq-streams-rd")
-        self._pending: list[AppendJob] = []
-        self._wake = asyncio.Event()
-        self._committer: asyncio.Task[None] | None = None
+        self._commits = GroupCommit(self._io, clock, self._admit, self._wake_listeners)
         self._declare_lock = asyncio.Lock()
 
     async def _in_io(self, fn: Any, *args: Any) -> Any:
@@ -128,7 +127,7 @@ class StreamService:
                 log.warning("stream torn tail truncated", extra={"stream": name, "bytes": cut})
             self._streams[name] = stream
             self._runtime[name] = _Runtime()
-        self._committer = asyncio.create_task(self._commit_loop(), name="streams-commit")
+        self._commits.start()
 
     def stop_listeners(self) -> None:
         """End every listener (before the HTTP site drains: they would never end)."""
@@ -139,11 +138,7 @@ class StreamService:
     async def close(self) -> None:
         """Stop listeners, commit what is queued, close the files."""
         self.stop_listeners()
-        while self._pending:
-            self._wake.set()
-            await asyncio.sleep(0)
-            await self._in_io(lambda: None)
-        await cancel_and_wait(self._committer)
+        await self._commits.stop()
         for stream in self._streams.values():
             await self._in_io(stream.io_close)
         await asyncio.to_thread(self._io.shutdown, wait=True)
@@ -271,9 +266,7 @@ class StreamService:
             raise InvalidInput("entries must hold at least one entry")
         self._check_publisher(rt, token)
         future: asyncio.Future[Staged] = asyncio.get_running_loop().create_future()
-        self._pending.append(AppendJob(stream, entries, token, future, expect=expect))
-        self._wake.set()
-        return await future
+        return await self._commits.submit(AppendJob(stream, entries, token, future, expect=expect))
 
     async def replicate(self, name: str, first_index: int, entries: list[Any]) -> Staged:
         """Append entries copied from the stream's authority at exactly ``first_index``
@@ -282,11 +275,8 @@ class StreamService:
         never holds what its schema refuses."""
         stream, _ = self._get(name)
         future: asyncio.Future[Staged] = asyncio.get_running_loop().create_future()
-        self._pending.append(
-            AppendJob(stream, entries, None, future, expect=first_index, replica=True)
-        )
-        self._wake.set()
-        return await future
+        job = AppendJob(stream, entries, None, future, expect=first_index, replica=True)
+        return await self._commits.submit(job)
 
     def epoch(self, name: str) -> int:
         """The authority epoch this node's copy of ``name`` was last written under."""
@@ -324,39 +314,20 @@ class StreamService:
     def _check_publisher(self, rt: _Runtime, token: int | None) -> None:
         rt.lease.check(token, self.clock.monotonic())
 
-    async def _commit_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            jobs, self._pending = self._pending, []
-            if not jobs:
-                continue
-            # Leases are checked again at commit time: one may have changed meanwhile.
-            checked: list[AppendJob] = []
-            for job in jobs:
-                rt = self._runtime.get(job.stream.name)
-                try:
-                    if rt is None or job.stream.name not in self._streams:
-                        raise StreamNotFound(f"stream {job.stream.name!r} was deleted")
-                    if not job.replica:
-                        self._check_publisher(rt, job.token)
-                    checked.append(job)
-                except DynaqError as exc:
-                    if not job.future.done():
-                        job.future.set_exception(exc)
-            results = await loop.run_in_executor(self._io, io_commit, checked, self.clock.wall_ms())
-            for job, result in zip(checked, results, strict=True):
-                if job.future.done():
-                    continue
-                if isinstance(result, BaseException):
-                    job.future.set_exception(result)
-                else:
-                    job.future.set_result(result)
-            for stream in {id(j.stream): j.stream for j in checked}.values():
-                rt = self._runtime.get(stream.name)
-                for sub in list(rt.subscribers.values()) if rt else []:
-                    sub.wake.set()
+    def _admit(self, job: AppendJob) -> None:
+        """Check a queued append again as its group commits (:class:`GroupCommit`): the
+        stream may be gone, or its lease changed hands, since it was queued."""
+        rt = self._runtime.get(job.stream.name)
+        if rt is None or job.stream.name not in self._streams:
+            raise StreamNotFound(f"stream {job.stream.name!r} was deleted")
+        if not job.replica:
+            self._check_publisher(rt, job.token)
+
+    def _wake_listeners(self, stream: Stream) -> None:
+        """``stream`` has new durable entries: its listeners read on."""
+        rt = self._runtime.get(stream.name)
+        for sub in list(rt.subscribers.values()) if rt else []:
+            sub.wake.set()
 
     # -- publisher lease ---------------------------------------------------------
 
