@@ -17,14 +17,8 @@ import time
 from pathlib import Path
 
 from dynaq.testing import History, run_cluster, run_node
-from dynaq.testing.fanout import (
-    FanoutHistory,
-    FanoutWorkload,
-    Filter,
-    Sample,
-    check_fanout,
-    run_fanout,
-)
+from dynaq.testing.fanout import FanoutWorkload, Filter, Sample, run_fanout
+from dynaq.testing.fanout_history import FanoutHistory, check_fanout
 from dynaq.testing.servers.cassandra import CassandraServer
 from tests.faults.helpers import kill9_and_rejoin
 from tests.fixtures.cassandra import new_keyspace

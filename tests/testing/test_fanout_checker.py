@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from dynaq.testing.fanout import FanoutHistory, Publish, check_fanout
+from dynaq.testing.fanout_history import FanoutHistory, Publish, check_fanout
 
 QUEUES = ("a", "b", "c")
 
