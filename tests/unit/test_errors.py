@@ -35,7 +35,7 @@ def _defined_errors() -> dict[str, type[DynaqError]]:
     return {
         name: cls
         for name, cls in inspect.getmembers(dynaq.errors, inspect.isclass)
-        if issubclass(cls, DynaqError) and cls.__module__ == dynaq.errors.__name__
+        if issubclass(cls, DynaqError) and cls.__module__.startswith(dynaq.errors.__name__ + ".")
     }
 
 
