@@ -11,19 +11,21 @@ still in hand (see :mod:`dynaq.client.consumer` for what that guarantees).
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dynaq.client.types import ReceivedMessage
 
-if TYPE_CHECKING:
-    # Only named in annotations: the consumer imports this module to build deliveries.
-    from dynaq.client.consumer import Consumer
+
+class Settler(Protocol):
+    """Who a delivery is handed back to when settled (its consumer)."""
+
+    def _settle(self, d: Delivery, *, ack: bool) -> None: ...
 
 
 class Delivery:
     """A received message held by a consumer until it is settled."""
 
-    def __init__(self, consumer: Consumer, message: ReceivedMessage) -> None:
+    def __init__(self, consumer: Settler, message: ReceivedMessage) -> None:
         self._consumer = consumer
         self.message = message
         self.settled = False

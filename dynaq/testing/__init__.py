@@ -55,7 +55,7 @@ where the external servers are:
 Nothing here imports pytest or the repository's ``tests`` package.
 """
 
-from dynaq.testing.history import History, Verdict, check
+from dynaq.testing.history import History
 from dynaq.testing.process import free_port
 from dynaq.testing.runners import (
     Cluster,
@@ -69,6 +69,7 @@ from dynaq.testing.runners import (
     run_statsd,
     settings_env,
 )
+from dynaq.testing.verdict import Verdict, check
 from dynaq.testing.workload import FaultPlan, Workload, run_workload
 
 __all__ = [

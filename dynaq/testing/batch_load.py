@@ -22,7 +22,8 @@ from typing import Any
 
 import aiohttp
 
-from dynaq.testing.history import History, TrackedBatch, batch_due, deliveries_by_token
+from dynaq.testing.history import History, TrackedBatch
+from dynaq.testing.verdict import batch_due, deliveries_by_token
 
 BATCH_BASE = "/api/v1/batch/exact"
 ITEM_ATTRIBUTE = "dynaq.batch_item"

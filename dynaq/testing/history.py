@@ -22,22 +22,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from dynaq.testing.verdict import Verdict, batch_due, check, check_batches, deliveries_by_token
-
-__all__ = [
-    "Delivery",
-    "Enqueue",
-    "Fault",
-    "History",
-    "Outcome",
-    "TrackedBatch",
-    "Verdict",
-    "batch_due",
-    "check",
-    "check_batches",
-    "deliveries_by_token",
-]
-
 Outcome = Literal["ok", "failed", "unknown"]
 
 

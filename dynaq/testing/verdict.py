@@ -33,14 +33,11 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
+from collections.abc import Mapping, Set
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from collections.abc import Mapping, Set
-
-    # Only named in annotations: the history module re-exports this one's names.
-    from dynaq.testing.history import Delivery, Enqueue, Fault, History, TrackedBatch
+from dynaq.testing.history import Delivery, Enqueue, Fault, History, TrackedBatch
 
 
 @dataclass

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from dynaq.testing import Cluster
-from dynaq.testing.history import History, Verdict, check
+from dynaq.testing.history import History
+from dynaq.testing.verdict import Verdict, check
 
 COMPLETION_TOPIC = "batch-done"
 """The nodes' ``batches.completion_topic`` in fault runs (``batches_completion_topic=``):

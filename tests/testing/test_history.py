@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dynaq.testing.history import Delivery, Enqueue, Fault, History, TrackedBatch, check
+from dynaq.testing.history import Delivery, Enqueue, Fault, History, TrackedBatch
+from dynaq.testing.verdict import check
 
 VT = 5.0
 
