@@ -112,6 +112,11 @@ def _floors(res: dict[str, PhaseResult], disk: dict[str, dict[str, float]]) -> d
         r = res.get(key)
         return r.msgs_per_s if r else 0.0
 
+    def client_cpu_per_msg(key: str) -> float:
+        """Client CPU per message in µs (0 when the phase did not run)."""
+        r = res.get(key)
+        return r.client_cpu_s / r.count * 1e6 if r and r.count else 0.0
+
     # The median of the three probes (start, just before the round trips, end):
     # one probe caught in a neighbour's write burst must not move the floor.
     probes = sorted(disk[k]["p50"] for k in ("before", "rtt", "after") if k in disk)
@@ -129,4 +134,10 @@ def _floors(res: dict[str, PhaseResult], disk: dict[str, dict[str, float]]) -> d
         "rtt_within_floor": 0 < p50("dq_rtt") <= floor,
         "ratio_single_vs_http_floor": _ratio(rate_of("dq_single"), rate_of("fl_single")),
         "ratio_http_floor_single_vs_peer": _ratio(rate_of("fl_single"), rate_of("js_single")),
+        # What the HTTP client alone would burn to send single enqueues at the peer's
+        # rate: at 2+ cores on a 2-core box, 1x the peer is out of reach for any HTTP
+        # server measured with this client here.
+        "client_cores_for_peer_single_rate": round(
+            rate_of("js_single") * client_cpu_per_msg("fl_single") / 1e6, 2
+        ),
     }

@@ -43,7 +43,11 @@ and the run measures one durable LMDB commit directly
 (``floor_*``), dynaq's ratio to JetStream for every phase (``ratio_*``), and
 whether the round trip's p50 is within fdatasync p50 (the median of three
 probes: at the start, just before the round trips, at the end) + the bare
-HTTP round trip p50 + 0.3 ms (``rtt_floor_ms``, ``rtt_within_floor``). Every phase
+HTTP round trip p50 + 0.3 ms (``rtt_floor_ms``, ``rtt_within_floor``).
+``client_cores_for_peer_single_rate`` is the CPU the HTTP client alone would
+need to send single enqueues at the peer's rate (its CPU per request against
+the bare server, times the peer's rate): on a 2-core box, a figure near 2 says
+the single x16 target is out of reach for any HTTP server measured this way. Every phase
 starts after a ``sync(2)``, so none pays for the write-back of another's
 unsynced pages.
 

@@ -93,6 +93,13 @@ def test_queue_quick_reports_named_positive_figures() -> None:
     floor = result["floor_fdatasync_p50_ms"] + result["floor_http_rtt_p50_ms"] + 0.3
     assert result["rtt_floor_ms"] == pytest.approx(floor, abs=0.002)
     assert isinstance(result["rtt_within_floor"], bool)
+    # The client's CPU at the peer's single-send rate: its CPU per request against
+    # the bare server times that rate.
+    need = (
+        result["peer_publish_single_msgs_per_s"] * result["client_cpu_us_per_msg_fl_single"] / 1e6
+    )
+    assert result["client_cores_for_peer_single_rate"] == pytest.approx(need, abs=0.02)
+    assert result["client_cores_for_peer_single_rate"] > 0
     # Every message enqueued in the batch phase was received and deleted.
     counts = result["counts"]
     assert counts["dq_consume"] == counts["dq_batch"] > 0
