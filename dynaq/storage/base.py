@@ -75,6 +75,15 @@ ID_EPOCH_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z
 class Store(abc.ABC):
     """An ordered, durable key-value store with range scans."""
 
+    records_settle_in_batches: bool = False
+    """Whether a record written inside :meth:`write_batch` is ordered with the
+    single puts of that key before and after it, exactly as a :meth:`put` would
+    be, so a batch may carry the state record of the work it applies. True on
+    one LMDB environment and in memory. False on Cassandra (a batch is not the
+    Paxos write that orders a record's puts) and on Riak (a batch cut short is
+    finished later from its journal, and could then put an old record back):
+    there such a record is written on its own, after the batch."""
+
     async def open(self) -> None:  # noqa: B027 - optional hook, default does nothing
         """Prepare the store (create files, connect). Idempotent."""
 

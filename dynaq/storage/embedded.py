@@ -61,6 +61,9 @@ _YIELD_EVERY = 8
 class LmdbStore(Store):
     """LMDB-backed :class:`~dynaq.storage.base.Store` with group commit.
 
+    Every write, a batch included, is one transaction under LMDB's single
+    writer lock, in submission order: records settle in batches.
+
     ``path`` is a directory; ``map_size`` is address space, not disk, so it
     can be large. ``max_commit_ops`` caps how many operations one commit takes.
     Writes that add messages, new keys under ``growth_prefixes``, or any key
@@ -75,6 +78,8 @@ class LmdbStore(Store):
     they must use the same ``map_size``, and each its own ``version_tag`` out of
     ``version_tags`` (see :mod:`dynaq.storage.embedded_commits`).
     """
+
+    records_settle_in_batches = True
 
     def __init__(
         self,

@@ -17,6 +17,8 @@ from dynaq.storage.base import Delete, Item, Op, Put, Store
 class MemoryStore(Store):
     """A sorted dict in process memory."""
 
+    records_settle_in_batches = True
+
     def __init__(self) -> None:
         self._keys: list[bytes] = []
         self._data: dict[bytes, Item] = {}

@@ -123,9 +123,9 @@ def check_fanout(fh: FanoutHistory) -> FanoutVerdict:
         f"{t}@{q}" for q, got in fh.delivered.items() for t in got if q not in routes.get(t, ())
     )
     wrong = [
-        f"{p.tokens[0]}..: answer {sorted(p.ids)} != {sorted(_queues_of(p))}"
+        f"{p.tokens[0]}..: answer {_answered(p)} != {_expected_ids(p, fh.queues)}"
         for p in fh.publishes
-        if p.outcome == "ok" and {q for q, ids in p.ids.items() if ids} != _queues_of(p)
+        if p.outcome == "ok" and _answered(p) != _expected_ids(p, fh.queues)
     ]
     duplicates = sum(n - 1 for c in fh.delivered.values() for n in c.values() if n > 1)
     return FanoutVerdict(
@@ -144,6 +144,15 @@ def check_fanout(fh: FanoutHistory) -> FanoutVerdict:
     )
 
 
-def _queues_of(p: Publish) -> set[str]:
-    """The queues at least one message of ``p`` belongs to."""
-    return {q for qs in p.routes.values() for q in qs} if p.routes else set(p.ids)
+def _answered(p: Publish) -> dict[str, int]:
+    """How many ids the publish's answer gave each queue (queues with none left out)."""
+    return {q: len(ids) for q, ids in p.ids.items() if ids}
+
+
+def _expected_ids(p: Publish, queues: tuple[str, ...]) -> dict[str, int]:
+    """How many of ``p``'s messages each queue should have taken: those routed to
+    it, or every message in every queue when nothing filters."""
+    if not p.routes:
+        return {q: len(p.tokens) for q in queues} if p.tokens else {}
+    counts = Counter(q for qs in p.routes.values() for q in qs)
+    return dict(counts)

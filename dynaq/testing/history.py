@@ -6,8 +6,8 @@ an id, failed, or unknown because the request died with a node), each
 receive, and each delete, beside the faults injected and the batches opened.
 :func:`check` then reads the whole history and gives a :class:`Verdict`
 (lost, duplicates with their causes, id reuse, group order, dedup, batches):
-this module is the record, :mod:`dynaq.testing.verdict` the judgement, and
-every public name of both is importable from here.
+this module is the record, :mod:`dynaq.testing.verdict` the judgement
+(``check`` and ``Verdict`` are also importable from :mod:`dynaq.testing`).
 
 Every message body carries a unique token, so a message is known by what was
 sent, not by the id a node gave it. Times are ``time.monotonic()`` of the

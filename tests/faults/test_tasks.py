@@ -7,10 +7,11 @@ inside right after a page's batch (``DYNAQ_TESTING_CRASH_AT=redrive_page:<n>``:
 the window where a record written on its own would be lost, so a resumed task
 would count that page nowhere) and from outside at a random moment, and
 restarted each time (the task resumes from its record). Then the redrive is
-cancelled and the node killed at once: the restarted node must read the durable
-cancel before its next page and end the task ``cancelled``. Judged on what is
-stored afterwards: each body in exactly one of the two queues, ``moved`` equal
-to what the target holds, nothing skipped.
+cancelled and the node killed at once: the task ends ``cancelled`` whether the
+node acted on the cancel before the kill (the usual case: the request wakes the
+task in the same process) or the restarted node reads the durable cancel before
+its next page. Judged on what is stored afterwards: each body in exactly one of
+the two queues, ``moved`` equal to what the target holds, nothing skipped.
 """
 
 from __future__ import annotations

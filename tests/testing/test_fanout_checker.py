@@ -59,3 +59,9 @@ def test_an_unanswered_filtered_publish_may_be_whole_over_its_own_queues() -> No
             {"a": ["t0"], "b": ["t1"]},
         )
     ).ok
+
+
+def test_an_unfiltered_answer_must_give_every_queue_an_id_per_message() -> None:
+    short = Publish(["t1", "t2"], "ok", ids={"a": ["1", "2"], "b": ["3", "4"], "c": ["5"]})
+    v = check_fanout(_history([short], {q: ["t1", "t2"] for q in QUEUES}))
+    assert (v.wrong_answers, v.ok) == (1, False)

@@ -136,14 +136,16 @@ class DeadLetters:
         info: QueueInfo,
         rows: list[tuple[bytes, bytes]],
         to_queue: str | None,
-        progress: Callable[[int, int], Put],
+        progress: Callable[[int, int], Put] | None = None,
     ) -> tuple[int, int]:
         """Move stored rows of ``info`` to ``to_queue`` or their origin queue in one
         store batch; return ``(moved, skipped)``. Skipped rows (nowhere to go) stay.
 
-        ``progress(moved, skipped)`` is the task record after this page; it is
-        written in the same batch, so however the node dies the record counts
-        exactly what was moved (a resumed task neither recounts nor loses a page).
+        ``progress(moved, skipped)``, when given, is the task record after this
+        page; it is written in the same batch, so however the node dies the record
+        counts exactly what was moved (a resumed task neither recounts nor loses a
+        page). Only for stores whose records settle in batches
+        (:attr:`~dynaq.storage.base.Store.records_settle_in_batches`).
         """
         targets: dict[str, tuple[QueueInfo, list[int], list[NewMessage]]] = {}
         skipped = 0
@@ -159,18 +161,20 @@ class DeadLetters:
             ids.append(mid)
             msgs.append(NewMessage(m.body, m.attributes, m.group))
         if not targets:
-            await self._store.write_batch([progress(0, skipped)])
+            if progress is not None:
+                await self._store.write_batch([progress(0, skipped)])
             return 0, skipped
         writes = [await self._writer.prepare(t, msgs) for t, _, msgs in targets.values()]
         moved = [i for _, ids, _ in targets.values() for i in ids]
         ops: list[Op] = [op for w in writes for op in w.ops]
         ops.extend(Delete(keys.message(info.number, i)) for i in moved)
-        deletes_from = len(ops) - len(moved)
-        ops.append(progress(len(moved), skipped))
+        deletes_from, deletes_to = len(ops) - len(moved), len(ops)
+        if progress is not None:
+            ops.append(progress(len(moved), skipped))
         existed = await self._store.write_batch(ops)
         for w in writes:
             self._writer.note_written(w)
-        removed = [i for i, e in zip(moved, existed[deletes_from:-1], strict=True) if e]
+        removed = [i for i, e in zip(moved, existed[deletes_from:deletes_to], strict=True) if e]
         st = self._states.get(info.number)
         if st is not None:
             st.note_deleted(moved)

@@ -1,9 +1,11 @@
 """Background queue tasks with readable progress: redrive (dead letters back) and purge.
 
 A task runs on the node that accepted it and writes its progress record
-(``t/`` + task id, JSON) with every page (a redrive: in the page's own store
-batch, so its counts are exact through any crash; a purge: at most every
-second, and one resumed after a crash may count fewer than it removed), so any node can answer
+(``t/`` + task id, JSON) with every page (a redrive on the embedded store: in
+the page's own store batch, so its counts are exact through any crash; on
+Cassandra and Riak right after the batch, so a crash between the two leaves
+that page uncounted; a purge: at most every second, and one resumed after a
+crash may count fewer than it removed), so any node can answer
 ``GET /v2/tasks/{task}``. Guarantees:
 
 * **Redrive** moves each message of a (dead-letter) queue to ``to_queue``, or
@@ -228,12 +230,19 @@ class QueueTasks:
             rows = await self._store.scan(start, end, page)
             if not rows:
                 return rec
-            # The record after this page goes into the page's own batch.
+            # The record after this page goes into the page's own batch where the
+            # store orders it there like any put; elsewhere it follows the batch.
             after: list[TaskRecord] = []
             cursor = keys.message_id(rows[-1][0]) + 1
             progress = self._page_progress(rec, cursor, after)
-            await self._dead_letters.redrive_page(info, rows, rec.to_queue, progress)
+            in_batch = self._store.records_settle_in_batches
+            moved, skipped = await self._dead_letters.redrive_page(
+                info, rows, rec.to_queue, progress if in_batch else None
+            )
             self.crash.reached("redrive_page")
+            if not in_batch:
+                progress(moved, skipped)
+                await self._save(after[-1])
             rec = after[-1]
             # Bounded rate: a page of n messages takes at least n / max_per_s seconds.
             left = len(rows) / rec.max_per_s - (self._clock.monotonic() - began)
