@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 
 from dynaq.testing import History, run_cluster, run_node
-from dynaq.testing.fanout import FanoutWorkload, Filter, Sample, run_fanout
+from dynaq.testing.fanout import FanoutFaults, FanoutWorkload, Filter, Sample, run_fanout
 from dynaq.testing.fanout_history import FanoutHistory, check_fanout
+from dynaq.testing.runners import NodeServer
 from dynaq.testing.servers.cassandra import CassandraServer
 from tests.faults.helpers import kill9_and_rejoin
 from tests.fixtures.cassandra import new_keyspace
@@ -54,6 +55,22 @@ async def _published(h: History, n: int) -> None:
         await asyncio.sleep(0.01)
 
 
+def _kills_while_publishing(node: NodeServer, times: int) -> FanoutFaults:
+    """kill -9 and restart ``node`` ``times`` times, each while producers publish:
+    after a set number of acknowledged publishes, not after a time the machine's
+    speed decides."""
+
+    async def faults(h: History) -> None:
+        for k in range(times):
+            await _published(h, 150 * (k + 1))
+            f = h.fault("kill -9", node.name)
+            await node.kill()
+            await node.start(timeout_s=60)
+            f.ended = h.now()
+
+    return faults
+
+
 async def _assert_whole(name: str, fh: FanoutHistory, wall_s: float, artifacts: Path) -> None:
     v = check_fanout(fh)
     if not v.ok:
@@ -76,21 +93,10 @@ async def _assert_whole(name: str, fh: FanoutHistory, wall_s: float, artifacts: 
 
 async def test_fanout_stays_whole_through_kill9_of_a_single_node(tmp_path: Path) -> None:
     async with run_node(directory=tmp_path) as node:
-
-        async def faults(h: History) -> None:
-            for k in range(3):
-                # Each kill lands while producers publish: after a set number of
-                # acknowledged publishes, not after a time the machine's speed decides.
-                await _published(h, 150 * (k + 1))
-                f = h.fault("kill -9", node.name)
-                await node.kill()
-                await node.start(timeout_s=60)
-                f.ended = h.now()
-
         t0 = time.monotonic()
         # Enough messages that the kills land while producers publish.
         workload = FanoutWorkload(endpoints=[node.url], messages=8_000, seed=31)
-        fh = await run_fanout(workload, faults)
+        fh = await run_fanout(workload, _kills_while_publishing(node, 3))
         wall = time.monotonic() - t0
     assert len(fh.history.faults) == 3
     assert fh.history.responses["publish exc"] > 0, "no kill landed during a publish"
@@ -103,21 +109,10 @@ async def test_filtered_fanout_routes_exactly_through_kill9_of_a_single_node(
     """Attribute and body filters are decided inside the publish's one store batch:
     through kill -9, each message is in exactly the queues whose filters take it."""
     async with run_node(directory=tmp_path) as node:
-
-        async def faults(h: History) -> None:
-            for k in range(2):
-                # Each kill lands while producers publish: after a set number of
-                # acknowledged publishes, not after a time the machine's speed decides.
-                await _published(h, 150 * (k + 1))
-                f = h.fault("kill -9", node.name)
-                await node.kill()
-                await node.start(timeout_s=60)
-                f.ended = h.now()
-
         t0 = time.monotonic()
         # Enough messages that both kills land while producers publish.
         workload = FanoutWorkload(endpoints=[node.url], messages=8_000, seed=33, filters=FILTERS)
-        fh = await run_fanout(workload, faults)
+        fh = await run_fanout(workload, _kills_while_publishing(node, 2))
         wall = time.monotonic() - t0
     assert len(fh.history.faults) == 2
     assert fh.history.responses["publish exc"] > 0, "no kill landed during a publish"

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,21 +27,11 @@ import pytest
 from dynaq.client import AsyncClient, RetryPolicy, TaskInfo
 from dynaq.testing import run_node
 from dynaq.testing.runners import NodeServer
+from tests.faults.helpers import stored_bodies
 
 CRASH_ENV = "DYNAQ_TESTING_CRASH_AT"
 MESSAGES = 1_500
 RATE = 100  # a page of 100 a second
-
-
-async def _stored(c: AsyncClient, queue: str) -> Counter[str]:
-    out: Counter[str] = Counter()
-    start = 0
-    while True:
-        page = await c.browse(queue, start, 1000)
-        out.update(m.body.decode() for m in page.messages)
-        if page.next_from_id is None:
-            return out
-        start = page.next_from_id
 
 
 async def _until(c: AsyncClient, task: str, ok: Callable[[TaskInfo], bool], what: str) -> TaskInfo:
@@ -102,7 +91,7 @@ async def test_a_redrive_keeps_exact_counts_and_its_cancel_through_kill9(tmp_pat
             await node.start(timeout_s=60)
             ended = await _until(c, task, lambda t: t.finished, "after the cancel")
 
-            dlq, other = await _stored(c, "dlq"), await _stored(c, "other")
+            dlq, other = await stored_bodies(c, "dlq"), await stored_bodies(c, "other")
     assert ended.state == "cancelled", ended
     both = dlq + other
     assert sorted(both) == sorted(bodies), (

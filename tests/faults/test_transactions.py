@@ -34,6 +34,7 @@ from dynaq.testing import Cluster, run_cluster, run_node
 from dynaq.testing.runners import NodeServer
 from dynaq.testing.servers.cassandra import CassandraServer
 from dynaq.testing.servers.riak import RiakServer
+from tests.faults.helpers import stored_bodies
 from tests.fixtures.cassandra import new_keyspace
 from tests.fixtures.riak import new_prefix
 
@@ -164,17 +165,6 @@ async def _faults(node: NodeServer, run: Run, rng: random.Random) -> None:
     await _restart(node, run, None)
 
 
-async def _stored(c: AsyncClient, queue: str) -> Counter[str]:
-    out: Counter[str] = Counter()
-    start = 0
-    while True:
-        page = await c.browse(queue, start, 1000)
-        out.update(m.body.decode() for m in page.messages)
-        if page.next_from_id is None:
-            return out
-        start = page.next_from_id
-
-
 def _applied(a: Attempt, outs: Counter[str]) -> bool | None:
     """Whether ``a``'s outputs are stored: True, False, or None if only some are."""
     present = [outs[b] > 0 for bodies in a.outputs.values() for b in bodies]
@@ -205,8 +195,8 @@ async def test_kill9_during_transactions_leaves_each_all_or_nothing(tmp_path: Pa
                 stop.set()
                 await asyncio.gather(feeder, *workers)
             # the check the brief names, on the state the faults left (nothing running)
-            ins = await _stored(c, "in")
-            outs = await _stored(c, "out") + await _stored(c, "audit")
+            ins = await stored_bodies(c, "in")
+            outs = await stored_bodies(c, "out") + await stored_bodies(c, "audit")
             _check_all_or_nothing(run, ins, outs, drained=False)
             # then drain without faults: every input ends consumed exactly once
             stop = asyncio.Event()
@@ -216,14 +206,14 @@ async def test_kill9_during_transactions_leaves_each_all_or_nothing(tmp_path: Pa
             ]
             try:
                 deadline = time.monotonic() + 90
-                while await _stored(c, "in"):
+                while await stored_bodies(c, "in"):
                     assert time.monotonic() < deadline, "in never drained"
                     await asyncio.sleep(0.5)
             finally:
                 stop.set()
                 await asyncio.gather(*workers)
-            ins = await _stored(c, "in")
-            outs = await _stored(c, "out") + await _stored(c, "audit")
+            ins = await stored_bodies(c, "in")
+            outs = await stored_bodies(c, "out") + await stored_bodies(c, "audit")
     _check_all_or_nothing(run, ins, outs, drained=True)
     answers = Counter(a.answer for a in run.attempts)
     print(f"restarts {run.restarts}; attempts {len(run.attempts)}: {dict(answers)}")
@@ -368,8 +358,8 @@ async def _ring_run(ring: Cluster) -> None:
             run.faults_over.set()
             stop.set()
             await asyncio.gather(feeder, *workers)
-        ins = await _stored(anywhere, "in")
-        outs = await _stored(anywhere, "out") + await _stored(anywhere, "audit")
+        ins = await stored_bodies(anywhere, "in")
+        outs = await stored_bodies(anywhere, "out") + await stored_bodies(anywhere, "audit")
         _check_all_or_nothing(run, ins, outs, drained=False)
         stop = asyncio.Event()
         workers = processors("d")
@@ -377,14 +367,14 @@ async def _ring_run(ring: Cluster) -> None:
             # Held inputs wait out their hold; a Riak ring on a loaded machine drains
             # at a few hundred transactions a second at best.
             deadline = time.monotonic() + 240
-            while left := await _stored(anywhere, "in"):
+            while left := await stored_bodies(anywhere, "in"):
                 assert time.monotonic() < deadline, f"in never drained: {len(left)} left"
                 await asyncio.sleep(0.5)
         finally:
             stop.set()
             await asyncio.gather(*workers)
-        ins = await _stored(anywhere, "in")
-        outs = await _stored(anywhere, "out") + await _stored(anywhere, "audit")
+        ins = await stored_bodies(anywhere, "in")
+        outs = await stored_bodies(anywhere, "out") + await stored_bodies(anywhere, "audit")
     _check_all_or_nothing(run, ins, outs, drained=True)
     answers = Counter(a.answer for a in run.attempts)
     print(f"restarts {run.restarts}; attempts {len(run.attempts)}: {dict(answers)}")
