@@ -2,7 +2,8 @@
 
 * **Batch read** (a snapshot: no locks, no deletes): one Spark partition per
   dynaq partition of every live node; each task reads its id range in
-  pages of stored values from the node that serves it, decodes them itself
+  pages of stored values from the node that serves it, one page ahead (the
+  node builds the next page while this one is consumed), decodes them itself
   (:mod:`dynaq.spark.pages`: the node does no per-row work) and yields Arrow
   RecordBatches.
   With ``.option("pushdown", "true")`` (and
@@ -45,8 +46,10 @@ executors: they hold plain data only; connections are opened inside ``read``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -122,28 +125,39 @@ class DynaqReader(DataSourceReader):
                     parts.append(RangePartition(len(parts), p.node, p.http, lo, hi))
         return parts
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Generator[pa.RecordBatch, None, None]:
         if not isinstance(partition, RangePartition):
             # partitions() planned none (the id filters pruned them all): pyspark
             # reads one InputPartition(None) instead, which holds no rows.
             return
         # The endpoint's scheme and token, sent to the node that serves the range.
-        with Client(self.endpoint, token=self.token) as c:
-            start = partition.from_id
-            while True:
-                page = snapshot_page(
+        # The next page is asked for while this one is decoded and consumed: the
+        # node builds it meanwhile instead of idling (one page ahead, one thread,
+        # so the client is never used by two threads at once).
+        with Client(self.endpoint, token=self.token) as c, ThreadPoolExecutor(1) as pool:
+
+            def fetch(start: int) -> dict[str, Any]:
+                return snapshot_page(
                     c, self.queue, start, partition.to_id, self.page_size, partition.http
                 )
-                if page["count"]:
-                    batch = page_to_batch(page, partition.index, partition.node)
-                    if self.ids is not None:
-                        mask = pc.is_in(batch.column(0), pa.array(self.ids, pa.int64()))
-                        batch = batch.filter(mask)
-                    yield batch
-                nxt = page["next_from_id"]
-                if nxt is None:
-                    return
-                start = nxt
+
+            ahead = pool.submit(fetch, partition.from_id)
+            try:
+                while True:
+                    page = ahead.result()
+                    nxt = page["next_from_id"]
+                    if nxt is not None:
+                        ahead = pool.submit(fetch, nxt)
+                    if page["count"]:
+                        batch = page_to_batch(page, partition.index, partition.node)
+                        if self.ids is not None:
+                            mask = pc.is_in(batch.column(0), pa.array(self.ids, pa.int64()))
+                            batch = batch.filter(mask)
+                        yield batch
+                    if nxt is None:
+                        return
+            finally:
+                ahead.cancel()
 
 
 class DynaqPushdownReader(DynaqReader):

@@ -167,3 +167,23 @@ def test_spark_reads_stored_pages_exactly_once(spark: Any, node: NodeProcess) ->
     assert [bodies[i] for i in ids[:3000]] == [f"{i:06d}".encode() * 50 for i in range(3000)]
     assert bodies[ids[-1]] == b"tiny"
     assert {r.id: r.attributes for r in rows}[ids[-1]] == {"a": "b"}
+
+
+def test_a_task_reads_each_page_once_while_the_next_is_fetched(node: NodeProcess) -> None:
+    """The reader asks for the next page while Spark consumes this one: every row
+    comes once and in id order, and a task stopped early (``limit``) ends at once
+    without leaving its fetch behind."""
+    from dynaq.spark.source import DynaqReader
+
+    _queue(node, "ahead", min_partitions=1, max_partitions=1)
+    with Client(node.url) as c:
+        ids = c.enqueue("ahead", [{"body": f"m{i:05d}".encode() * 4} for i in range(2500)])
+    reader = DynaqReader({"endpoint": node.url, "queue": "ahead", "pagesize": "300"})
+    (part,) = reader.partitions()
+    batches = list(reader.read(part))
+    assert [len(b) for b in batches] == [300] * 8 + [100]
+    assert [i for b in batches for i in b.column(0).to_pylist()] == sorted(ids)
+    early = reader.read(part)
+    first = next(early)
+    early.close()  # as Spark does once a limit is met: the pending fetch is awaited
+    assert first.column(0).to_pylist() == sorted(ids)[:300]
