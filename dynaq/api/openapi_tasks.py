@@ -110,7 +110,13 @@ def paths() -> Obj:
                 "v2Task",
                 "A redrive or purge task's progress",
                 TAG,
-                {"200": _task_response("Its progress record."), **errors(404, 422, 503)},
+                {
+                    "200": _task_response(
+                        "Its progress record (kept `queues.task_retention_s`, 14 days, "
+                        "after the task ended: 404 then)."
+                    ),
+                    **errors(404, 422, 503),
+                },
             ),
         },
     }

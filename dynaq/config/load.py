@@ -148,6 +148,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "queues.max_partition_age_s": (1, 365 * _DAY_S),
     "queues.idle_rescan_s": (0.01, 3_600),
     "queues.dedup_window_s": (1, 14 * _DAY_S),
+    "queues.task_retention_s": (60, 365 * _DAY_S),
     "batches.open_max_age_s": (1, 365 * _DAY_S),
     "batches.closed_max_age_s": (1, 365 * _DAY_S),
     "batches.reap_interval_s": (0, _DAY_S),
@@ -220,6 +221,12 @@ def check_ranges(config: Config) -> None:
     q = config.queues
     if q.min_partitions > q.max_partitions:
         raise InvalidInput("setting queues.min_partitions must not exceed queues.max_partitions")
+    if q.task_retention_s < config.aws.purge_interval_s:
+        # A swept purge record would let the next PurgeQueue in early.
+        raise InvalidInput(
+            f"setting queues.task_retention_s must be at least aws.purge_interval_s "
+            f"({config.aws.purge_interval_s:g}), got {q.task_retention_s:g}"
+        )
     _, sep, port = config.stats.address.rpartition(":")
     if config.stats.type == "statsd" and (not sep or not port.isdecimal() or int(port) > 65_535):
         raise InvalidInput(f"setting stats.address must be host:port, got {config.stats.address!r}")

@@ -154,6 +154,10 @@ class QueueDefaults:
     compressed_messages: bool = False
     idle_rescan_s: float = 1.0
     dedup_window_s: float = 300.0
+    task_retention_s: float = 14 * 86_400.0
+    """How long a finished redrive or purge task's record is kept after it ended
+    (node-wide, not per queue; AWS lists message move tasks about as long). At
+    least ``aws.purge_interval_s``: the latest purge holds the next ``PurgeQueue``."""
 
 
 @dataclass(frozen=True)

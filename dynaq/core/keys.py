@@ -54,6 +54,9 @@ TASK = b"t/"
 """Background queue tasks' progress records (redrive, purge), JSON, by task id."""
 TASK_CANCEL = b"tc/"
 """A request to cancel a running task, by task id (outside the task records' range)."""
+TASK_INDEX = b"tq/"
+"""Background tasks by queue and kind, newest first (:func:`task_index`; outside the
+task records' range): a queue's latest tasks are one short range scan."""
 SCHEMA = b"c/schema"
 """The store's schema version (written by ``dynaq migrate``)."""
 
@@ -197,6 +200,31 @@ def task(task_id: str) -> bytes:
 def task_cancel(task_id: str) -> bytes:
     """The request to cancel task ``task_id``, which its runner looks for after each page."""
     return TASK_CANCEL + task_id.encode()
+
+
+_MAX_MS = 2**64 - 1
+
+
+def task_index_prefix(queue: str, kind: str) -> bytes:
+    """What every :func:`task_index` key of ``queue``'s tasks of ``kind`` starts with.
+
+    NUL ends the name and the kind: neither can hold one (queue names are
+    letters, digits, ``_.-``), so queue ``a``'s prefix is no prefix of ``ab``'s.
+    """
+    return TASK_INDEX + queue.encode() + b"\x00" + kind.encode() + b"\x00"
+
+
+def task_index(queue: str, kind: str, started_ms: int, task_id: str) -> bytes:
+    """The index entry of a task: :func:`task_index_prefix` + inverted start wall ms
+    (8 bytes, big-endian ``2**64 - 1 - started_ms``) + task id, so an ascending scan
+    of the prefix yields the queue's tasks of that kind newest first (ties by id)."""
+    return task_index_prefix(queue, kind) + _BID.pack(_MAX_MS - started_ms) + task_id.encode()
+
+
+def task_index_fields(prefix: bytes, key: bytes) -> tuple[int, str]:
+    """``(started_ms, task_id)`` of a :func:`task_index` key that starts with ``prefix``."""
+    (inverted,) = _BID.unpack_from(key, len(prefix))
+    return _MAX_MS - int(inverted), key[len(prefix) + _BID.size :].decode()
 
 
 def task_end() -> bytes:

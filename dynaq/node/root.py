@@ -123,6 +123,7 @@ class Node:
             Limits(h.max_message_bytes, h.max_batch),
             idle_rescan_s=config.queues.idle_rescan_s,
             dedup_window_s=config.queues.dedup_window_s,
+            task_retention_s=config.queues.task_retention_s,
         )
         self.topics = TopicService(
             self.store,

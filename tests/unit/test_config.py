@@ -64,6 +64,10 @@ def test_env_overrides_every_type() -> None:
         ({}, {"DYNAQ_QUEUES_VISIBILITY_TIMEOUT_S": "-10"}, "visibility_timeout_s"),
         ({"queues": {"min_partitions": 50, "max_partitions": 2}}, {}, "min_partitions"),
         ({}, {"DYNAQ_STATS_ADDRESS": "localhost"}, "stats.address"),
+        ({}, {"DYNAQ_QUEUES_TASK_RETENTION_S": "59"}, "queues.task_retention_s must be in 60.."),
+        ({}, {"DYNAQ_QUEUES_TASK_RETENTION_S": "nan"}, "queues.task_retention_s"),
+        ({}, {"DYNAQ_QUEUES_TASK_RETENTION_S": "2 weeks"}, "DYNAQ_QUEUES_TASK_RETENTION_S"),
+        ({"queues": {"task_retention_s": "14d"}}, {}, "queues.task_retention_s"),
     ],
 )
 def test_bad_config_names_the_setting(
@@ -72,3 +76,15 @@ def test_bad_config_names_the_setting(
     with pytest.raises(InvalidInput, match=None) as exc:
         config_from_mapping(raw, env)
     assert needle in str(exc.value)
+
+
+def test_task_retention_defaults_to_14_days_and_must_cover_the_purge_interval() -> None:
+    assert config_from_mapping({}).queues.task_retention_s == 14 * 86_400.0
+    env = {"DYNAQ_QUEUES_TASK_RETENTION_S": "3600", "DYNAQ_AWS_PURGE_INTERVAL_S": "3600"}
+    assert config_from_mapping({}, env).queues.task_retention_s == 3600.0
+    # A purge record swept before the interval ends would let the next PurgeQueue in.
+    with pytest.raises(InvalidInput) as exc:
+        config_from_mapping({"queues": {"task_retention_s": 600}, "aws": {"purge_interval_s": 900}})
+    assert str(exc.value) == (
+        "setting queues.task_retention_s must be at least aws.purge_interval_s (900), got 600"
+    )

@@ -14,8 +14,9 @@
 * :mod:`.dead_letters`, :mod:`.delays`, :mod:`.retention` -- dead letters,
   delayed messages, retention.
 * :mod:`.tasks` (with :mod:`.task_record` and :mod:`.purge`) -- redrive and
-  purge tasks with readable progress.
-* :mod:`.upkeep` -- the dedup sweeper and purges of deleted queues.
+  purge tasks with readable progress; :mod:`.task_index` -- their per-queue
+  index; :mod:`.task_retention` -- finished tasks' records swept.
+* :mod:`.upkeep` -- the dedup and task-record sweepers, purges of deleted queues.
 * :mod:`.handover` -- hints to slice owners and the graceful-leave handover.
 * :mod:`.crash_point` -- the test hook that kills the node at a named step.
 """

@@ -17,7 +17,7 @@ The work is done by parts the facade composes and hands the store, clock and
 ring view: :class:`QueueStates` (serving state, depth), :class:`Writer`,
 :class:`Receiver`, :class:`Deleter` (deletes and their listeners),
 :class:`Transactions` (consume-produce, all or nothing),
-:class:`Upkeep` (dedup sweeper, purges) and
+:class:`Upkeep` (dedup and task-record sweepers, purges) and
 :class:`HintRouter` (hints and handover).
 """
 
@@ -46,6 +46,8 @@ from dynaq.services.queues.retention import RetentionSweeper
 from dynaq.services.queues.ring_poll import RingPoll
 from dynaq.services.queues.state import QueueStates
 from dynaq.services.queues.stats import SliceStatistics
+from dynaq.services.queues.task_retention import DEFAULT_RETENTION_S as DEFAULT_TASK_RETENTION_S
+from dynaq.services.queues.task_retention import TaskRetention
 from dynaq.services.queues.tasks import QueueTasks
 from dynaq.services.queues.transactions import Transactions
 from dynaq.services.queues.upkeep import Upkeep
@@ -73,6 +75,7 @@ class QueueService:
         limits: Limits,
         idle_rescan_s: float = 1.0,
         dedup_window_s: float = 300.0,
+        task_retention_s: float = DEFAULT_TASK_RETENTION_S,
     ) -> None:
         self._store = store
         self._catalog = catalog
@@ -118,10 +121,12 @@ class QueueService:
             store, catalog, clock, view, self.states, metrics, serving
         )
         self.retention.failure_listeners = self.dead_letters.failure_listeners
+        self.task_retention = TaskRetention(store, clock, task_retention_s)
         self.tasks = QueueTasks(
-            store, catalog, self.dead_letters, self.note_purged, clock, lambda: view.me.name
-        )
-        self.upkeep = Upkeep(store, clock, catalog, dedup_window_s)
+            store, catalog, self.dead_letters, self.note_purged, clock, lambda: view.me.name,
+            self.task_retention,
+        )  # fmt: skip
+        self.upkeep = Upkeep(store, clock, catalog, dedup_window_s, self.task_retention)
         catalog.on_queue_change(self._queue_changed)
         catalog.on_queue_deleted(lambda tomb: self.upkeep.start_purge(tomb.number, tomb))
         view.on_change(self.states.relayout)

@@ -25,8 +25,19 @@ crash may count fewer than it removed), so any node can answer
   moved, and it ends ``cancelled``. A task whose node is gone (its record
   stale) is marked ``cancelled`` by the node that got the request.
 * A task cut short by its node stopping is resumed where its record says when
-  that node starts again (both are idempotent); a task whose node never comes
-  back reads ``interrupted`` once its record is a minute stale.
+  that node starts again (both are idempotent), however many task records the
+  store holds (the start walks them all, page by page); a task whose node never
+  comes back reads ``interrupted`` once its record is a minute stale.
+* **Listing** (:meth:`QueueTasks.list_for`, SQS's ListMessageMoveTasks and the
+  ``PurgeQueue`` interval) reads only the queue's own index entries of that
+  kind, newest first (:mod:`.task_index`). During a rolling upgrade, a task
+  started by a node of an earlier release is listed once a node of this
+  release has started after it (starts index unindexed records).
+* **Retention**: a finished task's record (and its index entry and cancel
+  request) is deleted ``queues.task_retention_s`` (14 days) after it ended, by
+  every node's upkeep (:mod:`.task_retention`); a running one's never. Deleting
+  a queue leaves its tasks' records until then (what they did stays readable by
+  id), listed under the queue's name, also for a queue re-created under it.
 """
 
 from __future__ import annotations
@@ -50,7 +61,14 @@ from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queues.crash_point import CrashPoint
 from dynaq.services.queues.dead_letters import DeadLetters
 from dynaq.services.queues.purge import Purger
+from dynaq.services.queues.task_index import (
+    add_missing_entries,
+    create_record,
+    latest,
+    record_pages,
+)
 from dynaq.services.queues.task_record import STALE_MS, TaskRecord, decode_task
+from dynaq.services.queues.task_retention import TaskRetention
 from dynaq.storage.base import Put, Store
 from dynaq.tasks import cancel_and_wait
 
@@ -72,8 +90,10 @@ class QueueTasks:
         note_purged: Callable[[QueueInfo, int], None],
         clock: Clock,
         node: Callable[[], str],
+        retention: TaskRetention,
     ) -> None:
         self._store = store
+        self._retention = retention
         self._catalog = catalog
         self._dead_letters = dead_letters
         self._purger = Purger(store, note_purged, clock, self._save)
@@ -86,15 +106,18 @@ class QueueTasks:
         """A test hook: SIGKILL after a redrive page's batch (see :mod:`.crash_point`)."""
 
     async def start(self) -> None:
-        """Resume this node's tasks left running by its last stop or crash."""
-        for _key, raw in await self._store.scan(keys.TASK, keys.task_end(), 10_000):
-            rec = decode_task(raw)
-            if (
-                rec.state == "running"
-                and rec.node == self._node_name()
-                and rec.id not in self._running
-            ):
-                self._spawn(rec)
+        """Resume this node's tasks left running by its last stop or crash, and index
+        the task records that have no index entry (see :mod:`.task_index`): one walk
+        over every task record, page by page, however many there are."""
+        me, now = self._node_name(), self._clock.wall_ms()
+        async for page in record_pages(self._store):
+            for rec in page:
+                if rec.state == "running" and rec.node == me and rec.id not in self._running:
+                    self._spawn(rec)
+            # Not the expired ones: the sweeper may be deleting them right now.
+            fresh = [rec for rec in page if not self._retention.expired(rec, now)]
+            if added := await add_missing_entries(self._store, fresh):
+                log.info("task records indexed", extra={"added": added})
 
     async def stop(self) -> None:
         """Cancel and await every running task (their records say where to resume)."""
@@ -110,20 +133,10 @@ class QueueTasks:
         return _shown(decode_task(item.value), cancel is not None, self._clock.wall_ms())
 
     async def list_for(self, queue: str, kind: str, limit: int = 10) -> list[dict[str, Any]]:
-        """The latest ``limit`` tasks of ``kind`` on ``queue``, newest first."""
+        """The latest ``limit`` tasks of ``kind`` on ``queue``, newest first: a read of
+        that queue's index entries only (see :mod:`.task_index`)."""
         now = self._clock.wall_ms()
-        found = [
-            rec
-            for rec in map(
-                decode_task,
-                (raw for _, raw in await self._store.scan(keys.TASK, keys.task_end(), 10_000)),
-            )
-            if rec.queue == queue and rec.kind == kind
-        ]
-        found.sort(key=lambda r: r.started_at_ms, reverse=True)
-        found = found[:limit]
-        cancels = await self._store.get_many([keys.task_cancel(r.id) for r in found])
-        return [_shown(r, c is not None, now) for r, c in zip(found, cancels, strict=True)]
+        return [_shown(rec, c, now) for rec, c in await latest(self._store, queue, kind, limit)]
 
     async def cancel(self, task_id: str, queue: str) -> dict[str, Any]:
         """Ask a running redrive of ``queue`` to stop (see the module docstring); its
@@ -174,7 +187,7 @@ class QueueTasks:
         )  # fmt: skip
         if kind == "purge":
             rec = replace(rec, ahead=await self._purger.lanes_ahead(info, now))
-        await self._save(rec)
+        await create_record(self._store, rec)
         self._spawn(rec)
         return rec.public(now)
 

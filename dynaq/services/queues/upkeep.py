@@ -1,10 +1,13 @@
-"""Background upkeep of queues: the dedup-record sweeper and purges of deleted queues.
+"""Background upkeep of queues: the dedup-record sweeper, purges of deleted queues
+and the sweeper of finished task records.
 
 A deleted queue's messages are removed by a purge task. Its tombstone (see
 :mod:`dynaq.services.queue_records`) stays unpurged until the purge finished,
 so any node resumes it: at start, and at every sweep round from the last
 config reload (the deleting node may have died). Purges are idempotent.
-Dedup records outlive their window only until the next sweep.
+Dedup records outlive their window only until the next sweep. Finished
+tasks' records go once past their retention (:mod:`.task_retention`), swept
+every minute a bounded number of pages at a time.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dynaq.errors import DynaqError
 from dynaq.services.catalog import Catalog
 from dynaq.services.queue_records import Tombstone
 from dynaq.services.queues.dedup import dedup_bucket
+from dynaq.services.queues.task_retention import SWEEP_INTERVAL_S, TaskRetention
 from dynaq.storage.base import Delete, Store, prefix_end
 from dynaq.tasks import cancel_and_wait, every
 
@@ -32,10 +36,19 @@ WRITE_GRACE_S = 35.0
 
 
 class Upkeep:
-    """Owns the dedup sweeper and the purge tasks."""
+    """Owns the dedup sweeper, the purge tasks and the task-record sweeper."""
 
-    def __init__(self, store: Store, clock: Clock, catalog: Catalog, dedup_window_s: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        catalog: Catalog,
+        dedup_window_s: float,
+        task_retention: TaskRetention,
+    ) -> None:
         self._store = store
+        self._task_retention = task_retention
+        self._task_sweeper: asyncio.Task[None] | None = None
         self._catalog = catalog
         self._clock = clock
         self._dedup_window_s = dedup_window_s
@@ -49,7 +62,7 @@ class Upkeep:
         request admitted just before has read its body and committed."""
 
     async def start(self) -> None:
-        """Resume interrupted purges and start sweeping dedup records."""
+        """Resume interrupted purges and start sweeping dedup and task records."""
         for key in await self._store.list_keys(keys.PURGE, 10_000):
             self.start_purge(keys.purge_number(key))  # markers of earlier releases
         self.resume_purges()
@@ -57,6 +70,15 @@ class Upkeep:
         self._sweeper = asyncio.create_task(
             every(interval, self._round, clock=self._clock, what="dedup sweep"),
             name="dedup-sweeper",
+        )
+        self._task_sweeper = asyncio.create_task(
+            every(
+                SWEEP_INTERVAL_S,
+                self._task_retention.sweep,
+                clock=self._clock,
+                what="task record sweep",
+            ),
+            name="task-record-sweeper",
         )
 
     async def _round(self) -> None:
@@ -86,11 +108,13 @@ class Upkeep:
             await self._counter
 
     async def stop(self) -> None:
-        """Stop the sweeper and pending purges (purges resume at the next start)."""
+        """Stop the sweepers and pending purges (purges resume at the next start)."""
         await cancel_and_wait(self._counter)
         self._counter = None
         await cancel_and_wait(self._sweeper)
         self._sweeper = None
+        await cancel_and_wait(self._task_sweeper)
+        self._task_sweeper = None
         for t in list(self._purges.values()):
             await cancel_and_wait(t)
 
