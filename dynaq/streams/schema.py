@@ -14,7 +14,6 @@ say), or the entry's index when none is named. Order keys are non-negative
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
@@ -22,7 +21,8 @@ from typing import Any
 
 import jsonschema
 import jsonschema_rs
-from jsonschema.exceptions import best_match
+import regex
+from jsonschema.exceptions import ValidationError, best_match
 
 from dynaq.errors import InvalidInput, SchemaConflict
 
@@ -123,6 +123,12 @@ class EntryType:
         remote = _remote_ref(schema)
         if remote is not None:
             raise InvalidInput(f"schema $ref {remote[:80]!r} is not local: only '#...' refs")
+        try:
+            # Entries are validated by this compiled form only (see EntryValidator).
+            jsonschema_rs.validator_for(schema)
+        except Exception as exc:  # noqa: BLE001 - the compiler's own words say what is wrong
+            why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+            raise InvalidInput(f"schema cannot be compiled for validation: {why}") from None
         variants = _variants(schema)
         if variants is not None:
             names = [_variant_name(v) for v in variants]
@@ -171,30 +177,36 @@ class EntryType:
 
 
 class EntryValidator:
-    """Validates entries and extracts their order keys (one per stream, reused)."""
+    """Validates entries and extracts their order keys (one per stream, reused).
+
+    Validation and its explanations run on the Rust validator, whose regular
+    expressions (``pattern``, ``patternProperties``) cannot backtrack without
+    bound: an entry cannot hold the event loop for longer than the regex
+    engine's step limit, whatever pattern a schema declares. Python's ``re``
+    (which the ``jsonschema`` package matches with) can take exponential time on
+    patterns like ``^(a+)+$``, so it never sees an entry. A stream declared
+    before :meth:`EntryType.declare` required a schema the Rust validator
+    compiles is served by the Python validator with its patterns matched under
+    a time bound (:data:`PATTERN_TIMEOUT_S`).
+    """
 
     def __init__(self, entry_type: EntryType) -> None:
         self.type = entry_type
-        cls = jsonschema.Draft202012Validator
-        self._whole = cls(entry_type.schema)
-        # The Rust validator answers "valid?" ~10x faster; the Python one explains failures.
-        # A schema it cannot build leaves the Python one to serve alone.
-        self._fast: Any = None
-        with contextlib.suppress(Exception):
-            self._fast = jsonschema_rs.validator_for(entry_type.schema)
+        self._fast: Any = _rust_validator(entry_type.schema)
+        self._whole: Any = self._fast or _BoundedValidator(entry_type.schema)
         variants = _variants(entry_type.schema) or []
         # Per variant, for a precise error: oneOf's own error says only "no match".
-        self._by_name = {
-            _variant_name(v): cls(
-                {**{k: x for k, x in entry_type.schema.items() if k != "oneOf"}, **v}
-            )
-            for v in variants
-        }
+        self._by_name: dict[Any, Any] = {}
+        for v in variants:
+            variant = {**{k: x for k, x in entry_type.schema.items() if k != "oneOf"}, **v}
+            self._by_name[_variant_name(v)] = (
+                _rust_validator(variant) if self._fast is not None else None
+            ) or _BoundedValidator(variant)
 
     def order_of(self, entry: Any, index: int, where: str) -> int:
         """Validate ``entry`` and return its order key (``index`` when none is named)."""
         try:
-            ok = (self._fast or self._whole).is_valid(entry)
+            ok = self._whole.is_valid(entry)
         except Exception as exc:  # noqa: BLE001 - unresolvable $ref and the like
             raise InvalidInput(f"{where} cannot be validated: {type(exc).__name__}") from None
         if not ok:
@@ -217,8 +229,55 @@ class EntryValidator:
                 names = ", ".join(sorted(str(n) for n in self._by_name))
                 return f".{TYPE_FIELD}: must be one of the variants ({names})"
             validator = chosen
-        error = best_match(validator.iter_errors(entry))
-        if error is None:
-            return ": does not match the schema"
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-        return f"{path}: {error.message}"
+        try:
+            if isinstance(validator, _BoundedValidator):
+                error = best_match(validator.iter_errors(entry))
+                if error is None:
+                    return ": does not match the schema"
+                path, message = list(error.absolute_path), error.message
+            else:
+                first = next(iter(validator.iter_errors(entry)), None)
+                if first is None:
+                    return ": does not match the schema"
+                path, message = list(first.instance_path), first.message
+        except Exception as exc:  # noqa: BLE001 - unresolvable $ref and the like
+            return f": cannot be validated: {type(exc).__name__}"
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+        if len(message) > MAX_MESSAGE_CHARS:  # it quotes the value, which may be long
+            message = message[: MAX_MESSAGE_CHARS - 3] + "..."
+        return f"{where}: {message}"
+
+
+MAX_MESSAGE_CHARS = 300
+"""Longest explanation of an invalid entry."""
+PATTERN_TIMEOUT_S = 0.01
+"""Longest one ``pattern`` match may take in the Python validator (see :class:`EntryValidator`)."""
+
+
+def _rust_validator(schema: dict[str, Any]) -> Any:
+    """The Rust validator of ``schema``, or ``None`` when it cannot compile it."""
+    try:
+        return jsonschema_rs.validator_for(schema)
+    except Exception:  # noqa: BLE001 - any refusal: the caller decides what it means
+        return None
+
+
+def _bounded_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    """``pattern`` matched by :mod:`regex` under :data:`PATTERN_TIMEOUT_S`."""
+    if not validator.is_type(instance, "string"):
+        return
+    try:
+        found = regex.search(pattern, instance, timeout=PATTERN_TIMEOUT_S) is not None
+    except TimeoutError:
+        yield ValidationError(f"{instance!r} could not be matched against {pattern!r} in time")
+        return
+    except regex.error:
+        yield ValidationError(f"{pattern!r} is not a pattern this node can match")
+        return
+    if not found:
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_BoundedValidator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft202012Validator, {"pattern": _bounded_pattern}
+)

@@ -347,3 +347,38 @@ async def test_concurrent_lease_requests_grant_one(
 
     statuses = await asyncio.gather(*(take() for _ in range(8)))
     assert sorted(statuses) == [201] + [409] * 7, statuses
+
+
+async def test_a_backtracking_pattern_cannot_hold_the_node(
+    node: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    """``^(a+)+$`` takes exponential time in a backtracking engine (Python's ``re``:
+    4 s at 28 characters, hours at 40). Entries are matched by a bounded engine, so
+    the refusal is immediate and the node keeps answering meanwhile."""
+    url = node.url
+    schema = {"type": "object", "properties": {"k": {"type": "string", "pattern": "^(a+)+$"}}}
+    assert (await declare(http, url, "redos", schema, order_key=None))[0] == 201
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    status, err = await append(http, url, "redos", [{"k": "a" * 5000 + "b"}])
+    assert status == 422 and err["error"].startswith('entries[0].k: "aaaa'), err
+    assert len(err["error"]) <= 320, "the explanation quotes the value, cut short"
+    assert await append(http, url, "redos", [{"k": "a" * 40}]) == (
+        200,
+        {"first_index": 0, "count": 1},
+    )
+    async with http.get(f"{url}/health") as r:
+        assert r.status == 200
+    assert loop.time() - started < 2.0
+
+
+async def test_a_schema_the_validator_cannot_compile_is_refused_when_declared(
+    http: aiohttp.ClientSession, node: NodeProcess
+) -> None:
+    async with http.put(
+        f"{node.url}/v2/streams/dangling",
+        json={"schema": {"$ref": "#/$defs/missing"}},
+    ) as r:
+        body = await r.json()
+        assert r.status == 422, body
+        assert body["error"].startswith("schema cannot be compiled for validation:"), body
