@@ -8,6 +8,8 @@ JSON error body), never anything that becomes a 5xx.
 
 from __future__ import annotations
 
+import base64
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -17,7 +19,7 @@ from dynaq.api.codec import body_from_wire
 from dynaq.core.body_filters import compile_body_policy
 from dynaq.core.filters import compile_policy
 from dynaq.core.ids import MAX_ID, is_valid_id
-from dynaq.core.messages import NewMessage
+from dynaq.core.messages import TYPES_ATTRIBUTE, NewMessage
 from dynaq.core.receipts import decode_receipt
 from dynaq.errors import InvalidInput
 from dynaq.services.queue_records import MAX_DELAY_S, RedrivePolicy, Subscription
@@ -90,7 +92,39 @@ def _attributes(item: Mapping[str, Any], where: str) -> dict[str, str] | None:
         raise InvalidInput(f"{where}.attributes must be an object of string values")
     if len(attrs) > MAX_ATTRIBUTES:
         raise InvalidInput(f"{where}.attributes holds at most {MAX_ATTRIBUTES} entries")
+    if TYPES_ATTRIBUTE in attrs:
+        _check_types(attrs, f"{where}.attributes")
     return dict(attrs)
+
+
+_SQS_TYPE = re.compile(r"(String|Number|Binary)(\.[^\x00-\x1f]{1,250})?")
+
+
+def _check_types(attrs: Mapping[str, str], where: str) -> None:
+    """``aws.types`` names the SQS/SNS data type of other attributes (as SQS and SNS
+    store it): a message may carry it, as one received through SQS does, but only
+    well formed, since the SQS and SNS views of the message read it."""
+    try:
+        types = json.loads(attrs[TYPES_ATTRIBUTE])
+    except ValueError:
+        types = None
+    if not isinstance(types, dict):
+        raise InvalidInput(f"{where}[{TYPES_ATTRIBUTE!r}] must be a JSON object: name → data type")
+    for name, kind in types.items():
+        if name not in attrs or name == TYPES_ATTRIBUTE:
+            raise InvalidInput(f"{where}[{TYPES_ATTRIBUTE!r}] names {name!r}, which is not set")
+        if not isinstance(kind, str) or not _SQS_TYPE.fullmatch(kind):
+            raise InvalidInput(
+                f"{where}[{TYPES_ATTRIBUTE!r}]: {name!r} has type {kind!r}; "
+                "String, Number or Binary (with an optional .label)"
+            )
+        if kind.startswith("Binary"):
+            try:
+                base64.b64decode(attrs[name], validate=True)
+            except ValueError:
+                raise InvalidInput(
+                    f"{where}[{name!r}] is typed Binary and must be base64"
+                ) from None
 
 
 def _tag(item: Mapping[str, Any], name: str, where: str) -> str | None:

@@ -132,6 +132,23 @@ async def test_topic_batch_publish(http: aiohttp.ClientSession) -> None:
         ("/v2/queues/q1/messages", {"messages": [{"body": "a", "encoding": "rot13"}]}, 422),
         ("/v2/queues/q1/messages", {"messages": [{"body": "a", "attributes": {"k": 1}}]}, 422),
         ("/v2/queues/q1/messages", {"messages": [{"body": "a"}] * 1001}, 422),
+        # aws.types (the SQS/SNS data types a message carries) must be well formed:
+        # the SQS and SNS views of the message read it.
+        *(
+            ("/v2/queues/q1/messages", {"messages": [{"body": "a", "attributes": a}]}, 422)
+            for a in (
+                {"aws.types": '{"x": "Binary"}', "x": "not-base64!"},
+                {"aws.types": "not json", "x": "1"},
+                {"aws.types": '["x"]', "x": "1"},
+                {"aws.types": '{"x": "Float"}', "x": "1"},
+                {"aws.types": '{"y": "Number"}', "x": "1"},
+            )
+        ),
+        (
+            "/v2/topics/t1/messages",
+            {"messages": [{"body": "a", "attributes": {"aws.types": '{"x": 5}', "x": "1"}}]},
+            422,
+        ),
         ("/v2/queues/q1/messages", {"messages": [{"body": "a" * 262145}]}, 413),
         ("/v2/queues/q1/messages", [1], 422),
         ("/v2/queues/nope/messages", {"messages": [{"body": "a"}]}, 404),
@@ -152,6 +169,9 @@ async def test_topic_batch_publish(http: aiohttp.ClientSession) -> None:
 )
 async def test_v2_errors(http: aiohttp.ClientSession, path: str, body: Any, status: int) -> None:
     await _create(http)
+    if path.startswith("/v2/topics/t1"):
+        async with http.put("/v1/topics/t1") as r:
+            assert r.status in (201, 422)
     got, payload = await post_json(http, path, body)
     assert got == status, payload
     assert isinstance(payload["error"], str) and payload["code"]
@@ -211,3 +231,16 @@ async def test_long_poll_times_out_empty(http: aiohttp.ClientSession, clock: Man
         http, "/v2/queues/q1/messages/receive", {"max_messages": 5, "wait_time_s": 21}
     )
     assert status == 422
+
+
+async def test_well_formed_sqs_types_are_kept(http: aiohttp.ClientSession) -> None:
+    """A message received through SQS carries its data types in ``aws.types``; sent
+    back through v2 as received, it keeps them."""
+    await _create(http, "typed")
+    attrs = {"aws.types": '{"b": "Binary", "n": "Number.int"}', "b": "aGk=", "n": "5"}
+    status, sent = await post_json(
+        http, "/v2/queues/typed/messages", {"messages": [{"body": "a", "attributes": attrs}]}
+    )
+    assert status == 200, sent
+    _, got = await post_json(http, "/v2/queues/typed/messages/receive", {"max_messages": 1})
+    assert got["messages"][0]["attributes"] == attrs
