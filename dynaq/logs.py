@@ -12,6 +12,9 @@ import sys
 import time
 from typing import Any
 
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
+
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
 
@@ -38,6 +41,28 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str)
 
 
+class ClientFaultFilter(logging.Filter):
+    """aiohttp logs a request it cannot parse (bad framing, a body its
+    ``Content-Encoding`` cannot decode, a line over its limit) at error level with a
+    traceback, though it answers the client 400: the client's fault, not the
+    node's. Such a record becomes one line at info, without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, RequestPayloadError):
+            # A body the handler could not read (answered 400 there), met again
+            # when aiohttp drains what is left of it.
+            why = " ".join(str(exc).split())
+        elif isinstance(exc, HttpProcessingError) and 400 <= (exc.code or 400) < 500:
+            why = " ".join(str(exc.message).split())
+        else:
+            return True
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.msg, record.args = "a client sent a malformed request: %s", (why,)
+        record.exc_info, record.exc_text = None, None
+        return logging.getLogger().isEnabledFor(logging.INFO)
+
+
 def setup_logging(level: str, fmt: str, node: str) -> None:
     """Configure the root logger once, for the process."""
     handler = logging.StreamHandler(sys.stderr)
@@ -49,6 +74,9 @@ def setup_logging(level: str, fmt: str, node: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, ClientFaultFilter) for f in server_log.filters):
+        server_log.addFilter(ClientFaultFilter())
     # aiohttp's access log costs a formatted line per request; keep it at debug only.
     logging.getLogger("aiohttp.access").setLevel(
         logging.DEBUG if level.lower() == "debug" else logging.WARNING

@@ -182,7 +182,9 @@ def _check_strings(value: Any, depth: int = 0) -> None:
 def parse_json(raw: bytes, *, max_objects: int = MAX_OBJECTS) -> Any:
     """Parse a JSON body strictly (see :func:`read_body`)."""
     if not raw.strip():
-        raise InvalidInput("request body is empty; expected a JSON object")
+        # Also a body whose Content-Encoding stream ends before any data (say, a
+        # gzip header and nothing it can inflate): the decoded body is empty.
+        raise InvalidInput("request body is empty (once decoded); expected a JSON object")
     if raw.count(b"[") > MAX_JSON_ARRAYS:
         raise InvalidInput(f"malformed JSON body: more than {MAX_JSON_ARRAYS} arrays")
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 from typing import Any
 
 import aiohttp
@@ -197,6 +198,20 @@ async def _raw(node: Node, request_bytes: bytes) -> tuple[int, dict[str, str], b
             400,
         ),
         (
+            "br that is not br",
+            b"POST /v2/queues/q/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nContent-Encoding: br\r\n"
+            b'Content-Length: 27\r\n\r\n{"messages":[{"body":"x"}]}',
+            400,
+        ),
+        (
+            "a gzip header and nothing it can inflate",
+            b"POST /v2/queues/q/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nContent-Encoding: gzip\r\n"
+            b"Content-Length: 11\r\n\r\n\x1f\x8b\x08\x00garbage",
+            422,
+        ),
+        (
             "deflate that is not deflate",
             b"PUT /v1/queues/q/message HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
             b"Content-Encoding: deflate\r\nContent-Length: 5\r\n\r\nhello",
@@ -213,6 +228,60 @@ async def test_undecodable_headers_and_bodies_are_4xx(
         return
     assert got == status, (what, got, body)
     assert headers["content-type"].startswith("application/json"), (what, headers)
+
+
+@pytest.mark.parametrize(
+    ("target", "content_type", "answer_type"),
+    [
+        ("AmazonSQS.ListQueues", "application/x-amz-json-1.0", "application/x-amz-json-1.0"),
+        (None, "application/x-www-form-urlencoded", "text/xml"),
+    ],
+)
+async def test_sqs_and_sns_answer_undecodable_bodies_in_their_own_shape(
+    node: Node, target: str | None, content_type: str, answer_type: str
+) -> None:
+    head = f"X-Amz-Target: {target}\r\n" if target else ""
+    got, headers, body = await _raw(
+        node,
+        b"POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        + f"Content-Type: {content_type}\r\n{head}".encode()
+        + b"Content-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}",
+    )
+    assert got == 400, body
+    assert headers["content-type"].startswith(answer_type), headers
+    assert b"could not be read" in body, body
+
+
+def test_a_body_the_client_garbled_is_logged_as_its_fault_not_an_error() -> None:
+    """aiohttp logs an unreadable body (once the route has answered 400) with a
+    traceback at error level; the node's log filter makes it one line at info."""
+    from aiohttp.web_protocol import RequestPayloadError
+
+    from dynaq.logs import ClientFaultFilter
+
+    exc = RequestPayloadError("400, message:\n  Can not decode content-encoding: gzip")
+    record = logging.LogRecord(
+        "aiohttp.server",
+        logging.ERROR,
+        __file__,
+        1,
+        "Unhandled exception",
+        (),
+        (RequestPayloadError, exc, None),
+    )
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.INFO)
+    try:
+        assert ClientFaultFilter().filter(record)
+    finally:
+        root.setLevel(level)
+    assert record.levelno == logging.INFO and record.exc_info is None
+    assert record.getMessage() == (
+        "a client sent a malformed request: 400, message: Can not decode content-encoding: gzip"
+    )
+    other = logging.LogRecord("aiohttp.server", logging.ERROR, __file__, 1, "boom", (), None)
+    assert ClientFaultFilter().filter(other) and other.levelno == logging.ERROR
 
 
 @pytest.mark.parametrize(
