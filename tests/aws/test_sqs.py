@@ -347,6 +347,9 @@ def test_a_move_task_is_cancelled_and_keeps_what_it_moved(sqs: Any) -> None:
         arns[q] = sqs.get_queue_attributes(QueueUrl=urls[q], AttributeNames=["QueueArn"])[
             "Attributes"
         ]["QueueArn"]
+    # only a dead-letter queue is a move task's source (as on SQS)
+    policy = json.dumps({"deadLetterTargetArn": arns["cancel-dlq"], "maxReceiveCount": 3})
+    sqs.create_queue(QueueName="cancel-src", Attributes={"RedrivePolicy": policy})
     for i in range(0, 30, 10):
         entries = [{"Id": str(j), "MessageBody": f"m{j}"} for j in range(i, i + 10)]
         assert not sqs.send_message_batch(QueueUrl=urls["cancel-dlq"], Entries=entries).get(

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from dynaq.api.aws.sigv4 import AccessKey, verify
 from dynaq.api.aws.sqs_wire import SqsError, invalid, no_queue
-from dynaq.api.codec import parse_json
+from dynaq.api.codec import parse_json, read_raw
 from dynaq.clock import Clock
 from dynaq.core.access import ADMIN, READ, WRITE
 from dynaq.errors import (
@@ -146,7 +146,10 @@ async def _dispatch(request: web.Request, target: str) -> dict[str, Any]:
             "POST / takes SQS requests: set X-Amz-Target: AmazonSQS.<Action>",
         )
     name = target[len(TARGET_PREFIX) :]
-    body = await request.read()
+    try:
+        body = await read_raw(request)
+    except DynaqError as exc:  # a body its Content-Encoding cannot decode, or too slow
+        raise _as_sqs(exc) from None
     settings = request.app[SQS]
     key = await authenticate(request, body, settings)
     handler = ACTIONS.get(name)

@@ -14,7 +14,12 @@
 * A body outside SQS's characters (XML 1.0's) is refused with
   InvalidMessageContents, as SQS refuses it.
 * Message attributes keep their data types; MD5OfMessageBody and
-  MD5OfMessageAttributes are computed as SQS does, so SDKs verify them.
+  MD5OfMessageAttributes are computed as SQS does, so SDKs verify them. Names,
+  types, values, group and dedup ids are checked as AWS checks them
+  (:mod:`.sqs_validation`); a receive never fails on what another API stored.
+* SendMessageBatch fails a bad entry on its own (in ``Failed``); a request whose
+  bodies and attributes together exceed the node's largest message is
+  BatchRequestTooLong, as on AWS.
 """
 
 from __future__ import annotations
@@ -25,6 +30,15 @@ from typing import Any
 
 from dynaq.api.aws.sqs import Call, action
 from dynaq.api.aws.sqs_queues import queue_of
+from dynaq.api.aws.sqs_validation import (
+    NOT_ALLOWED,
+    QUEUE_ATTRIBUTES,
+    SYSTEM_ATTRIBUTE_NAMES,
+    check_id,
+    check_system_attributes,
+    int_param,
+    payload_size,
+)
 from dynaq.api.aws.sqs_wire import (
     SqsError,
     attributes_md5,
@@ -48,15 +62,10 @@ _SYSTEM = ("ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveT
            "MessageGroupId", "SenderId")  # fmt: skip
 
 
-# What SQS lets a message body hold (XML 1.0's characters): #x9 | #xA | #xD |
-# #x20-#xD7FF | #xE000-#xFFFD | #x10000-#x10FFFF.
-_NOT_ALLOWED = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
 def _check_contents(body: str) -> None:
     """Refuse what SQS refuses, with its code: a body outside the allowed characters
-    would break clients that parse replies as XML, on SQS and here alike."""
-    bad = _NOT_ALLOWED.search(body)
+    (XML 1.0's) would break clients that parse replies as XML, on SQS and here alike."""
+    bad = NOT_ALLOWED.search(body)
     if bad is not None:
         raise SqsError(
             "InvalidMessageContents",
@@ -66,32 +75,45 @@ def _check_contents(body: str) -> None:
         )
 
 
-def _new_message(info: QueueInfo, p: dict[str, Any]) -> tuple[NewMessage, str | None]:
+def max_bytes(call: Call, info: QueueInfo) -> int:
+    """The largest message ``info`` takes here: its MaximumMessageSize, bounded by the
+    node's ``http.max_message_bytes`` (the write path refuses more, whatever the
+    queue says)."""
+    return min(info.settings.max_message_bytes, call.request.app[QUEUES].limits.max_message_bytes)
+
+
+def _new_message(info: QueueInfo, p: dict[str, Any], limit: int) -> tuple[NewMessage, str | None]:
     """One SendMessage's parameters → a dynaq message and its attributes' MD5."""
     body = p.get("MessageBody")
-    if not isinstance(body, str) or not body:
+    if body is None or body == "":
         raise missing("MessageBody")
+    if not isinstance(body, str):
+        raise invalid("Value for parameter MessageBody is invalid. Reason: must be a string.")
     _check_contents(body)
     attrs, shaped = to_dynaq_attributes(p.get("MessageAttributes"))
+    check_system_attributes(p.get("MessageSystemAttributes"))
     raw = body.encode()
-    size = len(raw) + sum(len(k) + len(v) for k, v in attrs.items())
-    if size > info.settings.max_message_bytes:
+    if payload_size(p) > limit:
         raise invalid(
-            f"One or more parameters are invalid. Reason: Message must be shorter than "
-            f"{info.settings.max_message_bytes} bytes."
+            "One or more parameters are invalid. Reason: Message must be shorter than "
+            f"{limit} bytes."
         )
     delay = p.get("DelaySeconds")
     group = p.get("MessageGroupId")
     dedup = p.get("MessageDeduplicationId")
+    if group is not None:
+        check_id("MessageGroupId", group)
+    if dedup is not None:
+        check_id("MessageDeduplicationId", dedup)
     if info.settings.fifo:
-        if not isinstance(group, str) or not group:
+        if group is None:
             raise missing("MessageGroupId")
-        if delay not in (None, 0):
+        if delay not in (None, 0) or isinstance(delay, bool):
             raise invalid("Value for parameter DelaySeconds is invalid. Reason: The request "
                           "include parameter that is not valid for this queue type.")  # fmt: skip
         if dedup is None and info.settings.content_based_dedup:
             dedup = hashlib.sha256(raw).hexdigest()
-        if not isinstance(dedup, str) or not dedup:
+        if dedup is None:
             raise invalid("The queue should either have ContentBasedDeduplication enabled or "
                           "MessageDeduplicationId provided explicitly")  # fmt: skip
     else:
@@ -103,11 +125,8 @@ def _new_message(info: QueueInfo, p: dict[str, Any]) -> tuple[NewMessage, str | 
                 "The request include parameter that is not valid for this queue type."
             )
         group = None  # standard queues: MessageGroupId only tags fair queues on AWS
-    if delay is not None and (not isinstance(delay, int) or not 0 <= delay <= 900):
-        raise invalid(
-            f"Value {delay} for parameter DelaySeconds is invalid. "
-            "Reason: DelaySeconds must be >= 0 and <= 900."
-        )
+    if delay is not None:
+        int_param("DelaySeconds", delay, 0, 900, "DelaySeconds must be >= 0 and <= 900.")
     message = NewMessage(
         raw, attrs or None, group, dedup, delay_s=None if delay is None else float(delay)
     )
@@ -126,7 +145,7 @@ def _sent(mid: int, message: NewMessage, attrs_md5: str | None, fifo: bool) -> d
 @action("SendMessage")
 async def send_message(call: Call) -> dict[str, Any]:
     info = await queue_of(call, WRITE)
-    message, attrs_md5 = _new_message(info, call.params)
+    message, attrs_md5 = _new_message(info, call.params, max_bytes(call, info))
     [mid] = await call.request.app[QUEUES].enqueue(info, [message])
     return _sent(mid, message, attrs_md5, info.settings.fifo)
 
@@ -166,22 +185,27 @@ def _failed(entry_id: str, exc: SqsError | DynaqError) -> dict[str, Any]:
 
 @action("SendMessageBatch")
 async def send_message_batch(call: Call) -> dict[str, Any]:
+    """Each entry is checked on its own (a bad one is in ``Failed``, the others are
+    sent); the request as a whole holds at most the node's largest message (bodies
+    and attributes together, as AWS counts them), else BatchRequestTooLong."""
     info = await queue_of(call, WRITE)
+    entries = _entries(call)
+    node_limit = call.request.app[QUEUES].limits.max_message_bytes
+    total = sum(payload_size(e) for e in entries)
+    if total > node_limit:
+        raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {node_limit} "
+                       f"bytes. You have sent {total} bytes.",
+                       query_code="AWS.SimpleQueueService.BatchRequestTooLong")  # fmt: skip
+    limit = max_bytes(call, info)
     good: list[tuple[str, NewMessage, str | None]] = []
     failed: list[dict[str, Any]] = []
-    total = 0
-    for e in _entries(call):
+    for e in entries:
         try:
-            message, attrs_md5 = _new_message(info, e)
+            message, attrs_md5 = _new_message(info, e, limit)
         except (SqsError, InvalidInput) as exc:
             failed.append(_failed(e["Id"], exc))
             continue
-        total += len(message.body)
         good.append((e["Id"], message, attrs_md5))
-    if total > info.settings.max_message_bytes:
-        raise SqsError("BatchRequestTooLong", "Batch requests cannot be longer than "
-                       f"{info.settings.max_message_bytes} bytes.",
-                       query_code="AWS.SimpleQueueService.BatchRequestTooLong")  # fmt: skip
     ok: list[dict[str, Any]] = []
     if good:
         ids = await call.request.app[QUEUES].enqueue(info, [m for _, m, _ in good])
@@ -226,11 +250,14 @@ def _receipt_of(m: Message) -> str:
     return encode_receipt(m.id, m.delivery)
 
 
-def _names(value: object, what: str) -> list[str]:
+def _names(value: object, what: str, known: frozenset[str] | None = None) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise invalid(f"{what} must be a list of strings.")
+    unknown = [] if known is None else [v for v in value if v not in known]
+    if unknown:
+        raise SqsError("InvalidAttributeName", f"Unknown Attribute {unknown[0]}.")
     return list(value)
 
 
@@ -238,21 +265,21 @@ def _names(value: object, what: str) -> list[str]:
 async def receive_message(call: Call) -> dict[str, Any]:
     info = await queue_of(call, READ)
     p = call.params
-    n = p.get("MaxNumberOfMessages", 1)
-    if not isinstance(n, int) or not 1 <= n <= MAX_BATCH:
-        raise invalid(
-            f"Value {n} for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if provided."
-        )
+    n = int_param("MaxNumberOfMessages", p.get("MaxNumberOfMessages", 1), 1, MAX_BATCH)
     vt = p.get("VisibilityTimeout")
-    if vt is not None and (not isinstance(vt, int) or not 0 <= vt <= 43_200):
-        raise invalid(f"Value {vt} for parameter VisibilityTimeout is invalid.")
+    if vt is not None:
+        int_param("VisibilityTimeout", vt, 0, 43_200)
     wait = p.get("WaitTimeSeconds")
-    if wait is not None and (not isinstance(wait, int) or not 0 <= wait <= 20):
-        raise invalid(
-            f"Value {wait} for parameter WaitTimeSeconds is invalid. Reason: Must be >= 0 and <= 20, if provided."
-        )
-    system = _names(p.get("MessageSystemAttributeNames"), "MessageSystemAttributeNames")
-    system += _names(p.get("AttributeNames"), "AttributeNames")
+    if wait is not None:
+        int_param("WaitTimeSeconds", wait, 0, 20, "Must be >= 0 and <= 20, if provided.")
+    system = _names(
+        p.get("MessageSystemAttributeNames"), "MessageSystemAttributeNames", SYSTEM_ATTRIBUTE_NAMES
+    )
+    # AttributeNames (deprecated) is modeled as queue attribute names; SDKs send the
+    # message system attribute names in it too.
+    system += _names(
+        p.get("AttributeNames"), "AttributeNames", SYSTEM_ATTRIBUTE_NAMES | QUEUE_ATTRIBUTES
+    )
     wanted = _names(p.get("MessageAttributeNames"), "MessageAttributeNames")
     messages = await call.request.app[QUEUES].receive(
         info.name,
@@ -306,9 +333,9 @@ def _not_in_flight(handle: str) -> SqsError:
 
 
 def _timeout(value: object) -> float:
-    if not isinstance(value, int) or not 0 <= value <= 43_200:
-        raise invalid(f"Value {value} for parameter VisibilityTimeout is invalid.")
-    return float(value)
+    if value is None:
+        raise missing("VisibilityTimeout")
+    return float(int_param("VisibilityTimeout", value, 0, 43_200))
 
 
 @action("ChangeMessageVisibility")

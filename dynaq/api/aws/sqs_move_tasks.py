@@ -15,26 +15,62 @@ import re
 from typing import Any
 
 from dynaq.api.aws.sqs import Call, action
+from dynaq.api.aws.sqs_validation import int_param
 from dynaq.api.aws.sqs_wire import SqsError, invalid, missing, name_of_arn, queue_arn
 from dynaq.api.keys import CATALOG, QUEUES
 from dynaq.core.access import ADMIN, READ
-from dynaq.errors import NotFound, TaskNotRunning
+from dynaq.errors import NotFound, QueueNotFound, TaskNotRunning
 
 _TASK_HANDLE = re.compile(r"[0-9a-f]{32}")
 
 
 @action("StartMessageMoveTask")
 async def start_message_move_task(call: Call) -> dict[str, Any]:
-    source = name_of_arn(call.params.get("SourceArn"))
+    """As SQS: the source must exist (else ResourceNotFoundException) and be some
+    queue's dead-letter queue (as this node's catalog knows the queues), and it may
+    have one active task at a time (InvalidParameterValue otherwise; two starts
+    through two nodes at the same instant may both run, as with PurgeQueue)."""
+    arn = call.params.get("SourceArn")
+    if arn is None or arn == "":
+        raise missing("SourceArn")
+    source = name_of_arn(arn, "SourceArn")
     call.require(ADMIN, source)
-    info = await call.request.app[CATALOG].queue(source)
+    catalog = call.request.app[CATALOG]
+    try:
+        info = await catalog.queue(source)
+    except QueueNotFound:
+        raise _not_found("SourceArn") from None
     dest = call.params.get("DestinationArn")
-    to_queue = None if dest is None else name_of_arn(dest)
-    rate = call.params.get("MaxNumberOfMessagesPerSecond", 500)
-    if not isinstance(rate, int) or not 1 <= rate <= 500:
-        raise invalid(f"Value {rate} for parameter MaxNumberOfMessagesPerSecond is invalid.")
-    task = await call.request.app[QUEUES].tasks.start_redrive(info, to_queue, rate)
+    to_queue = None if dest is None else name_of_arn(dest, "DestinationArn")
+    rate = int_param(
+        "MaxNumberOfMessagesPerSecond", call.params.get("MaxNumberOfMessagesPerSecond", 500), 1, 500
+    )
+    if not catalog.dead_letter_sources(source):
+        raise invalid("Source queue must be configured as a Dead Letter Queue.")
+    if to_queue is not None:
+        if to_queue == source:
+            raise invalid("Source queue arn and destination queue arn cannot be the same.")
+        try:
+            await catalog.queue(to_queue)
+        except QueueNotFound:
+            raise _not_found("DestinationArn") from None
+    tasks = call.request.app[QUEUES].tasks
+    recent = await tasks.list_for(source, "redrive", 10)
+    if any(t["state"] in ("running", "cancelling") for t in recent):
+        raise invalid(
+            "There is already a task running. Only one active task is allowed for a source "
+            "queue arn at a given time."
+        )
+    task = await tasks.start_redrive(info, to_queue, rate)
     return {"TaskHandle": task["id"]}
+
+
+def _not_found(param: str) -> SqsError:
+    return SqsError(
+        "ResourceNotFoundException",
+        f"The resource that you specified for the {param} parameter doesn't exist.",
+        query_code="ResourceNotFoundException",
+    )
 
 
 _STATUS = {"running": "RUNNING", "cancelling": "CANCELLING", "cancelled": "CANCELLED",
@@ -73,12 +109,13 @@ def _no_task() -> SqsError:
 
 @action("ListMessageMoveTasks")
 async def list_message_move_tasks(call: Call) -> dict[str, Any]:
-    source = name_of_arn(call.params.get("SourceArn"))
+    arn = call.params.get("SourceArn")
+    if arn is None or arn == "":
+        raise missing("SourceArn")
+    source = name_of_arn(arn, "SourceArn")
     call.require(READ, source)
     await call.request.app[CATALOG].queue(source)
-    limit = call.params.get("MaxResults", 1)
-    if not isinstance(limit, int) or not 1 <= limit <= 10:
-        raise invalid(f"Value {limit} for parameter MaxResults is invalid.")
+    limit = int_param("MaxResults", call.params.get("MaxResults", 1), 1, 10)
     tasks = await call.request.app[QUEUES].tasks.list_for(source, "redrive", limit)
     results = []
     for t in tasks:

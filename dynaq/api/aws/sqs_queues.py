@@ -13,9 +13,12 @@ statistics of ``GET /v2/queues/{queue}``.
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 from dynaq.api.aws.sqs import SQS, Call, action
+from dynaq.api.aws.sqs_validation import check_tags, int_attribute, int_param, is_int
 from dynaq.api.aws.sqs_wire import (
     SqsError,
     invalid,
@@ -25,45 +28,34 @@ from dynaq.api.aws.sqs_wire import (
     queue_arn,
     queue_url,
 )
+from dynaq.api.codec import parse_json
 from dynaq.api.keys import CATALOG, QUEUES
 from dynaq.core.access import ADMIN, READ
-from dynaq.errors import AlreadyExists, Conflict
+from dynaq.errors import AlreadyExists, Conflict, InvalidInput
 from dynaq.services.catalog import QueueInfo
-from dynaq.services.queue_records import QueueSettings, RedrivePolicy
+from dynaq.services.queue_records import MAX_RECEIVE_COUNT, QueueSettings, RedrivePolicy
 
 _SETTABLE = {
-    "VisibilityTimeout": ("visibility_timeout_s", float, 0, 43_200),
-    "DelaySeconds": ("delay_s", float, 0, 900),
-    "MessageRetentionPeriod": ("retention_s", float, 60, 1_209_600),
-    "MaximumMessageSize": ("max_message_bytes", int, 1024, 1 << 20),
-    "ReceiveMessageWaitTimeSeconds": ("receive_wait_s", float, 0, 20),
+    "VisibilityTimeout": ("visibility_timeout_s", 0, 43_200),
+    "DelaySeconds": ("delay_s", 0, 900),
+    "MessageRetentionPeriod": ("retention_s", 60, 1_209_600),
+    "MaximumMessageSize": ("max_message_bytes", 1024, 1 << 20),
+    "ReceiveMessageWaitTimeSeconds": ("receive_wait_s", 0, 20),
 }
+"""SQS attribute → (dynaq setting, AWS's range); every one an integer string."""
 _ACCEPTED_UNUSED = {"Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds",
                     "SqsManagedSseEnabled", "RedriveAllowPolicy", "DeduplicationScope",
                     "FifoThroughputLimit"}  # fmt: skip
 """Taken and ignored: IAM policies, encryption at rest and FIFO throughput modes
 have no dynaq equivalent (the README says so)."""
 _MAX_LIST = 1000
-
-
-def _number(name: str, value: object, kind: type, lo: float, hi: float) -> float | int:
-    try:
-        n: float | int = kind(str(value))
-    except ValueError:
-        raise SqsError(
-            "InvalidAttributeValue", f"Invalid value for the parameter {name}."
-        ) from None
-    if not lo <= n <= hi:
-        raise SqsError(
-            "InvalidAttributeValue", f"Invalid value for the parameter {name}: {lo:g}..{hi:g}."
-        )
-    return n
+_DIGITS = re.compile(r"[0-9]{1,12}")
 
 
 def _bool(name: str, value: object) -> bool:
-    if str(value).lower() not in ("true", "false"):
+    if not isinstance(value, str) or value.lower() not in ("true", "false"):
         raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
-    return str(value).lower() == "true"
+    return value.lower() == "true"
 
 
 def settings_changes(attrs: object, creating_fifo: bool | None) -> dict[str, Any]:
@@ -76,8 +68,9 @@ def settings_changes(attrs: object, creating_fifo: bool | None) -> dict[str, Any
     changes: dict[str, Any] = {}
     for name, value in attrs.items():
         if name in _SETTABLE:
-            field, kind, lo, hi = _SETTABLE[name]
-            changes[field] = _number(name, value, kind, lo, hi)
+            field, lo, hi = _SETTABLE[name]
+            n = int_attribute(name, value, lo, hi)
+            changes[field] = n if field == "max_message_bytes" else float(n)
         elif name == "RedrivePolicy":
             changes["redrive_policy"] = _redrive(value)
         elif name == "FifoQueue":
@@ -92,27 +85,48 @@ def settings_changes(attrs: object, creating_fifo: bool | None) -> dict[str, Any
 
 
 def _redrive(value: object) -> RedrivePolicy | None:
+    """A RedrivePolicy: JSON with a deadLetterTargetArn and a maxReceiveCount that is
+    an integer 1..1000 (a JSON number or a string of digits, as AWS takes it)."""
     if value in ("", None):
         return None
     try:
-        rp = json.loads(str(value))
-        target, count = rp["deadLetterTargetArn"], int(rp["maxReceiveCount"])
-    except (ValueError, TypeError, KeyError):
-        raise SqsError(
-            "InvalidAttributeValue", "Invalid value for the parameter RedrivePolicy."
-        ) from None
-    return RedrivePolicy(name_of_arn(target), count)
+        rp = parse_json(str(value).encode())
+    except (InvalidInput, ValueError):
+        rp = None
+    count: object = rp.get("maxReceiveCount") if isinstance(rp, dict) else None
+    if isinstance(count, str) and _DIGITS.fullmatch(count):
+        count = int(count)
+    if isinstance(rp, dict) and is_int(count) and 1 <= count <= MAX_RECEIVE_COUNT:
+        return RedrivePolicy(name_of_arn(rp.get("deadLetterTargetArn")), count)
+    raise SqsError(
+        "InvalidAttributeValue",
+        "Invalid value for the parameter RedrivePolicy. Reason: Redrive policy is not a "
+        "valid JSON map with a deadLetterTargetArn and a maxReceiveCount between 1 and "
+        f"{MAX_RECEIVE_COUNT}.",
+    )
+
+
+def _whole(seconds: float) -> str:
+    """A duration setting as SQS shows it: whole seconds. Settings made through dynaq's
+    own API may hold fractions; they are rounded to the nearest second (half up), so
+    the figure is within half a second of what the queue does (1e-300 shows as 0,
+    0.5 as 1) and, the ranges having whole bounds, stays inside AWS's range."""
+    if not math.isfinite(seconds):
+        return "0"
+    return str(math.floor(seconds + 0.5))
 
 
 def attributes_of(call: Call, info: QueueInfo, stats: dict[str, Any]) -> dict[str, str]:
     s: QueueSettings = info.settings
+    node_max_bytes = call.request.app[QUEUES].limits.max_message_bytes
     out = {
         "QueueArn": queue_arn(call.region, info.name),
-        "VisibilityTimeout": f"{s.visibility_timeout_s:g}",
-        "DelaySeconds": f"{s.delay_s:g}",
-        "MessageRetentionPeriod": f"{s.retention_s:g}",
-        "MaximumMessageSize": str(s.max_message_bytes),
-        "ReceiveMessageWaitTimeSeconds": f"{s.receive_wait_s:g}",
+        "VisibilityTimeout": _whole(s.visibility_timeout_s),
+        "DelaySeconds": _whole(s.delay_s),
+        "MessageRetentionPeriod": _whole(s.retention_s),
+        # The effective limit: the node's http.max_message_bytes bounds every queue.
+        "MaximumMessageSize": str(min(s.max_message_bytes, node_max_bytes)),
+        "ReceiveMessageWaitTimeSeconds": _whole(s.receive_wait_s),
         "CreatedTimestamp": str(info.created_ms // 1000),
         "LastModifiedTimestamp": str(info.created_ms // 1000),
         "ApproximateNumberOfMessages": str(stats["visible"]),
@@ -155,8 +169,8 @@ async def create_queue(call: Call) -> dict[str, Any]:
     catalog = call.request.app[CATALOG]
     tags = call.params.get("tags")
     created = dict(changes)
-    if isinstance(tags, dict) and tags:
-        created["tags"] = tuple(sorted((str(k), str(v)) for k, v in tags.items()))
+    if tags is not None and check_tags(tags):
+        created["tags"] = tuple(sorted(tags.items()))
     try:
         # One write with every attribute: a send through another node must never
         # find this queue with defaults (a FIFO queue taken for a standard one).
@@ -196,15 +210,22 @@ async def list_queues(call: Call) -> dict[str, Any]:
     prefix = str(call.params.get("QueueNamePrefix") or "")
     limit = call.params.get("MaxResults")
     token = call.params.get("NextToken")
-    n = _MAX_LIST if limit is None else int(_number("MaxResults", limit, int, 1, _MAX_LIST))
     names = [q for q in call.request.app[CATALOG].queue_names() if q.startswith(prefix)]
+    page, next_token = _page(names, limit, token)
+    out: dict[str, Any] = {"QueueUrls": [queue_url(call.request, q) for q in page]}
+    if next_token is not None:
+        out["NextToken"] = next_token
+    return out
+
+
+def _page(names: list[str], limit: object, token: object) -> tuple[list[str], str | None]:
+    """One page of sorted ``names`` after ``token`` (the last name of the previous
+    page) and the token of the next (only when MaxResults is given, as on SQS)."""
+    n = _MAX_LIST if limit is None else int_param("MaxResults", limit, 1, _MAX_LIST)
     if token is not None:
         names = [q for q in names if q > str(token)]
     page = names[:n]
-    out: dict[str, Any] = {"QueueUrls": [queue_url(call.request, q) for q in page]}
-    if limit is not None and len(names) > n:
-        out["NextToken"] = page[-1]
-    return out
+    return page, page[-1] if limit is not None and len(names) > n else None
 
 
 @action("DeleteQueue")
@@ -278,16 +299,21 @@ async def purge_queue(call: Call) -> dict[str, Any]:
 async def list_dead_letter_sources(call: Call) -> dict[str, Any]:
     info = await queue_of(call, READ)
     names = call.request.app[CATALOG].dead_letter_sources(info.name)
-    return {"queueUrls": [queue_url(call.request, q) for q in names]}
+    page, next_token = _page(names, call.params.get("MaxResults"), call.params.get("NextToken"))
+    out: dict[str, Any] = {"queueUrls": [queue_url(call.request, q) for q in page]}
+    if next_token is not None:
+        out["NextToken"] = next_token
+    return out
 
 
 @action("TagQueue")
 async def tag_queue(call: Call) -> dict[str, Any]:
     info = await queue_of(call, ADMIN)
     tags = call.params.get("Tags")
-    if not isinstance(tags, dict) or not tags:
+    if tags is None or tags == {}:
         raise missing("Tags")
-    merged = dict(info.settings.tags) | {str(k): str(v) for k, v in tags.items()}
+    kept = {k: v for k, v in info.settings.tags if not isinstance(tags, dict) or k not in tags}
+    merged = kept | check_tags(tags, len(kept))
     await call.request.app[CATALOG].update_queue(info.name, {"tags": tuple(sorted(merged.items()))})
     return {}
 

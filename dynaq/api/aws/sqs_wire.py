@@ -18,44 +18,23 @@ from typing import Any
 
 from aiohttp import web
 
+from dynaq.api.aws.sqs_errors import SqsError as SqsError
+from dynaq.api.aws.sqs_errors import invalid as invalid
+from dynaq.api.aws.sqs_errors import missing as missing
+from dynaq.api.aws.sqs_validation import (
+    check_attribute_name,
+    check_binary_value,
+    check_data_type,
+    check_string_value,
+    data_type_ok,
+    number_ok,
+)
 from dynaq.core.messages import HIDDEN_ATTRIBUTE_PREFIXES, TYPES_ATTRIBUTE
 
 ACCOUNT = "000000000000"
 """The account id in every queue URL and ARN (dynaq has one namespace)."""
 HIDDEN_PREFIXES = HIDDEN_ATTRIBUTE_PREFIXES
 MAX_ATTRIBUTES = 10
-
-
-class SqsError(Exception):
-    """An error in SQS's shape: ``code`` (JSON ``__type``), the Query-protocol code
-    botocore maps exceptions by (``x-amzn-query-error``), and the HTTP status."""
-
-    def __init__(
-        self, code: str, message: str, status: int = 400, query_code: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.status = status
-        self.query_code = query_code or code
-
-    def response(self) -> web.Response:
-        side = "Sender" if self.status < 500 else "Receiver"
-        body = {"__type": f"com.amazonaws.sqs#{self.code}", "message": self.message}
-        return web.Response(
-            status=self.status,
-            body=json.dumps(body).encode(),
-            content_type="application/x-amz-json-1.0",
-            headers={"x-amzn-query-error": f"{self.query_code};{side}"},
-        )
-
-
-def invalid(message: str) -> SqsError:
-    return SqsError("InvalidParameterValue", message)
-
-
-def missing(name: str) -> SqsError:
-    return SqsError("MissingParameter", f"The request must contain the parameter {name}.")
 
 
 def no_queue() -> SqsError:
@@ -86,9 +65,9 @@ def name_of_url(url: object) -> str:
     return name
 
 
-def name_of_arn(arn: object) -> str:
+def name_of_arn(arn: object, param: str = "deadLetterTargetArn") -> str:
     if not isinstance(arn, str) or not arn.startswith("arn:") or arn.count(":") < 5:
-        raise invalid(f"Value {arn} for parameter deadLetterTargetArn is invalid.")
+        raise invalid(f"Value {arn} for parameter {param} is invalid.")
     return arn.rsplit(":", 1)[-1]
 
 
@@ -118,7 +97,7 @@ def attributes_md5(attributes: Mapping[str, Mapping[str, Any]]) -> str:
 def to_dynaq_attributes(raw: object) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
     """SQS MessageAttributes → dynaq attributes (values as strings; binary as base64;
     non-String types recorded in :data:`TYPES_ATTRIBUTE`) and the SQS-shaped ones
-    (for the digest)."""
+    (for the digest). What AWS refuses is refused (:mod:`.sqs_validation`)."""
     if raw is None:
         return {}, {}
     if not isinstance(raw, dict):
@@ -131,39 +110,24 @@ def to_dynaq_attributes(raw: object) -> tuple[dict[str, str], dict[str, dict[str
     types: dict[str, str] = {}
     shaped: dict[str, dict[str, Any]] = {}
     for name, a in raw.items():
-        if not isinstance(name, str) or not name or name.startswith(HIDDEN_PREFIXES):
-            raise invalid(f"Message attribute name '{name}' is invalid.")
-        if not isinstance(a, dict) or not isinstance(a.get("DataType"), str):
-            raise invalid(f"The message attribute '{name}' must contain a DataType.")
-        data_type = a["DataType"]
-        base = data_type.split(".", 1)[0]
-        if base == "Binary":
+        check_attribute_name(name)
+        if name.startswith(HIDDEN_PREFIXES):  # "dynaq." (AWS's "AWS." is refused above)
+            raise invalid(f"Message attribute name '{name}' is reserved.")
+        if not isinstance(a, dict) or not a:
+            raise invalid(
+                f"The message (user) attribute '{name}' must contain a non-empty message "
+                "attribute value."
+            )
+        data_type = check_data_type(name, a.get("DataType"))
+        if data_type.startswith("Binary"):
             value = a.get("BinaryValue")
-            if not isinstance(value, str):
-                raise invalid(f"The message attribute '{name}' must contain a BinaryValue.")
-            try:
-                blob = base64.b64decode(value, validate=True)
-            except ValueError:
-                raise invalid(
-                    f"The message attribute '{name}' has a malformed BinaryValue."
-                ) from None
-            attrs[name] = value
+            blob = check_binary_value(name, value)
+            attrs[name] = str(value)
             shaped[name] = {"DataType": data_type, "BinaryValue": blob}
-        elif base in ("String", "Number"):
-            value = a.get("StringValue")
-            if not isinstance(value, str):
-                raise invalid(f"The message attribute '{name}' must contain a StringValue.")
-            if base == "Number":
-                try:
-                    float(value)
-                except ValueError:
-                    raise invalid(
-                        f"Can't cast '{value}' of attribute '{name}' to a number."
-                    ) from None
+        else:
+            value = check_string_value(name, data_type, a.get("StringValue"))
             attrs[name] = value
             shaped[name] = {"DataType": data_type, "StringValue": value}
-        else:
-            raise invalid(f"The message attribute '{name}' has an invalid DataType '{data_type}'.")
         if data_type != "String":
             types[name] = data_type
     if types:
@@ -171,29 +135,55 @@ def to_dynaq_attributes(raw: object) -> tuple[dict[str, str], dict[str, dict[str
     return attrs, shaped
 
 
+def _stored_types(raw: str | None) -> dict[str, str]:
+    """The data types a message's :data:`TYPES_ATTRIBUTE` records, keeping only well
+    formed entries: the attribute may have been written through another API, and
+    one message's bad record must never fail a receive."""
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    # No length bound here: what another API stored with a longer label is still typed.
+    return {k: v for k, v in data.items() if isinstance(k, str) and data_type_ok(v, 1 << 20)}
+
+
 def from_dynaq_attributes(
     attributes: Mapping[str, str] | None, wanted: list[str] | None
 ) -> dict[str, dict[str, Any]]:
     """dynaq attributes → SQS MessageAttributes (those ``wanted``: names, ``All`` or
     ``.*``, or prefixes ``foo.*``); any attribute set through dynaq's own API is a
-    ``String``. Binary values come back as bytes (botocore base64-encodes them)."""
+    ``String``. Binary values come back as bytes (botocore base64-encodes them).
+
+    Tolerant by design: a value that does not decode as its recorded type (a
+    Binary that is not base64, a Number that is not a number) comes back as a
+    plain ``String`` holding the stored text, so a receive never fails on one
+    message's attributes."""
     if not attributes or not wanted:
         return {}
-    types: dict[str, str] = {}
-    if TYPES_ATTRIBUTE in attributes:
-        try:
-            types = {str(k): str(v) for k, v in json.loads(attributes[TYPES_ATTRIBUTE]).items()}
-        except (ValueError, AttributeError):
-            types = {}
+    types = _stored_types(attributes.get(TYPES_ATTRIBUTE))
     out: dict[str, dict[str, Any]] = {}
     for name, value in attributes.items():
         if name.startswith(HIDDEN_PREFIXES) or not _selected(name, wanted):
             continue
+        if not isinstance(value, str):
+            continue
         data_type = types.get(name, "String")
         if data_type.startswith("Binary"):
-            out[name] = {"DataType": data_type, "BinaryValue": base64.b64decode(value)}
-        else:
-            out[name] = {"DataType": data_type, "StringValue": value}
+            try:
+                out[name] = {
+                    "DataType": data_type,
+                    "BinaryValue": base64.b64decode(value, validate=True),
+                }
+                continue
+            except ValueError:
+                data_type = "String"
+        elif data_type.startswith("Number") and not number_ok(value):
+            data_type = "String"
+        out[name] = {"DataType": data_type, "StringValue": value}
     return out
 
 
