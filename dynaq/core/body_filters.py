@@ -4,14 +4,15 @@
 The policy mirrors the body's JSON: nested objects of keys (at most
 :data:`MAX_BODY_DEPTH` deep) whose leaves are arrays of rules; a body matches
 when every leaf matches one of its rules (AND across leaves, OR within one).
-Unlike attributes (always strings), body values keep their JSON types, as SNS
+Unlike scalar attributes (strings), body values keep their JSON types, as SNS
 compares them: a string rule or ``prefix`` matches only strings, a number or
-``numeric`` only numbers (``5`` equals ``5.0``, never ``"5"``), and booleans
-only ``exists``. Where a key holds an array, or an array lies on the path, a
-rule matches when any element does, and ``anything-but`` only when no element
-is excluded. A key that is missing, holds an object, or an empty array is what
-``{"exists": false}`` matches; ``null`` is a present value no other rule
-matches. A body that is not a JSON object matches nothing.
+``numeric`` only numbers (``5`` equals ``5.0``, never ``"5"``), and booleans and
+``null`` only ``exists`` and ``anything-but``. Where a key holds an array, or an
+array lies on the path, a rule matches when any element does, and
+``anything-but`` when any element is not excluded (as SNS's documentation
+shows: ``["rugby", "baseball"]`` matches ``{"anything-but": ["rugby"]}``). A
+key that is missing, holds an object, or an empty array is what
+``{"exists": false}`` matches. A body that is not a JSON object matches nothing.
 """
 
 from __future__ import annotations
@@ -20,16 +21,13 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dynaq.core.filters import MAX_ATTRIBUTES, MAX_RULES, numeric_bounds, validate_rule
+from dynaq.core.filters import MAX_ATTRIBUTES, MAX_RULES, Values, values_rule
 from dynaq.errors import InvalidInput
 
 MAX_BODY_DEPTH = 5
 """Deepest nesting of a body policy's keys."""
 
 BodyPredicate = Callable[[bytes], bool]
-_Values = list[object] | None
-"""A leaf's values in one body (``None``: the key is not there)."""
-_Leaf = Callable[[_Values], bool]
 
 
 def _leaves(
@@ -51,45 +49,7 @@ def _leaves(
             raise InvalidInput(f"{where} must be a non-empty array of rules or an object")
 
 
-def _number(v: object) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-
-def _equals(target: object) -> Callable[[object], bool]:
-    if isinstance(target, str):
-        return lambda v: isinstance(v, str) and v == target
-    wanted = float(target)  # type: ignore[arg-type]  # validated: a finite number
-    return lambda v: _number(v) == wanted
-
-
-def _any(pred: Callable[[object], bool]) -> _Leaf:
-    return lambda values: values is not None and any(pred(v) for v in values)
-
-
-def _leaf_rule(spec: object, where: str) -> _Leaf:
-    validate_rule(spec, where)  # InvalidInput names what is wrong
-    if not isinstance(spec, Mapping):
-        return _any(_equals(spec))
-    ((kind, arg),) = spec.items()
-    if kind == "prefix":
-        return _any(lambda v: isinstance(v, str) and v.startswith(arg))
-    if kind == "numeric":
-        bounds = numeric_bounds(arg)
-        return _any(lambda v: (x := _number(v)) is not None and all(f(x, n) for f, n in bounds))
-    if kind == "exists":
-        return (lambda values: values is not None) if arg else (lambda values: values is None)
-    # anything-but: present, and no value excluded
-    if isinstance(arg, Mapping):
-        prefix = arg["prefix"]
-        excluded: list[Callable[[object], bool]] = [
-            lambda v: isinstance(v, str) and v.startswith(prefix)
-        ]
-    else:
-        excluded = [_equals(x) for x in (arg if isinstance(arg, list) else [arg])]
-    return lambda values: bool(values) and not any(e(v) for v in values or () for e in excluded)
-
-
-def _values_at(doc: object, path: tuple[str, ...]) -> _Values:
+def _values_at(doc: object, path: tuple[str, ...]) -> Values:
     """The leaf values at ``path`` in ``doc``, arrays on the way (or at the end) fanned
     out; ``None`` when there is none (objects are not values)."""
     found: list[object] = [doc]
@@ -121,7 +81,7 @@ def compile_body_policy(policy: Any) -> BodyPredicate:
     if sum(len(rules) for _, rules in leaves) > MAX_RULES:
         raise InvalidInput(f"filter_policy holds at most {MAX_RULES} rules")
     compiled = [
-        (path, [_leaf_rule(r, "filter_policy." + ".".join(path)) for r in rules])
+        (path, [values_rule(r, "filter_policy." + ".".join(path)) for r in rules])
         for path, rules in leaves
     ]
 

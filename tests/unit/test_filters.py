@@ -58,6 +58,15 @@ def test_rules(policy: dict[str, object], attrs: dict[str, str] | None, expected
         {"a": [{"numeric": [">"]}]},
         {"a": [{"numeric": ["!=", 1]}]},
         {"a": [{"numeric": [">", "1"]}]},
+        {"a": [{"numeric": ["<", 1, ">", 5]}]},  # the lower bound comes first
+        {"a": [{"numeric": ["=", 1, "=", 2]}]},  # "=" stands alone
+        {"a": [{"numeric": ["=", 1, "<", 2]}]},
+        {"a": [{"numeric": [">", 5, "<", 1]}]},  # bottom must be less than top
+        {"a": [{"numeric": [">", 5, "<", 5]}]},
+        {"a": [{"numeric": [">", 1, ">", 2]}]},
+        {"a": [{"numeric": [">", 1, "<", 5, "<", 6]}]},
+        {"a": [{"numeric": [">", 1, "<"]}]},
+        {"a": [{"numeric": []}]},
         {"a": [{"exists": "yes"}]},
         {"a": [{"anything-but": []}]},
         {"a": [{"anything-but": {"suffix": "x"}}]},
@@ -70,6 +79,59 @@ def test_rules(policy: dict[str, object], attrs: dict[str, str] | None, expected
 def test_bad_policies_are_refused(policy: object) -> None:
     with pytest.raises(InvalidInput):
         compile_policy(policy)
+
+
+def test_numeric_errors_say_what_sns_says() -> None:
+    for spec, text in [
+        (["<", 1, ">", 5], "Too many elements in numeric expression"),
+        (["=", 1, "=", 2], "Too many elements in numeric expression"),
+        ([">", 5, "<", 1], "Bottom must be less than top"),
+        ([">", 1, ">=", 2], "Bad numeric range operator: >="),
+        (["!", 1], "Unrecognized numeric range operator: !"),
+        ([">", "x"], "Value of > must be numeric"),
+    ]:
+        with pytest.raises(InvalidInput, match=text):
+            compile_policy({"a": [{"numeric": spec}]})
+
+
+def _array(value: object) -> dict[str, str]:
+    return {"a": json.dumps(value), "aws.types": json.dumps({"a": "String.Array"})}
+
+
+@pytest.mark.parametrize(
+    ("rule", "attrs", "expected"),
+    [
+        ("x", _array(["x", "y"]), True),  # any element matching matches
+        ("x", _array(["y"]), False),
+        ("x", _array([]), False),
+        ("x", {"a": '["x", "y"]'}, False),  # a String attribute is one string
+        ('["x", "y"]', _array(["x", "y"]), False),  # an array is its elements
+        (5, _array([1, 5.0]), True),
+        (5, _array(["5"]), False),  # elements keep their JSON types
+        ({"numeric": [">", 3]}, _array(["a", 4]), True),
+        ({"numeric": [">", 3]}, _array(["4"]), False),
+        ({"numeric": [">", 3]}, _array([True, None]), False),
+        ({"prefix": "ru"}, _array([1, "rugby"]), True),
+        ({"exists": True}, _array([None]), True),
+        ({"exists": True}, _array([]), False),
+        ({"exists": False}, _array([]), True),
+        ({"exists": False}, _array(["x"]), False),
+        ({"anything-but": ["rugby", "tennis"]}, _array(["rugby", "baseball"]), True),
+        ({"anything-but": ["rugby", "tennis"]}, _array(["rugby", "tennis"]), False),
+        ({"anything-but": [100, 500]}, _array([100, 50]), True),
+        ({"anything-but": {"prefix": "r"}}, _array(["rugby"]), False),
+        ({"anything-but": {"prefix": "r"}}, _array(["rugby", "golf"]), True),
+        ("x", {"a": "[not json", "aws.types": '{"a": "String.Array"}'}, False),
+        ("[not json", {"a": "[not json", "aws.types": '{"a": "String.Array"}'}, True),
+        ("5", {"a": "5", "aws.types": '{"a": "Number"}'}, True),
+        (5, {"a": "5.0", "aws.types": '{"a": "Number"}'}, True),
+        ({"exists": True}, {"a": "eA==", "aws.types": '{"a": "Binary"}'}, False),  # ignored
+        ({"exists": False}, {"a": "eA==", "aws.types": '{"a": "Binary"}'}, True),
+        ("x", {"a": "x", "aws.types": "not json"}, True),
+    ],
+)
+def test_string_array_attributes(rule: object, attrs: dict[str, str], expected: bool) -> None:
+    assert compile_policy({"a": [rule]})(attrs) is expected
 
 
 @pytest.mark.parametrize(
@@ -101,7 +163,9 @@ def test_bad_policies_are_refused(policy: object) -> None:
         ({"k": [{"exists": True}]}, {"k": {"nested": 1}}, False),  # an object is no value
         ({"k": [{"anything-but": "x"}]}, {"k": "y"}, True),
         ({"k": [{"anything-but": "x"}]}, {}, False),
-        ({"k": [{"anything-but": "x"}]}, {"k": ["y", "x"]}, False),  # no element excluded
+        # as SNS documents it: an array matches when any element is not excluded
+        ({"k": [{"anything-but": "x"}]}, {"k": ["y", "x"]}, True),
+        ({"k": [{"anything-but": "x"}]}, {"k": ["x", "x"]}, False),
         ({"k": [{"anything-but": "x"}]}, {"k": ["y", "z"]}, True),
         ({"k": [{"anything-but": 5}]}, {"k": "5"}, True),
         ({"k": [{"anything-but": {"prefix": "tmp"}}]}, {"k": "tmp1"}, False),
@@ -128,6 +192,9 @@ def test_a_body_that_is_not_a_json_object_matches_nothing(raw: bytes) -> None:
         {"a": "x"},
         {"a": {"b": {"c": {"d": {"e": {"f": ["x"]}}}}}},  # 6 levels of keys: one too deep
         {"a": {"b": [{"numeric": ["~", 1]}]}},
+        {"a": {"b": [{"numeric": ["<", 1, ">", 5]}]}},
+        {"a": [{"numeric": ["=", 1, "=", 2]}]},
+        {"a": [{"numeric": [">=", 3, "<=", 3]}]},
         {f"k{i}": {"v": ["x"]} for i in range(11)},
         {"a": {"b": ["v"] * 151}},
     ],

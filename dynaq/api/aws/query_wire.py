@@ -72,24 +72,28 @@ def message_attributes(
     params: Mapping[str, str], prefix: str = "MessageAttributes"
 ) -> dict[str, dict[str, Any]]:
     """``MessageAttributes.entry.N.Name`` / ``.Value.DataType`` / ``.Value.StringValue``
-    (or ``BinaryValue``, base64) in SQS's shape."""
+    (or ``BinaryValue``, base64) in SQS's shape; a value field absent stays absent
+    (the caller says what each type needs). An entry without a ``Name``, or without
+    a ``DataType``, is refused (never silently dropped)."""
+    pattern = re.compile(re.escape(prefix) + r"\.entry\.(\d+)\.")
+    numbers = sorted({int(m.group(1)) for k in params if (m := pattern.match(k))})
     out: dict[str, dict[str, Any]] = {}
-    pattern = re.compile(re.escape(prefix) + r"\.entry\.(\d+)\.Name$")
-    for name, attr in params.items():
-        m = pattern.match(name)
-        if not m:
-            continue
-        base = f"{prefix}.entry.{m.group(1)}.Value."
-        data_type = params.get(base + "DataType")
+    for n in numbers:
+        base = f"{prefix}.entry.{n}."
+        attr = params.get(base + "Name")
+        if not attr:
+            raise QueryError(
+                "ParameterValueInvalid", f"The message attribute entry {n} must have a Name."
+            )
+        data_type = params.get(base + "Value.DataType")
         if data_type is None:
             raise invalid(
                 f"The message attribute '{attr}' must contain non-empty message attribute type."
             )
         value: dict[str, Any] = {"DataType": data_type}
-        if base + "BinaryValue" in params:
-            value["BinaryValue"] = params[base + "BinaryValue"]
-        else:
-            value["StringValue"] = params.get(base + "StringValue", "")
+        for field in ("StringValue", "BinaryValue"):
+            if base + "Value." + field in params:
+                value[field] = params[base + "Value." + field]
         out[attr] = value
     return out
 

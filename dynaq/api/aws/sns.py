@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -33,10 +32,21 @@ from dynaq.api.aws.query_wire import (
     xml,
 )
 from dynaq.api.aws.sigv4 import AccessKey
+from dynaq.api.aws.sns_publish import (
+    check_attributes,
+    check_batch_size,
+    check_entry_ids,
+    check_message,
+    check_subject,
+    check_tag,
+    failed_entry,
+    structured,
+    value_invalid,
+)
 from dynaq.api.aws.sqs import SQS, authenticate
 from dynaq.api.aws.sqs_wire import ACCOUNT, SqsError, to_dynaq_attributes
-from dynaq.api.codec import parse_json
-from dynaq.api.keys import CATALOG, TOPICS
+from dynaq.api.codec import parse_json, read_raw
+from dynaq.api.keys import CATALOG, QUEUES, TOPICS
 from dynaq.core.access import ADMIN, READ, WRITE
 from dynaq.core.body_filters import compile_body_policy
 from dynaq.core.filters import compile_policy
@@ -104,7 +114,11 @@ async def endpoint(request: web.Request) -> web.StreamResponse:
 
 
 async def _dispatch(request: web.Request) -> web.StreamResponse:
-    body = await request.read()
+    try:
+        body = await read_raw(request)
+    except DynaqError as exc:  # a body its Content-Encoding cannot decode, or too slow
+        code = "RequestTimeout" if exc.status == 408 else "InvalidParameter"
+        raise QueryError(code, exc.message, exc.status) from None
     settings = request.app[SQS]
     try:
         key = await authenticate(request, body, settings)
@@ -208,7 +222,13 @@ def _options(attrs: Mapping[str, str], base: Subscription) -> Subscription:
         else:
             raise invalid(f"Attributes Reason: Unknown attribute {name}")
     if policy is not None:  # against the scope it ends with; InvalidInput names the rule
-        (compile_body_policy if scope == "body" else compile_policy)(policy)
+        try:
+            (compile_body_policy if scope == "body" else compile_policy)(policy)
+        except InvalidInput as exc:  # "filter_policy.a: ..." as SNS words it
+            where, _, what = exc.message.partition(": ")
+            key = where.removeprefix("filter_policy").lstrip(".")
+            detail = f"{what} (at {key})" if what and key else exc.message
+            raise invalid(f"FilterPolicy: {detail}") from None
     return Subscription(policy, raw, scope)
 
 
@@ -305,30 +325,6 @@ async def set_subscription_attributes(call: SnsCall) -> web.Response:
     return ok("SetSubscriptionAttributes")
 
 
-# SNS's rule for a Subject: printable ASCII that does not start with a space,
-# under 100 characters.
-_SUBJECT = re.compile(r"[!-~][ -~]{0,98}")
-
-
-def _structured(message: str) -> str:
-    """``MessageStructure=json``: the message is a JSON object of one string per
-    protocol; a queue gets its ``sqs`` entry, else the ``default`` one (required)."""
-    try:
-        per_protocol = parse_json(message.encode())
-    except InvalidInput:
-        raise invalid("Message Structure - JSON message body failed to parse") from None
-    if not isinstance(per_protocol, dict):
-        raise invalid("Message Structure - JSON message body failed to parse")
-    if "default" not in per_protocol:
-        raise invalid("Message Structure - No default entry in JSON message body")
-    chosen = per_protocol.get("sqs", per_protocol["default"])
-    if not isinstance(chosen, str) or not chosen:
-        raise invalid(
-            "Message Structure - the entry for sqs (or default) must be a non-empty string"
-        )
-    return chosen
-
-
 def _message(p: Mapping[str, str], attrs: dict[str, dict[str, Any]]) -> NewMessage:
     body = p.get("Message")
     if not body:
@@ -337,16 +333,21 @@ def _message(p: Mapping[str, str], attrs: dict[str, dict[str, Any]]) -> NewMessa
     if structure:  # empty: absent, as it always read
         if structure != "json":
             raise invalid("MessageStructure: the only structure is json")
-        body = _structured(body)
+        body = structured(body)
+    check_message(body)
     subject = p.get("Subject")
-    if subject and not _SUBJECT.fullmatch(subject):  # empty: absent, as it always read
-        raise invalid("Subject: printable ASCII, not starting with a space, at most 99 characters")
-    dynaq_attrs, _ = to_dynaq_attributes(attrs or None)
-    if subject:
+    check_subject(subject)
+    group, dedup = p.get("MessageGroupId"), p.get("MessageDeduplicationId")
+    check_tag("MessageGroupId", group)
+    check_tag("MessageDeduplicationId", dedup)
+    check_attributes(attrs)
+    try:
+        dynaq_attrs, _ = to_dynaq_attributes(attrs or None)
+    except SqsError as exc:  # the count, a reserved name, a malformed BinaryValue
+        raise value_invalid(exc.message) from None
+    if subject is not None:
         dynaq_attrs[SUBJECT_ATTRIBUTE] = subject
-    return NewMessage(
-        body.encode(), dynaq_attrs or None, p.get("MessageGroupId"), p.get("MessageDeduplicationId")
-    )
+    return NewMessage(body.encode(), dynaq_attrs or None, group, dedup)
 
 
 @action("Publish")
@@ -371,23 +372,19 @@ async def publish_batch(call: SnsCall) -> web.Response:
             "TooManyEntriesInBatchRequest",
             "The batch request contains more entries than permissible",
         )
-    ids = [e.get("Id", "") for e in batch]
-    if not all(ids):
-        raise QueryError("InvalidBatchEntryId", "Every batch entry needs an Id")
-    if len(set(ids)) != len(ids):
-        raise QueryError(
-            "BatchEntryIdsNotDistinct", "Two or more batch entries in the request have the same Id"
-        )
+    check_entry_ids([e.get("Id") for e in batch])
+    queues = call.request.app[QUEUES]
+    check_batch_size(batch, queues.limits.max_message_bytes)
     good: list[tuple[str, NewMessage]] = []
     failed: list[dict[str, Any]] = []
-    for e in batch:
+    for e in batch:  # what is wrong with one entry fails that entry only
         try:
-            good.append((e["Id"], _message(e, message_attributes(e))))
-        except (QueryError, SqsError, InvalidInput) as exc:
-            text = exc.message
-            failed.append(
-                {"Id": e["Id"], "Code": "InvalidParameter", "Message": text, "SenderFault": True}
-            )
+            message = _message(e, message_attributes(e))
+            queues.check_batch([message])  # its size, group and dedup id, as publish checks
+        except (QueryError, DynaqError) as exc:
+            failed.append(failed_entry(e["Id"], exc))
+            continue
+        good.append((e["Id"], message))
     mids = [str(uuid.uuid4()) for _ in good]
     if good:
         await call.request.app[TOPICS].publish(topic, [m for _, m in good], message_ids=mids)
