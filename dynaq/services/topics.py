@@ -20,7 +20,9 @@ JSON envelope ``{"Type": "Notification", "MessageId", "TopicArn", "Topic",
 "Subject"?, "Message", "Timestamp", "MessageAttributes": {name: {"Type",
 "Value"}}}`` (``MessageId`` one per published message, the same in every
 queue; ``Timestamp`` ISO 8601; ``Message`` is the body as text, or base64 with
-``"MessageEncoding": "base64"`` when it is not UTF-8).
+``"MessageEncoding": "base64"`` when it is not UTF-8). An enveloped copy carries
+the publish's attributes only inside the envelope, as SNS delivers it (it keeps
+dynaq's own ``dynaq.*`` ones); filters read them before enveloping.
 """
 
 from __future__ import annotations
@@ -195,7 +197,10 @@ class TopicService:
             return [m for m, _ in picked]
         now_ms = self._clock_ms()
         arn = self._arn_prefix + topic
-        return [replace(m, body=_envelope(topic, arn, i, m, now_ms)) for m, i in picked]
+        return [
+            replace(m, body=_envelope(topic, arn, i, m, now_ms), attributes=_internal(m))
+            for m, i in picked
+        ]
 
 
 _Matches = Callable[[NewMessage], bool]
@@ -208,6 +213,13 @@ def _matcher(sub: Subscription) -> _Matches:
         return lambda m: on_body(m.body)
     on_attributes = compile_policy(sub.filter_policy)
     return lambda m: on_attributes(m.attributes)
+
+
+def _internal(m: NewMessage) -> dict[str, str] | None:
+    """What an enveloped copy keeps as attributes: dynaq's own (``dynaq.*``) only; the
+    publish's attributes (and its Subject) travel inside the envelope, as on SNS."""
+    kept = {k: v for k, v in (m.attributes or {}).items() if k.startswith("dynaq.")}
+    return kept or None
 
 
 def _envelope(topic: str, arn: str, message_id: str, m: NewMessage, now_ms: int) -> bytes:
