@@ -209,6 +209,10 @@ def check_ranges(config: Config) -> None:
             raise InvalidInput(f"settings riak.http and riak.pb take host:port, got {listener!r}")
     if config.storage.backend == "riak" and not config.riak.http:
         raise InvalidInput("setting riak.http needs at least one host:port (the store speaks HTTP)")
+    if config.embedded.writer not in ("thread", "process"):
+        raise InvalidInput(
+            f"setting embedded.writer must be thread or process, got {config.embedded.writer!r}"
+        )
     h = config.http
     if h.event_loop not in ("uvloop", "asyncio"):
         raise InvalidInput(

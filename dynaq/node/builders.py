@@ -51,6 +51,7 @@ def build_store(config: Config, *, version_tag: int = 0, version_tags: int = 1) 
             added_prefixes=keys.ADDED_PREFIXES,
             version_tag=version_tag,
             version_tags=version_tags,
+            writer=e.writer,
         )
     if backend == "memory":
         from dynaq.storage.memory import MemoryStore

@@ -43,7 +43,7 @@ import lmdb
 
 from dynaq.errors import StorageError, StorageUnavailable
 from dynaq.storage.base import Item, Op, Store
-from dynaq.storage.embedded_commits import (
+from dynaq.storage.embedded_commit_core import (
     BATCH,
     DELETE,
     PUT,
@@ -51,8 +51,14 @@ from dynaq.storage.embedded_commits import (
     PUT_IF_VERSION,
     VERSION,
     VERSION_LEN,
-    GroupCommitter,
+    CommitCore,
 )
+from dynaq.storage.embedded_commits import GroupCommitter
+from dynaq.storage.embedded_writer import ProcessCommitter
+
+WRITERS = ("thread", "process")
+"""Where the commits run: a thread of the node's process, or a process of their own
+(see :mod:`dynaq.storage.embedded_writer`)."""
 
 # Inline reads yield to the event loop once per this many (see LmdbStore._read).
 _YIELD_EVERY = 8
@@ -94,9 +100,13 @@ class LmdbStore(Store):
         added_prefixes: tuple[bytes, ...] = (),
         version_tag: int = 0,
         version_tags: int = 1,
+        writer: str = "thread",
     ) -> None:
         if not 0 < fill_limit <= 1:
             raise ValueError("fill_limit must be in (0, 1]")
+        if writer not in WRITERS:
+            raise ValueError(f"writer must be one of {WRITERS}")
+        self._writer_kind = writer
         self._path = os.fspath(path)
         self._map_size = map_size
         self._fill_bytes = int(map_size * fill_limit)
@@ -109,7 +119,7 @@ class LmdbStore(Store):
         self._version_tags = version_tags
         self._env: Any = None
         self._db: Any = None
-        self._writer: GroupCommitter | None = None
+        self._writer: GroupCommitter | ProcessCommitter | None = None
         self._readers: ThreadPoolExecutor | None = None
         self._inline_reads = 0
         self.on_commit: Callable[[float], None] | None = None
@@ -141,21 +151,48 @@ class LmdbStore(Store):
             raise StorageUnavailable(f"cannot open LMDB store at {self._path}: {exc}") from exc
         if self._read_threads > 0:
             self._readers = ThreadPoolExecutor(self._read_threads, thread_name_prefix="lmdb-read")
-        self._writer = GroupCommitter(
-            self._env,
-            self._db,
-            self._path,
-            map_size=self._map_size,
-            fill_bytes=self._fill_bytes,
-            min_free_disk=self._min_free_disk,
-            max_commit_ops=self._max_commit_ops,
-            growth_prefixes=self._growth_prefixes,
-            added_prefixes=self._added_prefixes,
-            on_commit=lambda seconds: self.on_commit(seconds) if self.on_commit else None,
-            version_tag=self._version_tag,
-            version_tags=self._version_tags,
-        )
-        self._writer.start()
+        on_commit = self._commit_done
+        if self._writer_kind == "process":
+            writer: GroupCommitter | ProcessCommitter = ProcessCommitter(
+                {
+                    "path": self._path,
+                    "map_size": self._map_size,
+                    "fill_bytes": self._fill_bytes,
+                    "min_free_disk": self._min_free_disk,
+                    "max_commit_ops": self._max_commit_ops,
+                    "growth_prefixes": [p.hex() for p in self._growth_prefixes],
+                    "added_prefixes": [p.hex() for p in self._added_prefixes],
+                    "version_tag": self._version_tag,
+                    "version_tags": self._version_tags,
+                },
+                on_commit,
+            )
+        else:
+            core = CommitCore(
+                self._env,
+                self._db,
+                self._path,
+                map_size=self._map_size,
+                fill_bytes=self._fill_bytes,
+                min_free_disk=self._min_free_disk,
+                max_commit_ops=self._max_commit_ops,
+                growth_prefixes=self._growth_prefixes,
+                added_prefixes=self._added_prefixes,
+                version_tag=self._version_tag,
+                version_tags=self._version_tags,
+            )
+            writer = GroupCommitter(core, on_commit)
+        try:
+            await writer.start()
+        except StorageUnavailable:
+            env, self._env = self._env, None
+            await asyncio.to_thread(env.close)
+            raise
+        self._writer = writer
+
+    def _commit_done(self, seconds: float) -> None:
+        if self.on_commit is not None:
+            self.on_commit(seconds)
 
     async def close(self) -> None:
         if self._env is None:

@@ -9,7 +9,10 @@ history checker judges the whole run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import random
+import signal
 import time
 from pathlib import Path
 
@@ -102,6 +105,49 @@ async def test_kill9_loop_loses_nothing(tmp_path: Path) -> None:
         wall = time.monotonic() - t0
     assert sum(f.kind == "kill -9" for f in h.faults) == kills
     await assert_verdict("single node: kill -9 loop", h, wall, artifacts=tmp_path, kills=kills)
+
+
+def _writer_child(node: NodeServer) -> int | None:
+    """The pid of the node's store writer process (``embedded.writer = "process"``)."""
+    proc = node.process.proc
+    if proc is None:
+        return None
+    pid = proc.pid
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        with contextlib.suppress(OSError):
+            if b"embedded_writer_child" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return int(child)
+    return None
+
+
+async def test_a_writer_process_killed_or_taken_down_with_its_node_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """``embedded.writer = "process"``: kill -9 of the writer process alone (the node
+    fails its unanswered writes 503 and starts another) and of the whole node."""
+    rng = random.Random(12)
+    env = {"DYNAQ_EMBEDDED_WRITER": "process"}
+    async with run_node(
+        directory=tmp_path, env=env, batches_completion_topic=COMPLETION_TOPIC
+    ) as node:
+
+        async def faults(h: History) -> None:
+            for i in range(4):
+                await asyncio.sleep(rng.uniform(1.5, 3.0))
+                if i % 2:
+                    await _restart(node, h, "kill -9", env)
+                    continue
+                pid = await asyncio.to_thread(_writer_child, node)
+                assert pid is not None, "no writer process under the node"
+                f = h.fault("kill -9 writer", str(pid))
+                os.kill(pid, signal.SIGKILL)
+                f.ended = h.now()
+
+        t0 = time.monotonic()
+        h = await run_workload(_workload(node, 3_000, 25.0, seed=2, by_receipt=True), faults)
+        wall = time.monotonic() - t0
+    assert sum(f.kind == "kill -9 writer" for f in h.faults) == 2
+    await assert_verdict("single node, writer process: kill -9", h, wall, artifacts=tmp_path)
 
 
 async def test_restarts_with_the_clock_stepped_back_and_ahead_lose_nothing(

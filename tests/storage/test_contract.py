@@ -14,8 +14,9 @@ from dynaq.storage.cassandra import CassandraStore
 from dynaq.storage.embedded import LmdbStore
 from dynaq.storage.memory import MemoryStore
 
-# embedded: reads on the event loop (the default); embedded-threads: on a pool.
-BACKENDS = ["memory", "embedded", "embedded-threads", "cassandra", "riak"]
+# embedded: reads on the event loop (the default); embedded-threads: on a pool;
+# embedded-process: commits in a writer process of their own.
+BACKENDS = ["memory", "embedded", "embedded-threads", "embedded-process", "cassandra", "riak"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -39,7 +40,10 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         s = await open_riak_store(await asyncio.to_thread(request.getfixturevalue, "riak"))
     else:
         threads = 2 if request.param == "embedded-threads" else 0
-        s = LmdbStore(tmp_path / "lmdb", map_size=256 * 1024**2, read_threads=threads)
+        writer = "process" if request.param == "embedded-process" else "thread"
+        s = LmdbStore(
+            tmp_path / "lmdb", map_size=256 * 1024**2, read_threads=threads, writer=writer
+        )
     if request.param != "riak":
         await s.open()
     try:

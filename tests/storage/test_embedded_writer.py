@@ -1,0 +1,125 @@
+"""The embedded store's writer process (``embedded.writer = "process"``) under faults:
+its death fails what it had not answered and a new one takes over; what it answered
+is durable; it never outlives its node; a store it cannot open is a clear error."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from dynaq.errors import StorageUnavailable
+from dynaq.storage.embedded import LmdbStore
+from dynaq.storage.embedded_writer import ProcessCommitter
+from dynaq.testing.process import node_process
+
+MAP = 64 * 1024**2
+
+
+def _writer_pid(store: LmdbStore) -> int:
+    committer = store._writer
+    assert isinstance(committer, ProcessCommitter) and committer._proc is not None
+    return committer._proc.pid
+
+
+async def _until_writes_succeed(store: LmdbStore, deadline_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while True:
+        try:
+            await store.put(b"probe", b"v")
+            return
+        except StorageUnavailable:
+            assert loop.time() < end, "no new writer process took over"
+            await asyncio.sleep(0.05)
+
+
+async def test_a_killed_writer_fails_its_unanswered_writes_and_another_takes_over(
+    tmp_path: Path,
+) -> None:
+    s = LmdbStore(tmp_path / "db", map_size=MAP, min_free_disk=0, writer="process")
+    await s.open()
+    try:
+        await s.put(b"before", b"v")
+        first = _writer_pid(s)
+        # Writes racing the kill: each one either lands (answered: then durable and
+        # readable) or fails StorageUnavailable; none hangs, none is half-answered.
+        writes = [asyncio.ensure_future(s.put(b"k%05d" % i, b"v")) for i in range(2000)]
+        await asyncio.sleep(0)
+        os.kill(first, signal.SIGKILL)
+        results = await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), 30)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        assert all(isinstance(r, StorageUnavailable) for r in failed), failed[:3]
+        await _until_writes_succeed(s)
+        assert _writer_pid(s) != first
+        assert isinstance(s._writer, ProcessCommitter) and s._writer.restarts == 1
+        for i, r in enumerate(results):
+            if not isinstance(r, BaseException):
+                assert await s.get(b"k%05d" % i) is not None, i
+        assert await s.get(b"before") is not None
+    finally:
+        await s.close()
+
+
+async def test_a_closed_store_ends_its_writer_process(tmp_path: Path) -> None:
+    s = LmdbStore(tmp_path / "db", map_size=MAP, min_free_disk=0, writer="process")
+    await s.open()
+    assert isinstance(s._writer, ProcessCommitter) and s._writer._proc is not None
+    proc = s._writer._proc
+    await asyncio.gather(*(s.put(b"k%d" % i, b"v") for i in range(100)))
+    await s.close()
+    assert proc.returncode == 0  # it ended on its own, after the last commit
+    again = LmdbStore(tmp_path / "db", map_size=MAP, min_free_disk=0)
+    await again.open()
+    try:
+        assert len(await again.list_keys(b"k", 1000)) == 100
+    finally:
+        await again.close()
+
+
+async def test_a_store_the_writer_cannot_open_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    await asyncio.to_thread(blocker.write_bytes, b"")
+    committer = ProcessCommitter(
+        {
+            "path": str(blocker / "db"),
+            "map_size": MAP,
+            "fill_bytes": MAP,
+            "min_free_disk": 0,
+            "max_commit_ops": 100,
+            "growth_prefixes": [],
+            "added_prefixes": [],
+            "version_tag": 0,
+            "version_tags": 1,
+        }
+    )
+    with pytest.raises(StorageUnavailable, match="cannot open the embedded store"):
+        await committer.start()
+
+
+@pytest.mark.slow
+def test_the_writer_process_dies_with_its_node(tmp_path: Path) -> None:
+    node = node_process(tmp_path, env={"DYNAQ_EMBEDDED_WRITER": "process"}).start()
+    try:
+        assert node.proc is not None
+        pid = node.proc.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        writers = [
+            int(c)
+            for c in children
+            if b"embedded_writer_child" in Path(f"/proc/{c}/cmdline").read_bytes()
+        ]
+        assert len(writers) == 1, children
+    finally:
+        node.kill()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{writers[0]}").exists():
+        status = Path(f"/proc/{writers[0]}/status").read_text()
+        if "zombie" in status:
+            break
+        assert time.monotonic() < deadline, "the writer process outlived its node"
+        time.sleep(0.05)
