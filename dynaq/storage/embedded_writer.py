@@ -29,7 +29,7 @@ import os
 import socket
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -42,7 +42,36 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 30.0
 RESTART_DELAY_S = 0.2
 STOP_TIMEOUT_S = 30.0
-_READ_BYTES = 1 << 20
+
+
+class _Link(asyncio.Protocol):
+    """The socket to one writer process: its answers are handled as they arrive (in
+    ``data_received``, with no task in between), and its end is a future."""
+
+    def __init__(self, on_answer: Callable[[Any], None]) -> None:
+        self._on_answer = on_answer
+        self._unpacker = msgpack.Unpacker(raw=False, use_list=True)
+        self.transport: asyncio.Transport | None = None
+        self.hello: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport instances, but have its methods.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._unpacker.feed(data)
+        for message in self._unpacker:
+            if not self.hello.done():
+                self.hello.set_result(message)
+            else:
+                self._on_answer(message)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.hello.done():
+            self.hello.set_result(None)
+        if not self.lost.done():
+            self.lost.set_result(None)
 
 
 class ProcessCommitter:
@@ -58,12 +87,10 @@ class ProcessCommitter:
         self._frames: dict[int, list[WriteRequest]] = {}
         self._seq = 0
         self._proc: asyncio.subprocess.Process | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
-        self._up = asyncio.Event()
+        self._link: _Link | None = None
+        self._watch: asyncio.Task[None] | None = None
         self._stopped = False
         self._answered = asyncio.Event()
-        self._unpacker = msgpack.Unpacker(raw=False, use_list=True)
         self.commits = 0
         self.committed_ops = 0
         self.restarts = 0
@@ -71,8 +98,8 @@ class ProcessCommitter:
     async def start(self) -> None:
         """Start the writer process; raises :class:`StorageUnavailable` if it cannot
         open the store."""
-        reader = await self._spawn()
-        self._reader_task = asyncio.create_task(self._run(reader), name="lmdb-writer-process")
+        await self._spawn()
+        self._watch = asyncio.create_task(self._supervise(), name="lmdb-writer-process")
 
     async def stop(self) -> None:
         """Let the writer process commit what it was sent, then end it."""
@@ -80,11 +107,11 @@ class ProcessCommitter:
         self._flush()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(STOP_TIMEOUT_S):
-                while self._frames and self._up.is_set():
+                while self._frames and self._link is not None:
                     self._answered.clear()
                     await self._answered.wait()
-        if self._reader_task is not None:
-            await cancel_and_wait(self._reader_task)
+        if self._watch is not None:
+            await cancel_and_wait(self._watch)
         await self._end_process()
         self._fail_all("store is closed")
 
@@ -93,32 +120,40 @@ class ProcessCommitter:
         commit; its result or error."""
         if self._stopped:
             raise StorageUnavailable("store is closed")
-        if not self._up.is_set():
+        if self._link is None:
             raise StorageUnavailable("the store's writer process is restarting")
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
         if not self._pending:
-            asyncio.get_running_loop().call_soon(self._flush)
+            loop.call_soon(self._flush)
         self._pending.append(WriteRequest(kind, payload, fut, None, size=size))
         return await fut
 
     def _flush(self) -> None:
+        if self._frames and not self._stopped:
+            # A commit is under way in the writer process, which takes nothing new
+            # until it returns: what arrives meanwhile waits here and goes as one
+            # frame with that commit's answer (see _answer), which costs both
+            # processes one write and one wake-up instead of one per loop iteration.
+            return
         reqs, self._pending = self._pending, []
         if not reqs:
             return
-        if self._writer is None or not self._up.is_set():
+        link = self._link
+        if link is None or link.transport is None or link.transport.is_closing():
             for req in reqs:
                 req.error = StorageUnavailable("the store's writer process is restarting")
             resolve_all(reqs)
             return
         self._seq += 1
         self._frames[self._seq] = reqs
-        self._writer.write(
+        link.transport.write(
             msgpack.packb(
                 [self._seq, [(r.kind, r.payload, r.size) for r in reqs]], use_bin_type=True
             )
         )
 
-    async def _spawn(self) -> asyncio.StreamReader:
+    async def _spawn(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._proc = await asyncio.create_subprocess_exec(
@@ -133,53 +168,37 @@ class ProcessCommitter:
             )
         finally:
             theirs.close()
-        reader, writer = await asyncio.open_unix_connection(sock=ours, limit=_READ_BYTES)
-        unpacker = msgpack.Unpacker(raw=False, use_list=True)
-        hello = await self._hello(reader, unpacker)
-        if hello is None:
-            writer.close()
-            await self._end_process()
-            raise StorageUnavailable("the store's writer process did not start in time")
-        if hello[0] != "ready":
-            writer.close()
-            await self._end_process()
-            raise StorageUnavailable(f"cannot open the embedded store: {hello[1]}")
-        self._writer = writer
-        self._unpacker = unpacker
-        self._up.set()
-        return reader
-
-    @staticmethod
-    async def _hello(reader: asyncio.StreamReader, unpacker: msgpack.Unpacker) -> Any:
-        """The writer process's first message, or None if it ended or took too long."""
+        loop = asyncio.get_running_loop()
+        _, link = await loop.create_unix_connection(lambda: _Link(self._answer), sock=ours)
+        hello: Any = None
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(START_TIMEOUT_S):
-                while data := await reader.read(_READ_BYTES):
-                    unpacker.feed(data)
-                    hello = next(iter(unpacker), None)
-                    if hello is not None:
-                        return hello
-        return None
+                hello = await link.hello
+        if hello is None or hello[0] != "ready":
+            if link.transport is not None:
+                link.transport.close()
+            await self._end_process()
+            if hello is None:
+                raise StorageUnavailable("the store's writer process did not start")
+            raise StorageUnavailable(f"cannot open the embedded store: {hello[1]}")
+        self._link = link
 
-    async def _run(self, reader: asyncio.StreamReader) -> None:
-        """Answer frames as their commits return; start a new writer process if this
-        one dies (until the store is closed)."""
+    async def _supervise(self) -> None:
+        """Start a new writer process whenever the one running dies (until stopped)."""
         while True:
-            try:
-                await self._read_answers(reader)
-            except (ConnectionError, OSError) as exc:
-                log.warning("store writer process connection failed", extra={"error": repr(exc)})
+            link = self._link
+            assert link is not None
+            await link.lost
             if self._stopped:
                 return
-            self._up.clear()
-            self._writer = None
+            self._link = None
             code = await self._end_process()
             self._fail_all(f"the store's writer process exited ({code}); the write may have landed")
             log.error("store writer process died; starting another", extra={"exit": code})
             while True:
                 await asyncio.sleep(RESTART_DELAY_S)
                 try:
-                    reader = await self._spawn()
+                    await self._spawn()
                     self.restarts += 1
                     break
                 except StorageUnavailable as exc:
@@ -187,33 +206,25 @@ class ProcessCommitter:
                         "store writer process did not start", extra={"error": exc.message}
                     )
 
-    async def _read_answers(self, reader: asyncio.StreamReader) -> None:
-        unpacker = self._unpacker
-        self._consume(unpacker)  # anything that came with the hello
-        while True:
-            data = await reader.read(_READ_BYTES)
-            if not data:
-                return
-            unpacker.feed(data)
-            self._consume(unpacker)
-
-    def _consume(self, unpacker: msgpack.Unpacker) -> None:
-        for seq, outcomes, (commits, ops, elapsed) in unpacker:
-            reqs = self._frames.pop(seq)
-            for req, outcome in zip(reqs, outcomes, strict=True):
-                if outcome[0]:
-                    req.result = outcome[1]
-                elif outcome[1] == "insufficient":
-                    req.error = InsufficientStorage(outcome[2])
-                elif outcome[1] == "unavailable":
-                    req.error = StorageUnavailable(outcome[2])
-                else:
-                    req.error = StorageError(f"LMDB write failed: {outcome[2]}")
-            resolve_all(reqs)
-            self.commits, self.committed_ops = commits, ops
-            if self._on_commit is not None:
-                for seconds in elapsed:
-                    self._on_commit(seconds)
+    def _answer(self, message: Any) -> None:
+        seq, outcomes, (commits, ops, elapsed) = message
+        reqs = self._frames.pop(seq)
+        for req, outcome in zip(reqs, outcomes, strict=True):
+            if outcome[0]:
+                req.result = outcome[1]
+            elif outcome[1] == "insufficient":
+                req.error = InsufficientStorage(outcome[2])
+            elif outcome[1] == "unavailable":
+                req.error = StorageUnavailable(outcome[2])
+            else:
+                req.error = StorageError(f"LMDB write failed: {outcome[2]}")
+        resolve_all(reqs)
+        if self._pending and not self._frames:
+            self._flush()
+        self.commits, self.committed_ops = commits, ops
+        if self._on_commit is not None:
+            for seconds in elapsed:
+                self._on_commit(seconds)
         self._answered.set()
 
     def _fail_all(self, why: str) -> None:
@@ -227,9 +238,9 @@ class ProcessCommitter:
     async def _end_process(self) -> int | None:
         """Close the socket (the writer process ends on its end-of-file) and reap the
         process, killing it if it does not end in time; its exit code."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        link, self._link = self._link, None
+        if link is not None and link.transport is not None:
+            link.transport.close()
         proc, self._proc = self._proc, None
         if proc is None:
             return None

@@ -5,8 +5,10 @@ is this end of a socket pair to the node, OPTIONS_JSON the store's settings
 (:class:`~dynaq.storage.embedded_commit_core.CommitCore`'s arguments and the
 path). It opens the LMDB environment, answers ``["ready"]`` (or ``["failed",
 why]``), then commits what the node sends, as the writer thread does: every
-frame already received, and those arriving within :data:`GATHER_S` when the
-last commit answered more, in one transaction and one fsync.
+frame already received in one transaction and one fsync. It never waits for
+more: the node sends nothing new while a commit is under way, and sends what
+gathered meanwhile as one frame once it is answered (see
+:mod:`dynaq.storage.embedded_writer`).
 
 Protocol (msgpack, streamed): the node sends ``[seq, [[kind, payload, size],
 ...]]`` (a batch's operations as ``[key, value]`` puts and ``[key]`` deletes);
@@ -37,9 +39,6 @@ from dynaq.errors import InsufficientStorage, StorageUnavailable
 from dynaq.storage.base import Delete, Put
 from dynaq.storage.embedded_commit_core import BATCH, CommitCore, WriteRequest
 
-GATHER_S = 0.00015
-"""How long to wait for more frames when the last commit answered more requests
-than are queued (the callers of the last group are on their way back)."""
 _READ_BYTES = 1 << 20
 _PR_SET_PDEATHSIG = 1
 
@@ -86,7 +85,6 @@ class WriterProcess:
         self._frames: deque[Frame] = deque()
         self._waiting: list[WriteRequest] = []
         self._eof = False
-        self._last_group = 1
         self._elapsed: list[float] = []
 
     def serve(self) -> None:
@@ -98,10 +96,7 @@ class WriterProcess:
                 self._receive(timeout=None)
                 continue
             self._receive(timeout=0)
-            if len(self._waiting) < self._last_group and not self._eof:
-                self._receive(timeout=GATHER_S)
             batch, self._waiting = self._core.take(self._waiting)
-            self._last_group = len(batch)
             started = time.perf_counter()
             self._core.commit(batch)
             self._elapsed.append(time.perf_counter() - started)
