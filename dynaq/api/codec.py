@@ -65,6 +65,10 @@ async def read_raw(request: web.Request) -> bytes:
         # A body that does not match its framing or Content-Encoding (say,
         # "gzip" on bytes that are not gzip): the client's mistake, not ours.
         raise MalformedBody(f"the request body could not be read: {exc}") from None
+    except ConnectionResetError:
+        # The client closed its connection before its body arrived: nobody
+        # reads the answer, and it is no error of the node's.
+        raise MalformedBody("the client closed the connection before its body arrived") from None
 
 
 def sends_msgpack(request: web.Request) -> bool:

@@ -333,3 +333,26 @@ async def test_routes_that_carry_ids_refuse_big_bodies_before_parsing(
         path = f"/v2/queues/{queue}/messages/{route}"
         async with http.post(path, data=io.BytesIO(padding), headers=headers) as r:
             await _check_4xx(r, 413)
+
+
+async def test_a_client_gone_before_its_body_is_no_error_of_the_node(
+    node: Node, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that sends part of a body and closes: the node logs no error (any
+    client could flood the log so) and goes on serving."""
+    caplog.set_level(logging.INFO)
+    for path in (f"/v2/queues/{queue}/messages", f"/v1/queues/{queue}/message"):
+        method = "POST" if path.startswith("/v2") else "PUT"
+        _reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+        writer.write(
+            f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            "Content-Length: 1000\r\n\r\n".encode()
+            + b'{"messages": [{"body": "'
+        )
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.close()
+        await asyncio.sleep(0.1)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    status, _, _ = await _raw(node, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert status == 200
