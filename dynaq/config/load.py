@@ -209,6 +209,19 @@ def check_ranges(config: Config) -> None:
             raise InvalidInput(f"settings riak.http and riak.pb take host:port, got {listener!r}")
     if config.storage.backend == "riak" and not config.riak.http:
         raise InvalidInput("setting riak.http needs at least one host:port (the store speaks HTTP)")
+    if config.log.level.lower() not in ("debug", "info", "warning", "error", "critical"):
+        raise InvalidInput(
+            "setting log.level must be debug, info, warning, error or critical, "
+            f"got {config.log.level!r}"
+        )
+    if config.log.format not in ("json", "text"):
+        raise InvalidInput(f"setting log.format must be json or text, got {config.log.format!r}")
+    name = config.node.name
+    if not name or name != name.strip() or not name.isprintable():
+        raise InvalidInput(
+            f"setting node.name must be a non-empty printable name without surrounding "
+            f"spaces, got {name!r}"
+        )
     if config.embedded.writer not in ("thread", "process"):
         raise InvalidInput(
             f"setting embedded.writer must be thread or process, got {config.embedded.writer!r}"

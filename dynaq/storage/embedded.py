@@ -131,7 +131,12 @@ class LmdbStore(Store):
     async def open(self) -> None:
         if self._env is not None:
             return
-        await asyncio.to_thread(os.makedirs, self._path, exist_ok=True)
+        try:
+            await asyncio.to_thread(os.makedirs, self._path, exist_ok=True)
+        except OSError as exc:  # a file in the way, no permission, a read-only disk
+            raise StorageUnavailable(
+                f"cannot create the store's directory {self._path}: {exc}"
+            ) from None
         try:
             self._env = await asyncio.to_thread(
                 lmdb.open,

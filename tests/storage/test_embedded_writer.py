@@ -123,3 +123,11 @@ def test_the_writer_process_dies_with_its_node(tmp_path: Path) -> None:
             break
         assert time.monotonic() < deadline, "the writer process outlived its node"
         time.sleep(0.05)
+
+
+async def test_a_data_dir_that_is_a_file_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    await asyncio.to_thread(blocker.write_bytes, b"")
+    s = LmdbStore(blocker / "lmdb", map_size=MAP, min_free_disk=0)
+    with pytest.raises(StorageUnavailable, match="cannot create the store's directory"):
+        await s.open()

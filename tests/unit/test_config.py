@@ -68,6 +68,12 @@ def test_env_overrides_every_type() -> None:
         ({}, {"DYNAQ_QUEUES_TASK_RETENTION_S": "nan"}, "queues.task_retention_s"),
         ({}, {"DYNAQ_QUEUES_TASK_RETENTION_S": "2 weeks"}, "DYNAQ_QUEUES_TASK_RETENTION_S"),
         ({"queues": {"task_retention_s": "14d"}}, {}, "queues.task_retention_s"),
+        ({}, {"DYNAQ_LOG_LEVEL": "verbose"}, "log.level must be debug, info"),
+        ({}, {"DYNAQ_LOG_LEVEL": "10"}, "log.level"),
+        ({}, {"DYNAQ_LOG_FORMAT": "xml"}, "log.format must be json or text"),
+        ({}, {"DYNAQ_NODE_NAME": ""}, "node.name must be a non-empty"),
+        ({}, {"DYNAQ_NODE_NAME": " n1"}, "node.name"),
+        ({}, {"DYNAQ_EMBEDDED_WRITER": "fork"}, "embedded.writer must be thread or process"),
     ],
 )
 def test_bad_config_names_the_setting(
