@@ -31,7 +31,8 @@ routes = web.RouteTableDef()
 
 EXACT_BASE = "/api/v1/batch/exact"
 ESTIMATED_BASE = "/api/v1/batch/estimated"
-_ID = r"{batch_id:\d+}"
+_ID = r"{batch_id:[^/]+}"
+"""Any path segment: a malformed batch id is a 422 naming it (parse_batch_id), not a 404."""
 MAX_ACKS_PER_REQUEST = 10_000
 
 
@@ -154,10 +155,11 @@ def _shared_routes(base: str, mode: str) -> None:
 
     routes.post(base)(open_batch)
     routes.post(base + "/")(open_batch)
-    routes.get(f"{base}/{_ID}")(describe)
-    routes.delete(f"{base}/{_ID}")(delete)
+    # The fixed paths first: aiohttp tries routes in the order they were added.
     routes.delete(base + "/open")(remove_open)
     routes.delete(base + "/closed")(remove_closed)
+    routes.get(f"{base}/{_ID}")(describe)
+    routes.delete(f"{base}/{_ID}")(delete)
 
 
 _shared_routes(EXACT_BASE, EXACT)

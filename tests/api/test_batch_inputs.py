@@ -89,3 +89,22 @@ async def test_bad_estimated_steps(http: aiohttp.ClientSession) -> None:
     for by_value, status, error in DECR_CASES:
         r = await http.post(f"{EST}/decr", json={"acks": [{"batchId": b, "by": by_value}]})
         await _check(r, status, error)
+
+
+async def test_a_malformed_batch_id_in_a_path_is_a_422_naming_it(
+    http: aiohttp.ClientSession,
+) -> None:
+    malformed = "malformed batch id {!r}: expected a decimal integer in [0, 2^63)"
+    for bad in ("zz", "-1", "9223372036854775808", "1.5"):
+        for method, path in (
+            ("GET", f"{EXACT}/{bad}"),
+            ("DELETE", f"{EST}/{bad}"),
+            ("POST", f"{EXACT}/close/{bad}"),
+            ("POST", f"{EST}/{bad}/close"),
+            ("POST", f"{EST}/{bad}/incr?by=1"),
+        ):
+            await _check(await http.request(method, path), 422, malformed.format(bad))
+    # The fixed paths next to the ids still answer as themselves.
+    for kind in ("open", "closed"):
+        async with http.delete(f"{EXACT}/{kind}?olderThan=1") as r:
+            assert r.status < 400, await r.text()
