@@ -106,5 +106,5 @@ async def test_a_malformed_batch_id_in_a_path_is_a_422_naming_it(
             await _check(await http.request(method, path), 422, malformed.format(bad))
     # The fixed paths next to the ids still answer as themselves.
     for kind in ("open", "closed"):
-        async with http.delete(f"{EXACT}/{kind}?olderThan=1") as r:
+        async with http.delete(f"{EXACT}/{kind}?since=1") as r:
             assert r.status < 400, await r.text()
