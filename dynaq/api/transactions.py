@@ -21,6 +21,7 @@ from dynaq.core.access import WRITE
 from dynaq.core.receipts import decode_receipt
 from dynaq.errors import InvalidInput
 from dynaq.services.catalog import QueueInfo
+from dynaq.services.queue_records import check_name
 from dynaq.services.queues import TxnDelete, TxnEnqueue
 
 TRANSACTIONS_PATH = "/v2/transactions"
@@ -42,7 +43,7 @@ def _queue_name(item: Any, where: str) -> str:
     name = item.get("queue")
     if not isinstance(name, str):
         raise InvalidInput(f"{where}.queue must be a string")
-    return name
+    return check_name("queue", name)
 
 
 @routes.post(TRANSACTIONS_PATH)

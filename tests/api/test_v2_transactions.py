@@ -213,6 +213,8 @@ async def test_msgpack_transactions_use_integer_ids(http: aiohttp.ClientSession)
         ({"enqueue": [{"queue": "out", "body": 1}]}, 422, "invalid_input"),
         ({"enqueue": [{"body": "x"}]}, 422, "invalid_input"),
         ({"enqueue": [{"queue": "nope", "body": "x"}]}, 404, "queue_not_found"),
+        ({"enqueue": [{"queue": "../x", "body": "x"}]}, 422, "invalid_name"),
+        ({"delete": [{"queue": "a b", "receipt": "r"}]}, 422, "invalid_name"),
         ({"delete": [{"queue": "out", "receipt": "short"}]}, 422, "invalid_input"),
         ({"delete": [{"queue": "out"}]}, 422, "invalid_input"),
         (
