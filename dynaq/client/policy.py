@@ -38,14 +38,22 @@ NO_RETRIES = RetryPolicy(attempts=1)
 
 def split_endpoint(endpoint: str) -> tuple[str, str]:
     """``http[s]://host:port`` or ``host:port`` (http) → ``(scheme, "host:port")``."""
+    if not endpoint:
+        raise ValueError("an endpoint is needed (http://host:port)")
+    scheme = "http"
     if "://" in endpoint:
         parsed = urllib.parse.urlsplit(endpoint)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"endpoint must be http(s)://host:port, got {endpoint!r}")
+        try:
+            parsed.port  # noqa: B018 - parsing it checks it (a URL may leave the default port)
+        except ValueError:
+            raise ValueError(f"endpoint must be http(s)://host:port, got {endpoint!r}") from None
         return parsed.scheme, parsed.netloc
-    if not endpoint:
-        raise ValueError("an endpoint is needed (http://host:port)")
-    return "http", endpoint
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isascii() or not port.isdecimal() or int(port) > 65_535:
+        raise ValueError(f"endpoint must be http(s)://host:port or host:port, got {endpoint!r}")
+    return scheme, endpoint
 
 
 class Endpoints:

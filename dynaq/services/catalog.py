@@ -6,16 +6,20 @@ the topic half, which it inherits, is :mod:`dynaq.services.catalog_topics`.
 Config lives under its own key prefix, one versioned record per queue or
 topic, so a node reloads everything cheaply every sync interval and
 concurrent PATCHes never lose each other (each update is a read, modify and
-conditional put, retried on a version conflict). A node applies its own
-changes to its cache at once; other nodes see them at their next sync. A cache
-miss reads through to the store (with a short negative cache), so a queue made
-on another node is usable before the next sync, while unknown names cannot
-make a node hammer the store.
+conditional put, retried on a version conflict). A node runs its own cycles
+on one record one at a time, so only other nodes' writes can make one retry;
+a new queue's number is claimed the same way, on one counter record, with a
+jittered backoff between attempts. A node applies its own changes to its
+cache at once; other nodes see them at their next sync. A cache miss reads
+through to the store (with a short negative cache), so a queue made on
+another node is usable before the next sync, while unknown names cannot make
+a node hammer the store.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -39,6 +43,12 @@ from dynaq.services.queue_records import (
 from dynaq.storage.base import Store, prefix_end
 
 _NEGATIVE_CACHE_S = 1.0
+
+NUMBER_ATTEMPTS = 48
+"""How often a node tries to claim a new queue's number before a 409: only claims
+by other nodes at the same moment make an attempt fail (this node's are serial)."""
+_BACKOFF_BASE_S = 0.002
+_BACKOFF_CAP_S = 0.1
 
 __all__ = ["Catalog", "QueueInfo", "QueueSettings", "Tombstone", "TopicInfo", "check_name"]
 
@@ -79,6 +89,7 @@ class Catalog(TopicCatalog):
         self._delete_listeners: list[Callable[[Tombstone], None]] = []
         self.tombstones: dict[str, Tombstone] = {}
         """Deleted queues whose messages may not be purged yet (from the last reload)."""
+        self._rng = random.Random()
 
     def on_queue_change(self, fn: Callable[[QueueInfo | None, QueueInfo | None], None]) -> None:
         """Call ``fn(old, new)`` whenever a queue appears, changes or disappears here."""
@@ -187,19 +198,34 @@ class Catalog(TopicCatalog):
         self._set_queue(name, record)
         return record
 
-    async def _next_queue_number(self) -> int:
-        for _ in range(CONFIG_RETRIES):
-            item = await self._store.get(keys.QUEUE_NUMBER_SEQ)
-            if item is None:
-                if await self._store.put_if_absent(keys.QUEUE_NUMBER_SEQ, b"1") is not None:
-                    return 1
-                continue
-            n = int(item.value) + 1
-            if await self._store.put_if_version(
-                keys.QUEUE_NUMBER_SEQ, str(n).encode(), item.version
-            ):
-                return n
-        raise Conflict("could not allocate a queue number under contention; retry")
+    async def _next_queue_number(self, name: str) -> int:
+        """Claim the next queue number: one conditional write on the counter record.
+
+        This node's claims run one at a time (:class:`~dynaq.services.record_locks.RecordLocks`), so they never
+        conflict with each other; a conflict means another node of the ring claimed
+        meanwhile, and the claim is retried with a jittered, growing backoff
+        (the first retry at once: the winner's write is already there to read).
+        """
+        async with self._records.serial(keys.QUEUE_NUMBER_SEQ):
+            for attempt in range(NUMBER_ATTEMPTS):
+                if attempt > 1:
+                    cap = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** (attempt - 2))
+                    await self._clock.sleep(self._rng.uniform(cap / 2, cap))
+                item = await self._store.get(keys.QUEUE_NUMBER_SEQ)
+                if item is None:
+                    if await self._store.put_if_absent(keys.QUEUE_NUMBER_SEQ, b"1") is not None:
+                        return 1
+                    continue
+                n = int(item.value) + 1
+                claimed = await self._store.put_if_version(
+                    keys.QUEUE_NUMBER_SEQ, str(n).encode(), item.version
+                )
+                if claimed is not None:
+                    return n
+        raise Conflict(
+            f"queue {name!r} was not created: other nodes kept taking the next queue "
+            f"number ({NUMBER_ATTEMPTS} attempts); retry"
+        )
 
     async def create_queue(self, name: str, settings: Mapping[str, Any] | None = None) -> QueueInfo:
         """Create a queue with the defaults and ``settings`` (setting name → typed
@@ -231,7 +257,7 @@ class Catalog(TopicCatalog):
                     f"queue {name!r} was deleted moments ago; it can be created again "
                     f"in {wait_ms / 1000:.0f} s"
                 )
-        number = await self._next_queue_number()
+        number = await self._next_queue_number(name)
         info = QueueInfo(name, number, initial, self._clock.wall_ms())
         if item is None:
             written = await self._store.put_if_absent(key, encode_queue(info))
@@ -266,12 +292,13 @@ class Catalog(TopicCatalog):
         """
         key = keys.queue_config(name)
         await self._check_redrive(name, changes)
-        for _ in range(CONFIG_RETRIES):
-            record, version = await self._read_live(name)
-            updated = replace(record, settings=apply_settings(record.settings, changes))
-            if await self._store.put_if_version(key, encode_queue(updated), version):
-                self._set_queue(name, updated)
-                return updated
+        async with self._records.serial(key):
+            for _ in range(CONFIG_RETRIES):
+                record, version = await self._read_live(name)
+                updated = replace(record, settings=apply_settings(record.settings, changes))
+                if await self._store.put_if_version(key, encode_queue(updated), version):
+                    self._set_queue(name, updated)
+                    return updated
         raise Conflict("queue settings changed concurrently; retry")
 
     async def _check_redrive(self, name: str, changes: Mapping[str, Any]) -> None:
@@ -294,13 +321,14 @@ class Catalog(TopicCatalog):
         and hand its number to the purgers (they resume from tombstones after a crash).
         """
         key = keys.queue_config(name)
-        for _ in range(CONFIG_RETRIES):
-            record, version = await self._read_live(name)
-            tomb = Tombstone(name, record.number, self._clock.wall_ms(), purged=False)
-            if await self._store.put_if_version(key, encode_tombstone(tomb), version):
-                break
-        else:
-            raise Conflict("queue changed concurrently; retry")
+        async with self._records.serial(key):
+            for _ in range(CONFIG_RETRIES):
+                record, version = await self._read_live(name)
+                tomb = Tombstone(name, record.number, self._clock.wall_ms(), purged=False)
+                if await self._store.put_if_version(key, encode_tombstone(tomb), version):
+                    break
+            else:
+                raise Conflict("queue changed concurrently; retry")
         self._set_queue(name, None)
         self.tombstones[name] = tomb
         for fn in self._delete_listeners:

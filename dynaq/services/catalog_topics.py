@@ -33,6 +33,7 @@ from dynaq.services.queue_records import (
     decode_topic,
     encode_topic,
 )
+from dynaq.services.record_locks import RecordLocks
 from dynaq.storage.base import Store
 
 CONFIG_RETRIES = 20
@@ -47,6 +48,8 @@ class TopicCatalog(ABC):
     def __init__(self, store: Store) -> None:
         self._store = store
         self._topics: dict[str, TopicInfo] = {}
+        self._records = RecordLocks()
+        """This node's read-modify-write cycles, one at a time per record."""
 
     @abstractmethod
     async def queue(self, name: str, *, fresh: bool = False) -> QueueInfo:
@@ -97,15 +100,18 @@ class TopicCatalog(ABC):
         self, name: str, change: Callable[[TopicInfo], TopicInfo], missing: str
     ) -> TopicInfo:
         key = keys.topic_config(name)
-        for _ in range(CONFIG_RETRIES):
-            item = await self._store.get(key)
-            if item is None:
-                self._topics.pop(name, None)
-                raise TopicNotFound(missing)
-            updated = change(decode_topic(name, item.value))
-            if await self._store.put_if_version(key, encode_topic(updated), item.version):
-                self._topics[name] = updated
-                return updated
+        # This node's changes of one topic run one at a time (see RecordLocks): only
+        # another node's write can make the conditional put below fail.
+        async with self._records.serial(key):
+            for _ in range(CONFIG_RETRIES):
+                item = await self._store.get(key)
+                if item is None:
+                    self._topics.pop(name, None)
+                    raise TopicNotFound(missing)
+                updated = change(decode_topic(name, item.value))
+                if await self._store.put_if_version(key, encode_topic(updated), item.version):
+                    self._topics[name] = updated
+                    return updated
         raise Conflict("topic changed concurrently; retry")
 
     async def set_topic_history(self, name: str, on: bool) -> TopicInfo:
