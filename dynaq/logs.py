@@ -12,9 +12,6 @@ import sys
 import time
 from typing import Any
 
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestPayloadError
-
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
 
@@ -48,6 +45,11 @@ class ClientFaultFilter(logging.Filter):
     node's. Such a record becomes one line at info, without the traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        # Imported here: the CLI loads this module for commands that never load
+        # aiohttp (and the filter runs only on aiohttp's own records).
+        from aiohttp.http_exceptions import HttpProcessingError
+        from aiohttp.web_protocol import RequestPayloadError
+
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, RequestPayloadError):
             # A body the handler could not read (answered 400 there), met again
