@@ -19,7 +19,9 @@ from dynaq.api.keys import FORWARDER, STREAMS
 from dynaq.api.params import body_object, is_decimal
 from dynaq.api.stream_copies import COPIES, copies_timeout
 from dynaq.api.stream_proxy import FORWARDED_HEADER
-from dynaq.errors import InvalidInput
+from dynaq.api.topic_history import HISTORY_SIGNATURE
+from dynaq.errors import InvalidInput, InvalidName
+from dynaq.services.queue_records import history_stream
 from dynaq.streams import CONTENT_TYPES, FORMATS, Chunk, Start, Stops, StreamService
 from dynaq.streams.retention import parse_retention
 
@@ -37,6 +39,9 @@ LISTEN_PARAMS = frozenset(
 HIDDEN_PREFIX = "_cues."
 """Streams named so back processors (:mod:`dynaq.processors`): listed only when asked
 with ``?hidden=true``."""
+RESERVED_PREFIX = history_stream("")
+"""``topic.<name>`` keeps a topic's history (:mod:`dynaq.api.topic_history`), which
+declares it: through this API such a stream is read, never declared or deleted."""
 _TRUE = ("", "1", "true", "yes")
 _FALSE = ("0", "false", "no")
 
@@ -55,6 +60,24 @@ async def _elsewhere(request: web.Request, *, declaring: bool = False) -> web.St
     name = request.match_info["name"]
     to = await fwd.target(request, name, declaring=declaring)
     return None if to is None else await fwd.forward(request, to, name)
+
+
+def _not_reserved(request: web.Request, doing: str) -> None:
+    """Refuse (422 ``invalid_name``) to declare or delete a topic's history stream. A
+    ``topic.*`` stream that is not one (declared through this API before the names
+    were reserved) may still be deleted, so that the topic's history can be kept."""
+    name = request.match_info["name"]
+    if not name.startswith(RESERVED_PREFIX):
+        return
+    svc = _service(request)
+    if doing == "deleted" and name in svc.names() and svc.info(name).signature != HISTORY_SIGNATURE:
+        return
+    topic = name[len(RESERVED_PREFIX) :]
+    raise InvalidName(
+        f"stream names starting with {RESERVED_PREFIX!r} are reserved for topic history: "
+        f"{name!r} cannot be {doing} through the streams API, only read "
+        f'(PATCH /v2/topics/{topic} {{"history": true|false}} starts or stops keeping it)'
+    )
 
 
 def _int(query: Mapping[str, str], name: str, lo: int = 0) -> int | None:
@@ -166,6 +189,7 @@ async def list_streams(request: web.Request) -> web.Response:
 
 @routes.put("/v2/streams/{name}")
 async def declare(request: web.Request) -> web.StreamResponse:
+    _not_reserved(request, "declared")
     if (there := await _elsewhere(request, declaring=True)) is not None:
         return there
     body = body_object(await read_body(request))
@@ -197,6 +221,7 @@ async def declare(request: web.Request) -> web.StreamResponse:
 async def delete(request: web.Request) -> web.StreamResponse:
     if (there := await _elsewhere(request)) is not None:
         return there
+    _not_reserved(request, "deleted")  # here, where the stream is served
     await _service(request).delete(request.match_info["name"])
     fwd = request.app.get(FORWARDER)
     if fwd is not None:

@@ -20,8 +20,9 @@ from aiohttp import web
 from dynaq.api.stream_proxy import StreamForwarder
 from dynaq.clock import Clock
 from dynaq.cluster.stream_link import HttpAuthorityLink
+from dynaq.errors import SchemaConflict
 from dynaq.services.queue_records import history_stream
-from dynaq.streams import StreamService
+from dynaq.streams import EntryType, StreamService
 from dynaq.streams.replicas import CopySizes
 
 HISTORY_SCHEMA: dict[str, Any] = {
@@ -37,6 +38,8 @@ HISTORY_SCHEMA: dict[str, Any] = {
     },
 }
 ORDER_KEY = "published_ms"
+HISTORY_SIGNATURE = EntryType.declare(HISTORY_SCHEMA, ORDER_KEY).signature
+"""The signature a topic's history stream must carry to keep its history."""
 
 
 class HistoryKeeper:
@@ -76,6 +79,12 @@ class HistoryKeeper:
         """Stamp and append ``entries`` on this node, the stream's authority."""
         if stream not in self._streams.names():
             await self._streams.declare(stream, HISTORY_SCHEMA, ORDER_KEY)
+        elif self._streams.info(stream).signature != HISTORY_SIGNATURE:
+            # Declared otherwise (before its name was reserved): publishing would fail.
+            raise SchemaConflict(
+                f"stream {stream!r} exists with a schema other than topic history's, so "
+                f"history cannot be kept in it: DELETE /v2/streams/{stream} first"
+            )
         if not entries:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -94,6 +94,35 @@ def _requires(schema: Any, field: str) -> bool:
     return bool(variants) and all(_requires(v, field) for v in variants or [])
 
 
+_ORDER_TYPES = ("integer", "number")
+"""Declared types that admit an integer order key."""
+
+
+def _allows_integer(declared: Any) -> bool:
+    """Whether a property's declared ``type`` (absent, a name or a list) admits integers."""
+    if isinstance(declared, str):
+        return declared in _ORDER_TYPES
+    if isinstance(declared, list):
+        return any(t in _ORDER_TYPES for t in declared)
+    return True  # no type: anything, integers included
+
+
+def _order_type_refused(schema: Any, field: str, where: str = "schema") -> tuple[str, Any] | None:
+    """Where ``schema`` (or one of its ``oneOf`` variants) declares ``field`` with a
+    ``type`` that admits no integer, and that type (``None``: nowhere)."""
+    if not isinstance(schema, dict):
+        return None
+    props = schema.get("properties")
+    spec = props.get(field) if isinstance(props, dict) else None
+    if isinstance(spec, dict) and "type" in spec and not _allows_integer(spec["type"]):
+        return f"{where}.properties.{field}", spec["type"]
+    for i, variant in enumerate(_variants(schema) or []):
+        found = _order_type_refused(variant, field, f"{where}.oneOf[{i}]")
+        if found is not None:
+            return found
+    return None
+
+
 @dataclass(frozen=True)
 class EntryType:
     """A declared, checked schema with its order key; validates batches of entries."""
@@ -144,6 +173,12 @@ class EntryType:
             raise InvalidInput(
                 f"order_key {order_key!r} must be a required field of the schema "
                 "(of every oneOf variant)"
+            )
+        refused = None if order_key is None else _order_type_refused(schema, order_key)
+        if refused is not None:
+            raise InvalidInput(
+                f"order_key {order_key!r} must be an integer field: {refused[0]} is "
+                f"declared with type {json.dumps(refused[1])}"
             )
         return cls(schema, order_key, signature_of(schema, order_key))
 

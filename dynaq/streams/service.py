@@ -317,9 +317,18 @@ class StreamService:
     def _admit(self, job: AppendJob) -> None:
         """Check a queued append again as its group commits (:class:`GroupCommit`): the
         stream may be gone, or its lease changed hands, since it was queued."""
-        rt = self._runtime.get(job.stream.name)
-        if rt is None or job.stream.name not in self._streams:
-            raise StreamNotFound(f"stream {job.stream.name!r} was deleted")
+        name = job.stream.name
+        rt = self._runtime.get(name)
+        # The very stream the job holds: a stream deleted (and maybe declared again)
+        # since the job was queued has its file closed.
+        if rt is None or self._streams.get(name) is not job.stream:
+            raise StreamNotFound(f"stream {name!r} was deleted")
+        if rt.deleting:
+            # Deletion sets ``deleting`` before it queues the file's removal on the
+            # I/O thread, and a group is admitted and queued there in one step: a
+            # group admitted before runs first; one admitted after would find the
+            # file closed (or gone), so it is refused here.
+            raise StreamDeleting(f"stream {name!r} is being deleted; its listeners are finishing")
         if not job.replica:
             self._check_publisher(rt, job.token)
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import aiohttp
 
+from dynaq.node import Node
+
 
 async def _call(
     http: aiohttp.ClientSession, method: str, path: str, body: Any = None
@@ -118,3 +120,50 @@ async def test_topic_history_refuses_bad_requests_with_4xx(http: aiohttp.ClientS
         assert status == 422, (body, err)
     status, err = await _call(http, "POST", "/v2/topics/t/replay", {"queue": "missing"})
     assert status == 404 and err["code"] == "queue_not_found"
+
+
+async def test_history_streams_are_reserved_and_only_read_through_the_streams_api(
+    http: aiohttp.ClientSession,
+) -> None:
+    schema = {"schema": {"type": "object", "required": ["foo"]}}
+    # Not declared before the topic keeps its history, nor in its place afterwards.
+    status, err = await _call(http, "PUT", "/v2/streams/topic.kept", schema)
+    assert status == 422 and err["code"] == "invalid_name" and "reserved" in err["error"]
+    assert (await _call(http, "PUT", "/v1/topics/kept"))[0] == 201
+    assert (await _call(http, "PATCH", "/v2/topics/kept", {"history": True}))[0] == 200
+    one = {"messages": [{"body": "1"}]}
+    assert (await _call(http, "POST", "/v2/topics/kept/messages", one))[0] == 200
+    status, err = await _call(http, "DELETE", "/v2/streams/topic.kept")
+    assert status == 422 and err["code"] == "invalid_name", err
+    status, err = await _call(http, "PUT", "/v2/streams/topic.kept", schema)
+    assert status == 422 and err["code"] == "invalid_name", err
+    # Read like any stream, and publishing goes on.
+    assert (await _call(http, "GET", "/v2/streams/topic.kept/schema"))[0] == 200
+    assert (await _call(http, "POST", "/v2/topics/kept/messages", one))[0] == 200
+    assert len(await _history(http, "kept", "i=0")) == 2
+    # Other names with a dot stay free.
+    assert (await _call(http, "PUT", "/v2/streams/topics.kept", schema))[0] == 201
+    assert (await _call(http, "DELETE", "/v2/streams/topics.kept"))[0] == 204
+
+
+async def test_history_is_not_switched_on_into_a_stream_of_another_schema(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    # As one declared through the streams API before its name was reserved.
+    await node.streams.declare("topic.squat", {"type": "object", "required": ["foo"]}, None)
+    assert (await _call(http, "PUT", "/v1/topics/squat"))[0] == 201
+    assert (await _call(http, "PUT", "/v1/queues/sq"))[0] == 201
+    assert (await _call(http, "PUT", "/v1/topics/squat/queues/sq"))[0] == 200
+    status, err = await _call(http, "PATCH", "/v2/topics/squat", {"history": True})
+    assert status == 409 and err["code"] == "schema_conflict", err
+    status, topic = await _call(http, "GET", "/v2/topics/squat")
+    assert status == 200 and topic["history"] is False
+    one = {"messages": [{"body": "1"}]}
+    assert (await _call(http, "POST", "/v2/topics/squat/messages", one))[0] == 200
+    # Such a stream may be deleted; then the topic's history is kept in its own.
+    assert (await _call(http, "DELETE", "/v2/streams/topic.squat"))[0] == 204
+    assert (await _call(http, "PATCH", "/v2/topics/squat", {"history": True}))[0] == 200
+    assert (await _call(http, "POST", "/v2/topics/squat/messages", one))[0] == 200
+    kept = await _history(http, "squat", "i=0")
+    assert [base64.b64decode(e["entry"]["body"]).decode() for e in kept] == ["1"]
+    assert await _bodies(http, "sq") == ["1", "1"]
