@@ -228,6 +228,12 @@ class ProcessCommitter:
         self._answered.set()
 
     def _fail_all(self, why: str) -> None:
+        """Fail every write sent and not answered, and every write held back for the
+        next frame (nobody would send it: the answer that would have is not coming)."""
+        held, self._pending = self._pending, []
+        for req in held:
+            req.error = StorageUnavailable(why)
+        resolve_all(held)
         frames, self._frames = self._frames, {}
         for reqs in frames.values():
             for req in reqs:

@@ -65,6 +65,28 @@ async def test_a_killed_writer_fails_its_unanswered_writes_and_another_takes_ove
         await s.close()
 
 
+async def test_writes_held_back_behind_a_commit_are_answered_when_the_writer_dies(
+    tmp_path: Path,
+) -> None:
+    """Writes made while a commit is under way wait in the node for its answer; if
+    the writer process dies instead, they fail too rather than wait forever."""
+    s = LmdbStore(tmp_path / "db", map_size=MAP, min_free_disk=0, writer="process")
+    await s.open()
+    try:
+        first = _writer_pid(s)
+        sent = [asyncio.ensure_future(s.put(b"a%04d" % i, b"v" * 1000)) for i in range(500)]
+        await asyncio.sleep(0)  # the first frame goes out
+        held = [asyncio.ensure_future(s.put(b"b%04d" % i, b"v")) for i in range(50)]
+        await asyncio.sleep(0)  # these wait in the node behind the first commit
+        os.kill(first, signal.SIGKILL)
+        results = await asyncio.wait_for(asyncio.gather(*sent, *held, return_exceptions=True), 30)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        assert all(isinstance(r, StorageUnavailable) for r in failed), failed[:3]
+        await _until_writes_succeed(s)
+    finally:
+        await s.close()
+
+
 async def test_a_closed_store_ends_its_writer_process(tmp_path: Path) -> None:
     s = LmdbStore(tmp_path / "db", map_size=MAP, min_free_disk=0, writer="process")
     await s.open()
