@@ -208,7 +208,9 @@ class ProcessCommitter:
 
     def _answer(self, message: Any) -> None:
         seq, outcomes, (commits, ops, elapsed) = message
-        reqs = self._frames.pop(seq)
+        reqs = self._frames.pop(seq, None)
+        if reqs is None:  # already failed: the store is closing
+            return
         for req, outcome in zip(reqs, outcomes, strict=True):
             if outcome[0]:
                 req.result = outcome[1]
