@@ -106,7 +106,7 @@ def test_a_string_array_attribute_matches_by_its_elements(node: NodeProcess) -> 
     ] + [
         ({"MessageAttributes": {"n": {"DataType": "Number", "StringValue": v}}},
          "ParameterValueInvalid")
-        for v in ("abc", "nan", "inf", "1e200", "1e-200", "1" * 39, "0x10")
+        for v in ("abc", "nan", "inf", "1e200", "1e-200", "1" * 39, "0x10", " 5", "1_000")
     ] + [
         ({"MessageAttributes": {name: {"DataType": "String", "StringValue": "v"}}},
          "ParameterValueInvalid")

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from dynaq.api.aws.query_wire import QueryError, invalid
+from dynaq.api.aws.sqs_validation import NOT_ALLOWED, number_ok
 from dynaq.api.codec import parse_json
 from dynaq.errors import InvalidInput
 
@@ -42,8 +42,6 @@ _TAG = re.compile(r"[!-~]{1,128}")
 _ENTRY_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _RESERVED = ("aws.", "amazon.")
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_NOT_ALLOWED = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _ALLOWED_TEXT = "#x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF"
 MAX_NAME = 256
 
@@ -118,16 +116,10 @@ def _check_name(name: str) -> None:
 
 
 def _check_number(name: str, value: str) -> None:
-    if not _NUMBER.fullmatch(value.strip()):
-        raise value_invalid(f"Could not cast message attribute '{name}' value to number.")
-    try:
-        x = Decimal(value.strip())
-    except InvalidOperation:
-        raise value_invalid(f"Could not cast message attribute '{name}' value to number.") from None
-    digits = x.normalize().as_tuple().digits
-    if x != 0 and (len(digits) > 38 or not Decimal("1e-128") <= abs(x) <= Decimal("1e126")):
+    # The same rule as SQS's (one implementation: sqs_validation.number_ok).
+    if not number_ok(value):
         raise value_invalid(
-            f"Value {value} of message attribute '{name}' is out of range: a Number has at "
+            f"Could not cast message attribute '{name}' value to number: a Number has at "
             "most 38 digits of precision, between 10^-128 and 10^+126."
         )
 
@@ -158,7 +150,7 @@ def check_attributes(attrs: Mapping[str, Mapping[str, Any]]) -> None:
             )
         if base == "Binary":
             continue
-        bad = _NOT_ALLOWED.search(value)
+        bad = NOT_ALLOWED.search(value)
         if bad is not None:
             raise value_invalid(
                 f"Invalid character '#x{ord(bad.group()):X}' was found in the value of message "
