@@ -52,6 +52,8 @@ from dynaq.storage.embedded_commit_core import (
     VERSION,
     VERSION_LEN,
     CommitCore,
+    open_environment,
+    settings_to_wire,
 )
 from dynaq.storage.embedded_commits import GroupCommitter
 from dynaq.storage.embedded_writer import ProcessCommitter
@@ -138,16 +140,7 @@ class LmdbStore(Store):
                 f"cannot create the store's directory {self._path}: {exc}"
             ) from None
         try:
-            self._env = await asyncio.to_thread(
-                lmdb.open,
-                self._path,
-                map_size=self._map_size,
-                max_dbs=4,
-                sync=True,
-                metasync=True,
-                readahead=False,
-                max_readers=256,
-            )
+            self._env = await asyncio.to_thread(open_environment, self._path, self._map_size)
             # Reader slots left by a process killed mid-read (another worker of the
             # node, or this one before a crash) would pin old pages forever.
             await asyncio.to_thread(self._env.reader_check)
@@ -157,36 +150,23 @@ class LmdbStore(Store):
         if self._read_threads > 0:
             self._readers = ThreadPoolExecutor(self._read_threads, thread_name_prefix="lmdb-read")
         on_commit = self._commit_done
+        settings: dict[str, Any] = {
+            "map_size": self._map_size,
+            "fill_bytes": self._fill_bytes,
+            "min_free_disk": self._min_free_disk,
+            "max_commit_ops": self._max_commit_ops,
+            "growth_prefixes": self._growth_prefixes,
+            "added_prefixes": self._added_prefixes,
+            "version_tag": self._version_tag,
+            "version_tags": self._version_tags,
+        }
+        writer: GroupCommitter | ProcessCommitter
         if self._writer_kind == "process":
-            writer: GroupCommitter | ProcessCommitter = ProcessCommitter(
-                {
-                    "path": self._path,
-                    "map_size": self._map_size,
-                    "fill_bytes": self._fill_bytes,
-                    "min_free_disk": self._min_free_disk,
-                    "max_commit_ops": self._max_commit_ops,
-                    "growth_prefixes": [p.hex() for p in self._growth_prefixes],
-                    "added_prefixes": [p.hex() for p in self._added_prefixes],
-                    "version_tag": self._version_tag,
-                    "version_tags": self._version_tags,
-                },
-                on_commit,
-            )
+            writer = ProcessCommitter({"path": self._path, **settings_to_wire(settings)}, on_commit)
         else:
-            core = CommitCore(
-                self._env,
-                self._db,
-                self._path,
-                map_size=self._map_size,
-                fill_bytes=self._fill_bytes,
-                min_free_disk=self._min_free_disk,
-                max_commit_ops=self._max_commit_ops,
-                growth_prefixes=self._growth_prefixes,
-                added_prefixes=self._added_prefixes,
-                version_tag=self._version_tag,
-                version_tags=self._version_tags,
+            writer = GroupCommitter(
+                CommitCore(self._env, self._db, self._path, **settings), on_commit
             )
-            writer = GroupCommitter(core, on_commit)
         try:
             await writer.start()
         except StorageUnavailable:

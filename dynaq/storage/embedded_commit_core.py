@@ -57,6 +57,38 @@ class WriteRequest:
     size: int = field(default=1)
 
 
+def open_environment(path: str, map_size: int) -> Any:
+    """The store's LMDB environment, opened with the same flags in every process that
+    opens it (the node, its workers, its writer process)."""
+    return lmdb.open(
+        path,
+        map_size=map_size,
+        max_dbs=4,
+        sync=True,
+        metasync=True,
+        readahead=False,
+        max_readers=256,
+    )
+
+
+def settings_to_wire(settings: dict[str, Any]) -> dict[str, Any]:
+    """:class:`CommitCore`'s keyword settings as JSON (the writer process's argument)."""
+    return {
+        **settings,
+        "growth_prefixes": [p.hex() for p in settings["growth_prefixes"]],
+        "added_prefixes": [p.hex() for p in settings["added_prefixes"]],
+    }
+
+
+def settings_from_wire(wire: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`settings_to_wire`."""
+    return {
+        **wire,
+        "growth_prefixes": tuple(bytes.fromhex(p) for p in wire["growth_prefixes"]),
+        "added_prefixes": tuple(bytes.fromhex(p) for p in wire["added_prefixes"]),
+    }
+
+
 class CommitCore:
     """Commits groups of :class:`WriteRequest` to one LMDB environment.
 

@@ -37,7 +37,13 @@ import msgpack
 
 from dynaq.errors import InsufficientStorage, StorageUnavailable
 from dynaq.storage.base import Delete, Put
-from dynaq.storage.embedded_commit_core import BATCH, CommitCore, WriteRequest
+from dynaq.storage.embedded_commit_core import (
+    BATCH,
+    CommitCore,
+    WriteRequest,
+    open_environment,
+    settings_from_wire,
+)
 
 _READ_BYTES = 1 << 20
 _PR_SET_PDEATHSIG = 1
@@ -139,30 +145,12 @@ def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)
     try:
-        env = lmdb.open(
-            options["path"],
-            map_size=options["map_size"],
-            max_dbs=4,
-            sync=True,
-            metasync=True,
-            readahead=False,
-            max_readers=256,
-        )
+        path = options.pop("path")
+        settings = settings_from_wire(options)
+        env = open_environment(path, settings["map_size"])
         db = env.open_db(b"kv")
-        core = CommitCore(
-            env,
-            db,
-            options["path"],
-            map_size=options["map_size"],
-            fill_bytes=options["fill_bytes"],
-            min_free_disk=options["min_free_disk"],
-            max_commit_ops=options["max_commit_ops"],
-            growth_prefixes=tuple(bytes.fromhex(p) for p in options["growth_prefixes"]),
-            added_prefixes=tuple(bytes.fromhex(p) for p in options["added_prefixes"]),
-            version_tag=options["version_tag"],
-            version_tags=options["version_tags"],
-        )
-    except (lmdb.Error, OSError, KeyError, ValueError) as exc:
+        core = CommitCore(env, db, path, **settings)
+    except (lmdb.Error, OSError, KeyError, TypeError, ValueError) as exc:
         sock.sendall(msgpack.packb(["failed", f"{type(exc).__name__}: {exc}"]))
         return 1
     sock.sendall(msgpack.packb(["ready"]))
