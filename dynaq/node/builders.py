@@ -30,11 +30,18 @@ SCHEMA_VERSION = b"1"
 _ANY_HOST = ("", "0.0.0.0", "::", "[::]")
 
 
-def build_store(config: Config, *, version_tag: int = 0, version_tags: int = 1) -> Store:
+def build_store(
+    config: Config,
+    *,
+    version_tag: int = 0,
+    version_tags: int = 1,
+    writer_address: str | None = None,
+) -> Store:
     """The store the config names (backends are imported only when chosen).
 
     ``version_tag`` of ``version_tags``: which of a node's workers opens the
-    embedded store (see :class:`~dynaq.storage.embedded.LmdbStore`)."""
+    embedded store; ``writer_address``: the node's shared writer process, if its
+    workers have one (see :class:`~dynaq.storage.embedded.LmdbStore`)."""
     backend = config.storage.backend
     if backend == "embedded":
         from dynaq.storage.embedded import LmdbStore
@@ -52,6 +59,7 @@ def build_store(config: Config, *, version_tag: int = 0, version_tags: int = 1) 
             version_tag=version_tag,
             version_tags=version_tags,
             writer=e.writer,
+            writer_address=writer_address,
         )
     if backend == "memory":
         from dynaq.storage.memory import MemoryStore

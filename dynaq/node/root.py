@@ -92,7 +92,12 @@ class Node:
         self.store = store or (
             build_store(config)
             if worker is None
-            else build_store(config, version_tag=worker.index, version_tags=worker.count)
+            else build_store(
+                config,
+                version_tag=worker.index,
+                version_tags=worker.count,
+                writer_address=worker.writer_address or None,
+            )
         )
         self.metrics = build_metrics(config, self.clock)
         self.state = "starting"

@@ -1,6 +1,6 @@
 """The supervisor of a node of several workers (see :mod:`dynaq.node.workers`).
 
-It opens no store and serves no request: it picks the workers' loopback ports
+It serves no request: it picks the workers' loopback ports
 and the secret of their ring (new ports for a worker that exits soon after its
 start, in case another program took one), starts each worker as ``python -m dynaq
 server`` with its role in ``DYNAQ_WORKER_ROLE``, starts again a worker that
@@ -10,6 +10,11 @@ worker gracefully (SIGTERM each, SIGKILL what has not exited after
 ``http.shutdown_timeout_s`` + 30 s). Workers die with the supervisor (Linux
 ``PR_SET_PDEATHSIG``, set by each worker at start), so a kill -9 of the
 supervisor is a crash of the whole node, never orphans holding the port.
+
+With ``embedded.writer = "process"`` it also runs the store's writer process that
+all the workers commit through (:mod:`dynaq.storage.embedded_writer_host`): it
+starts it before the workers, starts it again when it dies, and ends it after
+the workers have stopped, so their last writes commit.
 
 The supervisor holds an unlistened ``SO_REUSEPORT`` socket on the public port
 for its lifetime: the port is known (also when ``http.port = 0``), and no program
@@ -28,12 +33,17 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from dynaq.clock import Clock, SystemClock
 from dynaq.config import Config
+from dynaq.node.builders import build_store
 from dynaq.node.workers import ROLE_ENV, WorkerRole, worker_count, worker_name
 from dynaq.stop_signals import ignore_signals_once_stopped, stop_on_signals
 from dynaq.tasks import cancel_all
+
+if TYPE_CHECKING:
+    from dynaq.storage.embedded_writer_host import SharedWriter
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +114,8 @@ class Supervisor:
         self._key = secrets.token_hex(16)
         self._gossip_ports: list[int] = []
         self._peer_ports: list[int] = []
+        self.writer = _shared_writer(config)
+        """The store writer process the workers share (``None``: each has its own)."""
 
     def pids(self) -> dict[int, int]:
         """The running workers' process ids, by index."""
@@ -117,6 +129,8 @@ class Supervisor:
         self._public = public = int(self._port_socket.getsockname()[1])
         self._gossip_ports = [_loopback_port() for _ in range(self.count)]
         self._peer_ports = [_loopback_port() for _ in range(self.count)]
+        if self.writer is not None:
+            await self.writer.start()
         log.info("node supervisor starting workers", extra={"workers": self.count, "port": public})
         keepers = [
             asyncio.create_task(self._keep(i), name=f"worker-{i}") for i in range(self.count)
@@ -130,6 +144,8 @@ class Supervisor:
                 if proc.returncode is None:
                     proc.kill()
                     await proc.wait()
+            if self.writer is not None:
+                await self.writer.stop()
             self._port_socket.close()
         log.info("node supervisor stopped")
 
@@ -141,6 +157,7 @@ class Supervisor:
             self._public,
             self._key,
             os.getpid(),
+            "" if self.writer is None else self.writer.address,
         )
         env = {**self._env, ROLE_ENV: role.encode()}
         proc = await asyncio.create_subprocess_exec(
@@ -192,6 +209,19 @@ class Supervisor:
             for proc in running:
                 if proc.returncode is None:
                     proc.kill()
+
+
+def _shared_writer(config: Config) -> SharedWriter | None:
+    """The writer process for the workers' store, when they commit through one."""
+    if config.storage.backend != "embedded" or config.embedded.writer != "process":
+        return None
+    # Imported only when chosen, as every backend is.
+    from dynaq.storage.embedded import LmdbStore
+    from dynaq.storage.embedded_writer_host import SharedWriter
+
+    store = build_store(config)
+    assert isinstance(store, LmdbStore)
+    return SharedWriter(store.shared_writer_options())
 
 
 def die_with_parent(parent: int) -> None:

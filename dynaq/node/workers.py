@@ -7,9 +7,12 @@ serve the node's slice, and to clients they are one node:
 * **One port.** Every worker binds the public ``http.host:http.port`` with
   ``SO_REUSEPORT``; the kernel spreads connections over the workers.
 * **One store.** Every worker opens the same LMDB environment under
-  ``data.dir`` (LMDB's lock file serializes writers across processes; each
-  worker keeps its own group committer, so the commits of the workers take the
-  write lock in turn).
+  ``data.dir``. With ``embedded.writer = "process"`` the supervisor runs one
+  writer process for all of them (:mod:`dynaq.storage.embedded_writer_host`):
+  the workers send it their writes, and one group commit holds the writes of
+  every worker. With ``embedded.writer = "thread"`` each worker keeps its own
+  writer thread, and LMDB's lock file makes their commits take the write lock
+  in turn.
 * **A ring on loopback.** Each worker is a ring member named
   ``<node.name>-w<i>``, gossiping on its own 127.0.0.1 port, with a private
   HTTP listener on 127.0.0.1 for the node-to-node routes (hints, ring polls,
@@ -62,6 +65,9 @@ class WorkerRole:
     """The secret of the workers' ring (signs gossip, hints and handovers)."""
     parent: int = 0
     """The supervisor's process id (a worker started after it died exits at once)."""
+    writer_address: str = ""
+    """Where the node's shared store writer process listens (``embedded.writer =
+    "process"``); empty: each worker commits with its own writer thread."""
 
     @property
     def count(self) -> int:
@@ -76,6 +82,7 @@ class WorkerRole:
                 "public_port": self.public_port,
                 "key": self.key,
                 "parent": self.parent,
+                "writer_address": self.writer_address,
             }
         )
 
@@ -90,6 +97,7 @@ class WorkerRole:
                 public_port=int(raw["public_port"]),
                 key=str(raw["key"]),
                 parent=int(raw.get("parent", 0)),
+                writer_address=str(raw.get("writer_address", "")),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise InvalidInput(f"{ROLE_ENV} is malformed: {exc}") from exc

@@ -84,7 +84,9 @@ class LmdbStore(Store):
     Several processes may open one ``path`` (a node's workers: LMDB's lock file
     serializes their writers, robust mutexes recover from one killed mid-commit);
     they must use the same ``map_size``, and each its own ``version_tag`` out of
-    ``version_tags`` (see :mod:`dynaq.storage.embedded_commits`).
+    ``version_tags`` (see :mod:`dynaq.storage.embedded_commits`). With
+    ``writer_address`` the store commits through the writer process listening
+    there, shared by the node's workers, instead of a writer of its own.
     """
 
     records_settle_in_batches = True
@@ -103,12 +105,14 @@ class LmdbStore(Store):
         version_tag: int = 0,
         version_tags: int = 1,
         writer: str = "thread",
+        writer_address: str | None = None,
     ) -> None:
         if not 0 < fill_limit <= 1:
             raise ValueError("fill_limit must be in (0, 1]")
         if writer not in WRITERS:
             raise ValueError(f"writer must be one of {WRITERS}")
-        self._writer_kind = writer
+        self._writer_kind = "process" if writer_address else writer
+        self._writer_address = writer_address
         self._path = os.fspath(path)
         self._map_size = map_size
         self._fill_bytes = int(map_size * fill_limit)
@@ -150,19 +154,14 @@ class LmdbStore(Store):
         if self._read_threads > 0:
             self._readers = ThreadPoolExecutor(self._read_threads, thread_name_prefix="lmdb-read")
         on_commit = self._commit_done
-        settings: dict[str, Any] = {
-            "map_size": self._map_size,
-            "fill_bytes": self._fill_bytes,
-            "min_free_disk": self._min_free_disk,
-            "max_commit_ops": self._max_commit_ops,
-            "growth_prefixes": self._growth_prefixes,
-            "added_prefixes": self._added_prefixes,
-            "version_tag": self._version_tag,
-            "version_tags": self._version_tags,
-        }
+        settings = self._commit_settings()
         writer: GroupCommitter | ProcessCommitter
         if self._writer_kind == "process":
-            writer = ProcessCommitter({"path": self._path, **settings_to_wire(settings)}, on_commit)
+            writer = ProcessCommitter(
+                {"path": self._path, **settings_to_wire(settings)},
+                on_commit,
+                address=self._writer_address,
+            )
         else:
             writer = GroupCommitter(
                 CommitCore(self._env, self._db, self._path, **settings), on_commit
@@ -174,6 +173,25 @@ class LmdbStore(Store):
             await asyncio.to_thread(env.close)
             raise
         self._writer = writer
+
+    def _commit_settings(self) -> dict[str, Any]:
+        return {
+            "map_size": self._map_size,
+            "fill_bytes": self._fill_bytes,
+            "min_free_disk": self._min_free_disk,
+            "max_commit_ops": self._max_commit_ops,
+            "growth_prefixes": self._growth_prefixes,
+            "added_prefixes": self._added_prefixes,
+            "version_tag": self._version_tag,
+            "version_tags": self._version_tags,
+        }
+
+    def shared_writer_options(self) -> dict[str, Any]:
+        """What the writer process shared by a node's workers runs with
+        (:class:`~dynaq.storage.embedded_writer_host.SharedWriter`): this store's
+        path and commit settings. It alone stamps versions, so it takes no tag."""
+        settings = {**self._commit_settings(), "version_tag": 0, "version_tags": 1}
+        return {"path": self._path, **settings_to_wire(settings)}
 
     def _commit_done(self, seconds: float) -> None:
         if self.on_commit is not None:

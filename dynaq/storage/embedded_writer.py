@@ -17,6 +17,13 @@ write it had not answered fails with :class:`~dynaq.errors.StorageUnavailable`
 the same way until a new writer process is up, which is started at once (LMDB's
 lock recovers from a writer killed mid-commit). The writer process never
 outlives the node.
+
+With ``address``, the committer starts no process: it connects to the writer
+process a node's supervisor runs for all its workers
+(:mod:`dynaq.storage.embedded_writer_host`), whose commits then group the
+writes of every worker and never contend for LMDB's write lock. If that writer
+dies, the same holds: what it had not answered fails, and the committer
+connects again (to the new one the supervisor starts) until it is closed.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import msgpack
 
 from dynaq.errors import InsufficientStorage, StorageError, StorageUnavailable
 from dynaq.storage.embedded_commit_core import WriteRequest, resolve_all
+from dynaq.storage.embedded_writer_host import socket_path
 from dynaq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -79,9 +87,14 @@ class ProcessCommitter:
     :class:`~dynaq.storage.embedded_commits.GroupCommitter`."""
 
     def __init__(
-        self, options: dict[str, Any], on_commit: Callable[[float], None] | None = None
+        self,
+        options: dict[str, Any],
+        on_commit: Callable[[float], None] | None = None,
+        *,
+        address: str | None = None,
     ) -> None:
         self._options = options
+        self._address = address
         self._on_commit = on_commit
         self._pending: list[WriteRequest] = []
         self._frames: dict[int, list[WriteRequest]] = {}
@@ -96,9 +109,9 @@ class ProcessCommitter:
         self.restarts = 0
 
     async def start(self) -> None:
-        """Start the writer process; raises :class:`StorageUnavailable` if it cannot
-        open the store."""
-        await self._spawn()
+        """Start the writer process (or connect to the shared one); raises
+        :class:`StorageUnavailable` if it cannot open the store (or does not answer)."""
+        await self._open_link()
         self._watch = asyncio.create_task(self._supervise(), name="lmdb-writer-process")
 
     async def stop(self) -> None:
@@ -153,7 +166,37 @@ class ProcessCommitter:
             )
         )
 
-    async def _spawn(self) -> None:
+    async def _open_link(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._address is None:
+            link = await self._spawn()
+        else:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                # Connected here, not by the loop: uvloop refuses abstract names.
+                # A Unix connect to a listening socket does not wait for the peer.
+                await asyncio.to_thread(sock.connect, socket_path(self._address))
+                sock.setblocking(False)
+                _, link = await loop.create_unix_connection(lambda: _Link(self._answer), sock=sock)
+            except OSError as exc:
+                sock.close()
+                raise StorageUnavailable(
+                    f"cannot reach the store's writer process: {exc}"
+                ) from None
+        hello: Any = None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(START_TIMEOUT_S):
+                hello = await link.hello
+        if hello is None or hello[0] != "ready":
+            if link.transport is not None:
+                link.transport.close()
+            await self._end_process()
+            if hello is None:
+                raise StorageUnavailable("the store's writer process did not start")
+            raise StorageUnavailable(f"cannot open the embedded store: {hello[1]}")
+        self._link = link
+
+    async def _spawn(self) -> _Link:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._proc = await asyncio.create_subprocess_exec(
@@ -170,18 +213,7 @@ class ProcessCommitter:
             theirs.close()
         loop = asyncio.get_running_loop()
         _, link = await loop.create_unix_connection(lambda: _Link(self._answer), sock=ours)
-        hello: Any = None
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(START_TIMEOUT_S):
-                hello = await link.hello
-        if hello is None or hello[0] != "ready":
-            if link.transport is not None:
-                link.transport.close()
-            await self._end_process()
-            if hello is None:
-                raise StorageUnavailable("the store's writer process did not start")
-            raise StorageUnavailable(f"cannot open the embedded store: {hello[1]}")
-        self._link = link
+        return link
 
     async def _supervise(self) -> None:
         """Start a new writer process whenever the one running dies (until stopped)."""
@@ -193,12 +225,16 @@ class ProcessCommitter:
                 return
             self._link = None
             code = await self._end_process()
-            self._fail_all(f"the store's writer process exited ({code}); the write may have landed")
-            log.error("store writer process died; starting another", extra={"exit": code})
+            gone = "exited" if code is None else f"exited ({code})"
+            self._fail_all(f"the store's writer process {gone}; the write may have landed")
+            if self._address is None:
+                log.error("store writer process died; starting another", extra={"exit": code})
+            else:
+                log.error("lost the node's store writer process; connecting again")
             while True:
                 await asyncio.sleep(RESTART_DELAY_S)
                 try:
-                    await self._spawn()
+                    await self._open_link()
                     self.restarts += 1
                     break
                 except StorageUnavailable as exc:

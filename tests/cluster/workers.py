@@ -20,7 +20,23 @@ def worker_pids(node: NodeServer) -> list[int]:
     assert proc is not None
     path = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
     text = path.read_text() if path.exists() else ""
-    return [int(p) for p in text.split()]
+    return [int(p) for p in text.split() if not _is_store_writer(int(p))]
+
+
+def store_writer_pid(node: NodeServer) -> int | None:
+    """The supervisor's store writer process (``embedded.writer = "process"``)."""
+    proc = node.process.proc
+    assert proc is not None
+    path = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    text = path.read_text() if path.exists() else ""
+    return next((int(p) for p in text.split() if _is_store_writer(int(p))), None)
+
+
+def _is_store_writer(pid: int) -> bool:
+    try:
+        return b"embedded_writer_child" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 async def pids_of(node: NodeServer) -> list[int]:

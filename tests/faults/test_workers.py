@@ -21,7 +21,7 @@ import pytest
 
 from dynaq.testing import History, Workload, run_node, run_workload
 from dynaq.testing.runners import NodeServer
-from tests.cluster.workers import kill9, pids_of, wait_workers
+from tests.cluster.workers import kill9, pids_of, store_writer_pid, wait_workers
 from tests.faults.helpers import COMPLETION_TOPIC, assert_verdict, server_errors
 
 pytestmark = pytest.mark.timeout(400)
@@ -125,6 +125,52 @@ async def test_kill9_of_the_whole_node_loses_nothing(tmp_path: Path) -> None:
         wall = time.monotonic() - t0
     assert sum(f.kind == "kill -9" for f in h.faults) == kills
     await assert_verdict("2 workers: kill -9 of the whole node", h, wall, artifacts=tmp_path)
+
+
+async def test_workers_sharing_a_writer_process_lose_nothing(tmp_path: Path) -> None:
+    """``embedded.writer = "process"``: the workers commit through one writer process
+    the supervisor runs. Under load: kill -9 of that writer (each worker fails what
+    it had not answered, 503, and connects to the next one), of a worker, and of
+    the whole node (supervisor, workers and writer), restarted on its data."""
+    rng = random.Random(10)
+    env = {"DYNAQ_EMBEDDED_WRITER": "process"}
+    async with run_node(
+        directory=tmp_path, env=env, http_workers=2, batches_completion_topic=COMPLETION_TOPIC
+    ) as node:
+        await wait_workers(node, 2)
+        writer_deaths: list[int] = []
+
+        async def faults(h: History) -> None:
+            for step in ("writer", "worker", "writer", "node"):
+                await asyncio.sleep(rng.uniform(2.0, 3.0))
+                if step == "writer":
+                    pid = await asyncio.to_thread(store_writer_pid, node)
+                    assert pid is not None, "no store writer process under the supervisor"
+                    f = h.fault("kill -9 writer", str(pid))
+                    await asyncio.to_thread(kill9, pid)
+                    writer_deaths.append(pid)
+                elif step == "worker":
+                    victim = rng.choice(await pids_of(node))
+                    f = h.fault("kill -9", f"worker pid {victim}")
+                    await asyncio.to_thread(kill9, victim)
+                else:
+                    workers = await pids_of(node)
+                    f = h.fault("kill -9", f"{node.name} (supervisor, workers, writer)")
+                    await node.kill()
+                    for pid in workers:
+                        await _wait_gone(pid)
+                    await node.start(timeout_s=90)
+                await wait_workers(node, 2, timeout_s=90)
+                f.ended = h.now()
+
+        t0 = time.monotonic()
+        h = await run_workload(_workload(node, 3_000, 22.0, seed=5), faults)
+        wall = time.monotonic() - t0
+        # The writer was a new process after each of its deaths.
+        assert await asyncio.to_thread(store_writer_pid, node) not in (None, *writer_deaths)
+    assert len(writer_deaths) == 2
+    assert not server_errors(h), server_errors(h)
+    await assert_verdict("2 workers, one writer process: kill -9", h, wall, artifacts=tmp_path)
 
 
 async def _wait_gone(pid: int, within_s: float = 10.0) -> None:
