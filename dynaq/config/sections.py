@@ -32,6 +32,10 @@ class HttpConfig:
     max_message_bytes: int = 256 * 1024
     max_request_bytes: int = 16 * 1024 * 1024
     max_batch: int = 1000
+    max_receive_bytes: int = 8 * 1024 * 1024
+    """A receive stops taking messages once their bodies pass this many bytes (it
+    always serves at least one): a receive of 1000 large messages would otherwise
+    build a response of hundreds of MiB and hold the event loop meanwhile."""
     shutdown_timeout_s: float = 10.0
     keepalive_timeout_s: float = 60.0
     """An idle keep-alive connection is closed after this long."""

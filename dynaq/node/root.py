@@ -125,7 +125,7 @@ class Node:
             self.clock,
             IdGenerator(self.clock, writer=0),
             self.metrics,
-            Limits(h.max_message_bytes, h.max_batch),
+            Limits(h.max_message_bytes, h.max_batch, h.max_receive_bytes),
             idle_rescan_s=config.queues.idle_rescan_s,
             dedup_window_s=config.queues.dedup_window_s,
             task_retention_s=config.queues.task_retention_s,

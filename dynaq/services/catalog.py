@@ -295,7 +295,11 @@ class Catalog(TopicCatalog):
         async with self._records.serial(key):
             for _ in range(CONFIG_RETRIES):
                 record, version = await self._read_live(name)
-                updated = replace(record, settings=apply_settings(record.settings, changes))
+                updated = replace(
+                    record,
+                    settings=apply_settings(record.settings, changes),
+                    updated_ms=self._clock.wall_ms(),
+                )
                 if await self._store.put_if_version(key, encode_queue(updated), version):
                     self._set_queue(name, updated)
                     return updated

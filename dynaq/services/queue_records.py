@@ -98,6 +98,13 @@ class QueueInfo:
     number: int
     settings: QueueSettings
     created_ms: int
+    updated_ms: int = 0
+    """When its settings last changed (0: never since it was created)."""
+
+    @property
+    def modified_ms(self) -> int:
+        """When the queue was created or its settings last changed."""
+        return self.updated_ms or self.created_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +201,12 @@ class Tombstone:
 
 
 def encode_queue(info: QueueInfo) -> bytes:
-    data = {"number": info.number, "created_ms": info.created_ms, **asdict(info.settings)}
+    data = {
+        "number": info.number,
+        "created_ms": info.created_ms,
+        "updated_ms": info.updated_ms,
+        **asdict(info.settings),
+    }
     return bytes(msgpack.packb(data))
 
 
@@ -216,7 +228,13 @@ def decode_queue_record(name: str, raw: bytes, defaults: QueueDefaults) -> Queue
     values["redrive_policy"] = None if rp is None else RedrivePolicy(**rp)
     values["tags"] = tuple((str(k), str(v)) for k, v in values["tags"])
     settings = QueueSettings(**values)
-    return QueueInfo(name, int(data["number"]), settings, int(data.get("created_ms", 0)))
+    return QueueInfo(
+        name,
+        int(data["number"]),
+        settings,
+        int(data.get("created_ms", 0)),
+        int(data.get("updated_ms", 0)),
+    )
 
 
 _PLAIN = Subscription()

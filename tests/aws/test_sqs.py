@@ -490,3 +490,19 @@ def test_purge_interval_is_configurable_and_ends(tmp_path: Path) -> None:
         client.purge_queue(QueueUrl=url)  # the interval has passed
     finally:
         p.kill()
+
+
+def test_last_modified_moves_with_set_queue_attributes_only(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="stamps")["QueueUrl"]
+    names = ["CreatedTimestamp", "LastModifiedTimestamp"]
+    first = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+    assert first["LastModifiedTimestamp"] == first["CreatedTimestamp"]
+    time.sleep(1.1)  # the timestamps are whole seconds
+    sqs.send_message(QueueUrl=url, MessageBody="not a change of the queue")
+    same = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+    assert same == first
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "40"})
+    then = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+    assert then["CreatedTimestamp"] == first["CreatedTimestamp"]
+    assert int(then["LastModifiedTimestamp"]) > int(first["LastModifiedTimestamp"])
+    sqs.delete_queue(QueueUrl=url)

@@ -128,7 +128,7 @@ def attributes_of(call: Call, info: QueueInfo, stats: dict[str, Any]) -> dict[st
         "MaximumMessageSize": str(min(s.max_message_bytes, node_max_bytes)),
         "ReceiveMessageWaitTimeSeconds": _whole(s.receive_wait_s),
         "CreatedTimestamp": str(info.created_ms // 1000),
-        "LastModifiedTimestamp": str(info.created_ms // 1000),
+        "LastModifiedTimestamp": str(info.modified_ms // 1000),
         "ApproximateNumberOfMessages": str(stats["visible"]),
         "ApproximateNumberOfMessagesNotVisible": str(stats["in_flight"]),
         "ApproximateNumberOfMessagesDelayed": str(stats["delayed"]),

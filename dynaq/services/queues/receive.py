@@ -67,6 +67,8 @@ class Receiver:
         states: QueueStates,
         max_batch: int,
         idle_rescan_s: float,
+        *,
+        max_receive_bytes: int = 8 * 1024 * 1024,
     ) -> None:
         self._store = store
         self._catalog = catalog
@@ -76,6 +78,7 @@ class Receiver:
         self._states = states
         self._max_batch = max_batch
         self._idle_rescan_s = idle_rescan_s
+        self._max_receive_bytes = max_receive_bytes
         self._last_maintained: dict[int, float] = {}
         self.dead_letter: DeadLetterSink | None = None
         self.in_ring = False
@@ -99,7 +102,9 @@ class Receiver:
         """Serve up to ``max_messages`` visible messages and make them invisible.
 
         Expired in-flight messages are served first, then partitions least
-        recently used first. With ``wait_time_s`` > 0 (long polling, at most
+        recently used first. A receive stops once the messages it took pass
+        ``max_receive_bytes`` (it always takes at least one); those it did not
+        take stay visible, in their place. With ``wait_time_s`` > 0 (long polling, at most
         20 s) an empty receive waits until something may be visible or the
         time is up. Returns ``[]`` when nothing is visible.
         """
@@ -172,7 +177,8 @@ class Receiver:
         rp = info.settings.redrive_policy
         limit = None if rp is None or self.dead_letter is None else rp.max_receive_count
         doomed: list[tuple[int, bytes]] = []
-        out = await self._receive_now(info, st, max_messages, vt, limit, doomed)
+        budget = _Budget(self._max_receive_bytes)
+        out = await self._receive_now(info, st, max_messages, vt, limit, doomed, budget)
         if doomed and self.dead_letter is not None:
             # A receive cancelled before this leaves them held: the hold runs
             # out and the next receive chooses them again.
@@ -190,11 +196,12 @@ class Receiver:
         vt: float,
         limit: int | None,
         doomed: list[tuple[int, bytes]],
+        budget: _Budget,
     ) -> list[Message]:
-        out = await self._serve_expired(info, st, max_messages, vt, limit, doomed)
+        out = await self._serve_expired(info, st, max_messages, vt, limit, doomed, budget)
         busy: list[Partition] = []
         for p in st.serving_order(self._clock.monotonic(), self._idle_rescan_s):
-            if len(out) >= max_messages:
+            if len(out) >= max_messages or budget.spent:
                 break
             if p.lock.locked():
                 busy.append(p)
@@ -202,7 +209,7 @@ class Receiver:
             async with p.lock:
                 out.extend(
                     await self._scan_partition(
-                        info, st, p, max_messages - len(out), vt, limit, doomed
+                        info, st, p, max_messages - len(out), vt, limit, doomed, budget
                     )
                 )
         if not out and busy:
@@ -210,7 +217,9 @@ class Receiver:
             # queue behind the least recently used one rather than answer empty.
             p = busy[0]
             async with p.lock:
-                out.extend(await self._scan_partition(info, st, p, max_messages, vt, limit, doomed))
+                out.extend(
+                    await self._scan_partition(info, st, p, max_messages, vt, limit, doomed, budget)
+                )
         return out
 
     def _maintain(self, info: QueueInfo, st: QueueState, now: float) -> None:
@@ -234,6 +243,7 @@ class Receiver:
         vt: float,
         limit: int | None,
         doomed: list[tuple[int, bytes]],
+        budget: _Budget,
     ) -> list[Message]:
         now = self._clock.monotonic()
         expired = list(st.expired(now, want))
@@ -251,7 +261,11 @@ class Receiver:
             st.end_read(token)
         now = self._clock.monotonic()
         out: list[Message] = []
-        for mid, item in zip(expired, items, strict=True):
+        for n, (mid, item) in enumerate(zip(expired, items, strict=True)):
+            if budget.spent:
+                # Not taken: back on the heap, first in line for the next receive.
+                st.requeue_expired(expired[n:])
+                break
             if item is None or st.deleted_since(mid, token):
                 st.forget(mid)  # deleted through another node
             elif st.is_invisible(mid, now):
@@ -264,6 +278,7 @@ class Receiver:
                 f = st.mark_served(mid, now, vt, msg.group, msg.attributes)
                 msg.receive_count, msg.delivery = f.receive_count, f.delivery
                 out.append(msg)
+                budget.take(len(item.value))
         return out
 
     async def _scan_partition(
@@ -275,6 +290,7 @@ class Receiver:
         vt: float,
         limit: int | None,
         doomed: list[tuple[int, bytes]],
+        budget: _Budget,
     ) -> list[Message]:
         bottom, top = p.lanes.bottom_id, p.lanes.top_id + 1
         wakes = p.wakes  # a wake-up during this scan must not be lost to idling
@@ -335,11 +351,12 @@ class Receiver:
                     f = st.mark_served(last, now, vt, g, msg.attributes)
                     msg.receive_count, msg.delivery = f.receive_count, f.delivery
                     out.append(msg)
-                    if len(out) >= want:
+                    budget.take(len(v))
+                    if len(out) >= want or budget.spent:
                         break
             finally:
                 st.end_read(token)
-            if len(out) >= want:
+            if len(out) >= want or budget.spent:
                 p.cursor = last + 1 if last + 1 < top else None
                 break
             examined += len(rows)
@@ -366,6 +383,22 @@ class Receiver:
             p.last_used = self._clock.monotonic()
             p.locked_until = p.last_used + vt
         return out
+
+
+class _Budget:
+    """The bytes one receive may still take (see :meth:`Receiver.receive`)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, max_bytes: int) -> None:
+        self.left = max_bytes
+
+    def take(self, n: int) -> None:
+        self.left -= n
+
+    @property
+    def spent(self) -> bool:
+        return self.left <= 0
 
 
 def _over_limit(st: QueueState, message_id: int, limit: int) -> bool:

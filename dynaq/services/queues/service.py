@@ -89,7 +89,15 @@ class QueueService:
             store, clock, ids, metrics, self.states, self.hints, limits, dedup_window_s
         )
         self.receiver = Receiver(
-            store, catalog, view, clock, metrics, self.states, limits.max_batch, idle_rescan_s
+            store,
+            catalog,
+            view,
+            clock,
+            metrics,
+            self.states,
+            limits.max_batch,
+            idle_rescan_s,
+            max_receive_bytes=limits.max_receive_bytes,
         )
         self.dead_letters = DeadLetters(
             store, catalog, clock, metrics, self.states, self.writer, self.hints

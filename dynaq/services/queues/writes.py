@@ -42,6 +42,8 @@ class Limits:
 
     max_message_bytes: int = 256 * 1024
     max_batch: int = 1000
+    max_receive_bytes: int = 8 * 1024 * 1024
+    """A receive serves messages until their bodies pass this many bytes (at least one)."""
 
 
 @dataclass(slots=True)

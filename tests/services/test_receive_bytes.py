@@ -1,0 +1,83 @@
+"""A receive stops taking messages once their bodies pass ``http.max_receive_bytes``:
+a receive of 1000 large messages must not build a response of hundreds of MiB
+(and hold the event loop while it does). Messages it does not take stay visible
+and in order; expired in-flight messages it does not take stay first in line;
+a message larger than the whole budget is still served (alone)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dynaq.clock import ManualClock
+from dynaq.core.messages import NewMessage
+from dynaq.node import Node
+from tests.fixtures.nodes import node_config
+
+KIB = 1024
+
+
+async def _node(tmp_path: Path, clock: ManualClock) -> Node:
+    config = node_config(
+        tmp_path, http={"max_receive_bytes": 512 * KIB, "max_message_bytes": 1024 * KIB}
+    )
+    node = Node(config, clock=clock)
+    await node.start()
+    await node.catalog.create_queue("q")
+    return node
+
+
+async def test_a_receive_takes_messages_up_to_its_byte_budget_and_leaves_the_rest(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock()
+    node = await _node(tmp_path, clock)
+    try:
+        body = b"x" * (100 * KIB)
+        ids = await node.queues.enqueue("q", [NewMessage(body) for _ in range(30)])
+        seen: list[int] = []
+        sizes: list[int] = []
+        while len(seen) < 30:
+            got = await node.queues.receive("q", 1000, visibility_timeout_s=60)
+            assert got, "a receive found nothing with messages left"
+            sizes.append(len(got))
+            seen.extend(m.id for m in got)
+        # 512 KiB of 100 KiB bodies: the sixth passes the budget and ends the receive.
+        assert sizes == [6, 6, 6, 6, 6]
+        assert sorted(seen) == sorted(ids) and len(set(seen)) == 30
+        assert await node.queues.receive("q", 1000) == []
+
+        # Expired in flight: served first again, still within the budget, and the
+        # ones a receive leaves are the next receive's, at once.
+        clock.advance(61)
+        again: list[int] = []
+        for _ in range(5):
+            got = await node.queues.receive("q", 1000, visibility_timeout_s=60)
+            assert len(got) == 6
+            assert all(m.receive_count == 2 for m in got)
+            again.extend(m.id for m in got)
+        assert sorted(again) == sorted(ids)
+    finally:
+        await node.stop()
+
+
+async def test_a_message_larger_than_the_budget_is_served_alone(tmp_path: Path) -> None:
+    clock = ManualClock()
+    node = await _node(tmp_path, clock)
+    try:
+        big, small = b"b" * (600 * KIB), b"s" * KIB
+        (first, second) = await node.queues.enqueue("q", [NewMessage(big), NewMessage(small)])
+        (got,) = await node.queues.receive("q", 10)
+        assert got.id == first and got.body == big
+        (got,) = await node.queues.receive("q", 10)
+        assert got.id == second
+    finally:
+        await node.stop()
+
+
+async def test_small_messages_fill_a_receive_as_before(tmp_path: Path) -> None:
+    node = await _node(tmp_path, ManualClock())
+    try:
+        await node.queues.enqueue("q", [NewMessage(b"m" * 256) for _ in range(1000)])
+        assert len(await node.queues.receive("q", 1000)) == 1000
+    finally:
+        await node.stop()
