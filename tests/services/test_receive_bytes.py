@@ -6,11 +6,14 @@ a message larger than the whole budget is still served (alone)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from dynaq.clock import ManualClock
 from dynaq.core.messages import NewMessage
 from dynaq.node import Node
+from dynaq.storage.base import Item
+from dynaq.storage.memory import MemoryStore
 from tests.fixtures.nodes import node_config
 
 KIB = 1024
@@ -79,5 +82,50 @@ async def test_small_messages_fill_a_receive_as_before(tmp_path: Path) -> None:
     try:
         await node.queues.enqueue("q", [NewMessage(b"m" * 256) for _ in range(1000)])
         assert len(await node.queues.receive("q", 1000)) == 1000
+    finally:
+        await node.stop()
+
+
+class CountingStore(MemoryStore):
+    """Counts the bytes of the message rows receives read."""
+
+    read_bytes = 0
+
+    async def scan(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        rows = await super().scan(start, end, limit)
+        self.read_bytes += sum(len(v) for _, v in rows)
+        return rows
+
+    async def get_many(self, keys: Sequence[bytes]) -> list[Item | None]:
+        items = await super().get_many(keys)
+        self.read_bytes += sum(len(i.value) for i in items if i is not None)
+        return items
+
+
+async def test_a_receive_reads_about_what_its_budget_takes(tmp_path: Path) -> None:
+    """Rows are read whole: a receive of 1000 must not read 1000 large rows to serve
+    six of them (it read 256 MiB to answer 8 MiB, and held the loop for a second).
+    Pages stay budget-sized also past rows in flight (a partition split moves a
+    scan back over them): here 300 rows (30 MB) before, at most 24 now."""
+    store, clock = CountingStore(), ManualClock()
+    config = node_config(
+        tmp_path, http={"max_receive_bytes": 512 * KIB, "max_message_bytes": 1024 * KIB}
+    )
+    node = Node(config, clock=clock, store=store)
+    await node.start()
+    try:
+        await node.catalog.create_queue("q")
+        body = b"x" * (100 * KIB)
+        for _ in range(6):
+            await node.queues.enqueue("q", [NewMessage(body) for _ in range(50)])
+        await node.queues.receive("q", 1000, visibility_timeout_s=60)  # learns the size
+        for _ in range(3):
+            store.read_bytes = 0
+            assert len(await node.queues.receive("q", 1000, visibility_timeout_s=60)) == 6
+            assert store.read_bytes <= 24 * 101 * KIB, store.read_bytes
+        clock.advance(61)  # all 24 in flight expire: served from the deadline heap
+        store.read_bytes = 0
+        assert len(await node.queues.receive("q", 1000, visibility_timeout_s=60)) == 6
+        assert store.read_bytes <= 8 * 101 * KIB, store.read_bytes
     finally:
         await node.stop()

@@ -23,6 +23,7 @@ from dynaq.errors import InvalidInput, NotServing
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queues.lane_probe import LaneProbe, probe_lane
+from dynaq.services.queues.receive_budget import ReceiveBudget
 from dynaq.services.queues.state import QueueStates
 from dynaq.storage.base import Store
 from dynaq.tasks import wait_event
@@ -79,6 +80,8 @@ class Receiver:
         self._max_batch = max_batch
         self._idle_rescan_s = idle_rescan_s
         self._max_receive_bytes = max_receive_bytes
+        self._message_bytes: dict[int, float] = {}
+        """Per queue number: the mean size of the messages its last receive took."""
         self._last_maintained: dict[int, float] = {}
         self.dead_letter: DeadLetterSink | None = None
         self.in_ring = False
@@ -87,6 +90,7 @@ class Receiver:
 
     def forget(self, number: int) -> None:
         self._last_maintained.pop(number, None)
+        self._message_bytes.pop(number, None)
 
     def check_batch_size(self, n: int) -> None:
         if not 1 <= n <= self._max_batch:
@@ -177,8 +181,10 @@ class Receiver:
         rp = info.settings.redrive_policy
         limit = None if rp is None or self.dead_letter is None else rp.max_receive_count
         doomed: list[tuple[int, bytes]] = []
-        budget = _Budget(self._max_receive_bytes)
+        budget = ReceiveBudget(self._max_receive_bytes, self._message_bytes.get(info.number, 0.0))
         out = await self._receive_now(info, st, max_messages, vt, limit, doomed, budget)
+        if budget.count:
+            self._message_bytes[info.number] = budget.mean
         if doomed and self.dead_letter is not None:
             # A receive cancelled before this leaves them held: the hold runs
             # out and the next receive chooses them again.
@@ -196,7 +202,7 @@ class Receiver:
         vt: float,
         limit: int | None,
         doomed: list[tuple[int, bytes]],
-        budget: _Budget,
+        budget: ReceiveBudget,
     ) -> list[Message]:
         out = await self._serve_expired(info, st, max_messages, vt, limit, doomed, budget)
         busy: list[Partition] = []
@@ -243,10 +249,10 @@ class Receiver:
         vt: float,
         limit: int | None,
         doomed: list[tuple[int, bytes]],
-        budget: _Budget,
+        budget: ReceiveBudget,
     ) -> list[Message]:
         now = self._clock.monotonic()
-        expired = list(st.expired(now, want))
+        expired = list(st.expired(now, budget.rows(want)))
         if not expired:
             return []
         token = st.begin_read()
@@ -290,7 +296,7 @@ class Receiver:
         vt: float,
         limit: int | None,
         doomed: list[tuple[int, bytes]],
-        budget: _Budget,
+        budget: ReceiveBudget,
     ) -> list[Message]:
         bottom, top = p.lanes.bottom_id, p.lanes.top_id + 1
         wakes = p.wakes  # a wake-up during this scan must not be lost to idling
@@ -304,6 +310,8 @@ class Receiver:
             # First page: exactly what is wanted (most scans skip nothing);
             # pages after skips grow, so long in-flight runs cost few reads.
             page_size = min(_MAX_SCAN_PAGE, want - len(out) if page == 0 else 2 * want + 64)
+            # Rows are read whole: no more of them than the budget should take.
+            page_size = budget.rows(page_size)
             page += 1
             token = st.begin_read()
             try:
@@ -383,22 +391,6 @@ class Receiver:
             p.last_used = self._clock.monotonic()
             p.locked_until = p.last_used + vt
         return out
-
-
-class _Budget:
-    """The bytes one receive may still take (see :meth:`Receiver.receive`)."""
-
-    __slots__ = ("left",)
-
-    def __init__(self, max_bytes: int) -> None:
-        self.left = max_bytes
-
-    def take(self, n: int) -> None:
-        self.left -= n
-
-    @property
-    def spent(self) -> bool:
-        return self.left <= 0
 
 
 def _over_limit(st: QueueState, message_id: int, limit: int) -> bool:
