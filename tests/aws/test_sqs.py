@@ -506,3 +506,41 @@ def test_last_modified_moves_with_set_queue_attributes_only(sqs: Any) -> None:
     assert then["CreatedTimestamp"] == first["CreatedTimestamp"]
     assert int(then["LastModifiedTimestamp"]) > int(first["LastModifiedTimestamp"])
     sqs.delete_queue(QueueUrl=url)
+
+
+def test_a_fifo_receive_retried_with_its_attempt_id_gets_the_same_messages(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="attempts.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    for i in range(3):
+        sqs.send_message(
+            QueueUrl=url,
+            MessageBody=f"m{i}",
+            MessageGroupId=f"g{i}",
+            MessageDeduplicationId=f"d{i}",
+        )
+
+    def receive(attempt: str, n: int = 2) -> list[dict[str, Any]]:
+        got = sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=n,
+            VisibilityTimeout=30,
+            ReceiveRequestAttemptId=attempt,
+        )
+        return list(got.get("Messages", []))
+
+    first = receive("attempt-1")
+    assert len(first) == 2
+    # The answer was "lost": the retry gets the same messages and receipts, not
+    # the third message, and the two are not left invisible for 30 s.
+    again = receive("attempt-1")
+    assert [(m["MessageId"], m["ReceiptHandle"]) for m in again] == [
+        (m["MessageId"], m["ReceiptHandle"]) for m in first
+    ]
+    other = receive("attempt-2", 10)
+    assert sorted(m["Body"] for m in first + other) == ["m0", "m1", "m2"]
+    # Once one of them is deleted the attempt id no longer replays: a new receive.
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=first[0]["ReceiptHandle"])
+    assert receive("attempt-1") == []
+    with pytest.raises(ClientError) as bad:
+        receive("not valid: spaces")
+    assert _code(bad.value) == "InvalidParameterValue"
+    sqs.delete_queue(QueueUrl=url)

@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from dynaq.api.aws.sigv4 import AccessKey, verify
+from dynaq.api.aws.sqs_attempts import ReceiveAttempts
 from dynaq.api.aws.sqs_wire import SqsError, invalid, no_queue
 from dynaq.api.codec import parse_json, read_raw
 from dynaq.clock import Clock
@@ -52,6 +53,8 @@ class SqsSettings:
     region: str
     clock: Clock
     purge_interval_s: float = 60.0
+    attempts: ReceiveAttempts = field(default_factory=ReceiveAttempts)
+    """Recent FIFO receives by ``ReceiveRequestAttemptId`` (:mod:`.sqs_attempts`)."""
 
 
 SQS = web.AppKey("sqs", SqsSettings)

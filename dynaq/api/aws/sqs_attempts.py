@@ -1,0 +1,81 @@
+"""``ReceiveRequestAttemptId`` on FIFO queues: a ``ReceiveMessage`` retried with the
+same attempt id (a lost answer, a timeout) gets the messages the first call
+received, with the same receipt handles and their visibility timeout started
+again, instead of finding them invisible for the whole timeout.
+
+As on SQS: the attempt id lasts 5 minutes; a retry is answered from it only
+while every message it received is still in flight under that delivery (none
+deleted, none with its visibility changed and served again), otherwise the
+retry is a new receive; standard queues ignore the parameter. The record is kept
+by the node (the worker) that answered the first call, in memory, bounded in
+entries and bytes (the oldest go first): a retry that reaches another node, or
+one after a restart, is a new receive, which only costs the messages their
+visibility timeout, as without an attempt id.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from dynaq.core.messages import Message
+
+ATTEMPT_WINDOW_S = 300.0
+"""How long an attempt id is remembered (SQS's 5-minute deduplication interval)."""
+
+AttemptKey = tuple[int, str, str]
+"""Queue number, the signing key's id ("" unsigned), the attempt id."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """What a receive with an attempt id answered."""
+
+    at: float
+    messages: list[Message]
+    visibility_timeout_s: float | None
+    """The call's own timeout (None: the queue's)."""
+
+
+class ReceiveAttempts:
+    """Recent receives by attempt id (not thread-safe: one event loop uses it)."""
+
+    def __init__(self, max_entries: int = 10_000, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self._entries: OrderedDict[AttemptKey, Attempt] = OrderedDict()
+        self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: AttemptKey, now: float) -> Attempt | None:
+        """The attempt under ``key`` if it is younger than the window."""
+        self._expire(now)
+        return self._entries.get(key)
+
+    def put(self, key: AttemptKey, attempt: Attempt) -> None:
+        self.forget(key)
+        self._entries[key] = attempt
+        self._bytes += _size(attempt)
+        while self._entries and (
+            len(self._entries) > self._max_entries or self._bytes > self._max_bytes
+        ):
+            _, oldest = self._entries.popitem(last=False)
+            self._bytes -= _size(oldest)
+
+    def forget(self, key: AttemptKey) -> None:
+        gone = self._entries.pop(key, None)
+        if gone is not None:
+            self._bytes -= _size(gone)
+
+    def _expire(self, now: float) -> None:
+        while self._entries:
+            key, first = next(iter(self._entries.items()))
+            if now - first.at < ATTEMPT_WINDOW_S:
+                return
+            self.forget(key)
+
+
+def _size(attempt: Attempt) -> int:
+    return sum(len(m.body) + 64 for m in attempt.messages)
