@@ -16,9 +16,17 @@ visibility timeout, as without an attempt id.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from dynaq.api.aws.sqs_validation import check_id
 from dynaq.core.messages import Message
+from dynaq.services.catalog import QueueInfo
+from dynaq.services.queues.receipts import ReceiptActions
+
+if TYPE_CHECKING:
+    from dynaq.api.aws.sqs import SqsSettings
 
 ATTEMPT_WINDOW_S = 300.0
 """How long an attempt id is remembered (SQS's 5-minute deduplication interval)."""
@@ -79,3 +87,35 @@ class ReceiveAttempts:
 
 def _size(attempt: Attempt) -> int:
     return sum(len(m.body) + 64 for m in attempt.messages)
+
+
+def attempt_key(
+    params: Mapping[str, Any], key_id: str | None, info: QueueInfo
+) -> AttemptKey | None:
+    """The ``ReceiveRequestAttemptId`` of a receive on a FIFO queue (checked as SQS
+    checks it), with who signed it; ``None`` when there is none or the queue is
+    standard (SQS ignores it there)."""
+    value = params.get("ReceiveRequestAttemptId")
+    if value is None or not info.settings.fifo:
+        return None
+    return info.number, key_id or "", check_id("ReceiveRequestAttemptId", value)
+
+
+async def replay(
+    settings: SqsSettings, receipts: ReceiptActions, info: QueueInfo, key: AttemptKey
+) -> list[Message] | None:
+    """The messages an earlier receive with this attempt id got, their visibility
+    timeout started again, if all of them are still in flight under that receive;
+    else ``None`` (a new receive)."""
+    prior = settings.attempts.get(key, settings.clock.monotonic())
+    if prior is None:
+        return None
+    vt = prior.visibility_timeout_s
+    pairs = [(m.id, m.delivery) for m in prior.messages]
+    changed, stale = await receipts.change_visibility(
+        info, pairs, info.settings.visibility_timeout_s if vt is None else vt
+    )
+    if stale or len(changed) != len(pairs):
+        settings.attempts.forget(key)
+        return None
+    return prior.messages

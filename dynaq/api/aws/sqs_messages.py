@@ -29,7 +29,7 @@ import re
 from typing import Any
 
 from dynaq.api.aws.sqs import SQS, Call, action
-from dynaq.api.aws.sqs_attempts import Attempt, AttemptKey
+from dynaq.api.aws.sqs_attempts import Attempt, attempt_key, replay
 from dynaq.api.aws.sqs_queues import queue_of
 from dynaq.api.aws.sqs_validation import (
     NOT_ALLOWED,
@@ -283,8 +283,12 @@ async def receive_message(call: Call) -> dict[str, Any]:
     )
     wanted = _names(p.get("MessageAttributeNames"), "MessageAttributeNames")
     timeout = None if vt is None else float(vt)
-    attempt = _attempt_key(call, info)
-    messages = None if attempt is None else await _again(call, info, attempt)
+    settings = call.request.app[SQS]
+    attempt = attempt_key(call.params, None if call.key is None else call.key.key_id, info)
+    messages = None
+    if attempt is not None:
+        receipts = call.request.app[QUEUES].receipts
+        messages = await replay(settings, receipts, info, attempt)
     if messages is None:
         messages = await call.request.app[QUEUES].receive(
             info.name,
@@ -293,42 +297,11 @@ async def receive_message(call: Call) -> dict[str, Any]:
             info.settings.receive_wait_s if wait is None else float(wait),
         )
         if attempt is not None and messages:
-            settings = call.request.app[SQS]
             now = settings.clock.monotonic()
             settings.attempts.put(attempt, Attempt(now, messages, timeout))
     if not messages:
         return {}
     return {"Messages": [_received(m, info, system, wanted) for m in messages]}
-
-
-def _attempt_key(call: Call, info: QueueInfo) -> AttemptKey | None:
-    """The ``ReceiveRequestAttemptId`` of a receive on a FIFO queue (checked as SQS
-    checks it), with whom it is from; ``None`` when there is none or the queue is
-    standard (SQS ignores it there)."""
-    value = call.params.get("ReceiveRequestAttemptId")
-    if value is None or not info.settings.fifo:
-        return None
-    check_id("ReceiveRequestAttemptId", value)
-    return info.number, "" if call.key is None else call.key.key_id, value
-
-
-async def _again(call: Call, info: QueueInfo, key: AttemptKey) -> list[Message] | None:
-    """The messages an earlier receive with this attempt id got, their visibility
-    timeout started again, if all of them are still in flight under that receive;
-    else ``None`` (a new receive)."""
-    settings = call.request.app[SQS]
-    prior = settings.attempts.get(key, settings.clock.monotonic())
-    if prior is None:
-        return None
-    vt = prior.visibility_timeout_s
-    pairs = [(m.id, m.delivery) for m in prior.messages]
-    changed, stale = await call.request.app[QUEUES].receipts.change_visibility(
-        info, pairs, info.settings.visibility_timeout_s if vt is None else vt
-    )
-    if stale or len(changed) != len(pairs):
-        settings.attempts.forget(key)
-        return None
-    return prior.messages
 
 
 def _handle(value: object) -> tuple[int, int]:
