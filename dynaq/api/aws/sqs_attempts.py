@@ -18,15 +18,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dynaq.api.aws.sqs_validation import check_id
 from dynaq.core.messages import Message
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.queues.receipts import ReceiptActions
-
-if TYPE_CHECKING:
-    from dynaq.api.aws.sqs import SqsSettings
 
 ATTEMPT_WINDOW_S = 300.0
 """How long an attempt id is remembered (SQS's 5-minute deduplication interval)."""
@@ -102,12 +99,16 @@ def attempt_key(
 
 
 async def replay(
-    settings: SqsSettings, receipts: ReceiptActions, info: QueueInfo, key: AttemptKey
+    attempts: ReceiveAttempts,
+    now: float,
+    receipts: ReceiptActions,
+    info: QueueInfo,
+    key: AttemptKey,
 ) -> list[Message] | None:
     """The messages an earlier receive with this attempt id got, their visibility
     timeout started again, if all of them are still in flight under that receive;
     else ``None`` (a new receive)."""
-    prior = settings.attempts.get(key, settings.clock.monotonic())
+    prior = attempts.get(key, now)
     if prior is None:
         return None
     vt = prior.visibility_timeout_s
@@ -116,6 +117,6 @@ async def replay(
         info, pairs, info.settings.visibility_timeout_s if vt is None else vt
     )
     if stale or len(changed) != len(pairs):
-        settings.attempts.forget(key)
+        attempts.forget(key)
         return None
     return prior.messages

@@ -288,7 +288,8 @@ async def receive_message(call: Call) -> dict[str, Any]:
     messages = None
     if attempt is not None:
         receipts = call.request.app[QUEUES].receipts
-        messages = await replay(settings, receipts, info, attempt)
+        now = settings.clock.monotonic()
+        messages = await replay(settings.attempts, now, receipts, info, attempt)
     if messages is None:
         messages = await call.request.app[QUEUES].receive(
             info.name,
