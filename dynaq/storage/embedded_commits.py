@@ -4,6 +4,13 @@ in one LMDB transaction (group commit; the commit itself is
 
 Many concurrent enqueues share one durable commit (one fsync), and each caller
 is answered only after that commit returned.
+
+A lone write (one request in its loop iteration, the last commit a lone one too,
+nothing queued, the writer thread idle) is committed on the event loop itself:
+the two thread hand-offs (a wake-up of the writer thread, then of the loop) cost
+about as much as the commit, and nobody else is waiting. The loop is blocked for
+the commit meanwhile, so a commit that takes long (a slow or busy disk) sends the
+next :data:`_AFTER_SLOW` lone writes through the thread again.
 """
 
 from __future__ import annotations
@@ -17,13 +24,22 @@ from collections.abc import Callable
 from typing import Any
 
 from dynaq.errors import StorageUnavailable
-from dynaq.storage.embedded_commit_core import CommitCore, WriteRequest, resolve_all
+from dynaq.storage.embedded_commit_core import (
+    CommitCore,
+    WriteRequest,
+    as_store_error,
+    resolve_all,
+)
 
 # How long the writer waits for more callers when the last commit answered
 # more than are queued (see GroupCommitter._write_loop).
 _GATHER_S = 0.00015
 
 _STOP = object()
+
+_SLOW_INLINE_S = 0.002
+"""A commit on the loop that took longer than this was too long to block it."""
+_AFTER_SLOW = 1000
 
 
 class GroupCommitter:
@@ -38,6 +54,12 @@ class GroupCommitter:
         self._last_group = 1
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._count_lock = threading.Lock()
+        self._outstanding = 0
+        """Requests handed to the writer thread and not yet answered by it: while
+        any are, a lone write goes to the thread too (commits stay in order)."""
+        self._threaded_left = 0
+        """Lone writes still to go through the thread after a slow commit on the loop."""
 
     @property
     def commits(self) -> int:
@@ -90,7 +112,33 @@ class GroupCommitter:
                 req.error = StorageUnavailable("store is closed")
             resolve_all(reqs)
             return
+        if len(reqs) == 1 and self._last_group == 1 and self._commit_here(reqs):
+            return
+        with self._count_lock:
+            self._outstanding += len(reqs)
         self._requests.put(reqs)
+
+    def _commit_here(self, reqs: list[WriteRequest]) -> bool:
+        """Commit a lone write on the loop, if the writer thread has nothing to do (only
+        this thread hands it work, so it stays idle meanwhile)."""
+        if self._threaded_left > 0:
+            self._threaded_left -= 1
+            return False
+        with self._count_lock:
+            if self._outstanding:
+                return False
+        started = time.perf_counter()
+        try:
+            self._core.commit(reqs)
+        except Exception as exc:  # noqa: BLE001 - the caller must get an answer
+            reqs[0].error = as_store_error(exc)
+        elapsed = time.perf_counter() - started
+        resolve_all(reqs)
+        if elapsed > _SLOW_INLINE_S:
+            self._threaded_left = _AFTER_SLOW
+        if self._on_commit is not None:
+            self._on_commit(elapsed)
+        return True
 
     def _write_loop(self) -> None:
         carry: list[WriteRequest] = []
@@ -122,6 +170,8 @@ class GroupCommitter:
             # Answer before any bookkeeping: the callers wait on this thread, the
             # metrics do not (and the commit's latency is what users feel).
             self._answer(batch)
+            with self._count_lock:
+                self._outstanding -= len(batch)
             if self._on_commit is not None:
                 self._on_commit(elapsed)
 
