@@ -70,7 +70,7 @@ async def partition_range(request: web.Request) -> web.Response:
 
 @routes.get("/v1/topics")
 async def list_topics(request: web.Request) -> web.Response:
-    return json_response({"topics": request.app[CATALOG].topic_names()})
+    return json_response({"topics": await request.app[CATALOG].listed_topic_names()})
 
 
 @routes.put("/v1/topics/{topic}")
@@ -142,7 +142,7 @@ async def publish(request: web.Request) -> web.Response:
 
 @routes.get("/v1/queues")
 async def list_queues(request: web.Request) -> web.Response:
-    return json_response({"queues": request.app[CATALOG].queue_names()})
+    return json_response({"queues": await request.app[CATALOG].listed_queue_names()})
 
 
 @routes.put("/v1/queues/{queue}")

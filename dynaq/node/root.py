@@ -116,7 +116,14 @@ class Node:
             config, self.store, self.clock, self.membership, self._slot_lost
         )
         self.catalog = Catalog(
-            self.store, self.clock, config.queues, cache_ttl_s=config.sync.interval_s
+            self.store,
+            self.clock,
+            config.queues,
+            cache_ttl_s=config.sync.interval_s,
+            # A node's workers share one store and must look like one node: each
+            # lookup reads the record (microseconds in LMDB) instead of trusting a
+            # cache another worker's change has made stale.
+            read_through=worker is not None and worker.count > 1,
         )
         self.queues = QueueService(
             self.store,

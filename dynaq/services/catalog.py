@@ -74,8 +74,9 @@ class Catalog(TopicCatalog):
         *,
         cache_ttl_s: float = 30.0,
         recreate_after_s: float | None = None,
+        read_through: bool = False,
     ) -> None:
-        super().__init__(store)
+        super().__init__(store, read_through=read_through)
         self._clock = clock
         self._defaults = defaults
         self._ttl_s = cache_ttl_s
@@ -83,6 +84,7 @@ class Catalog(TopicCatalog):
             2 * cache_ttl_s + 1 if recreate_after_s is None else recreate_after_s
         )
         self._queues: dict[str, QueueInfo] = {}
+        self._queue_versions: dict[str, int] = {}
         self._loaded: dict[str, float] = {}
         self._missing: dict[bytes, float] = {}
         self._queue_listeners: list[Callable[[QueueInfo | None, QueueInfo | None], None]] = []
@@ -105,6 +107,7 @@ class Catalog(TopicCatalog):
             self._loaded[name] = self._clock.monotonic()
         if old == new:
             return
+        self._queue_versions.pop(name, None)
         if new is None:
             self._queues.pop(name, None)
             self._loaded.pop(name, None)
@@ -152,7 +155,21 @@ class Catalog(TopicCatalog):
     # queues --------------------------------------------------------------
 
     def queue_names(self) -> list[str]:
+        """The queues this node knows (as of its last sync, or its own changes)."""
         return sorted(self._queues)
+
+    async def listed_queue_names(self) -> list[str]:
+        """The queues, for a listing: with :attr:`read_through`, as the store holds
+        them now (another worker's queue just made is listed)."""
+        if self.read_through:
+            await self.reload()
+        return self.queue_names()
+
+    async def listed_topic_names(self) -> list[str]:
+        """The topics, for a listing (see :meth:`listed_queue_names`)."""
+        if self.read_through:
+            self._cache_topics(await self._scan_prefix(keys.CONFIG_TOPIC))
+        return self.topic_names()
 
     def cached_queue(self, name: str) -> QueueInfo | None:
         return self._queues.get(name)
@@ -182,20 +199,25 @@ class Catalog(TopicCatalog):
         entry, and always when ``fresh``."""
         info = self._queues.get(name)
         now = self._clock.monotonic()
-        if not fresh and info is not None and now - self._loaded.get(name, now) < self._ttl_s:
+        cached = not fresh and not self.read_through
+        if cached and info is not None and now - self._loaded.get(name, now) < self._ttl_s:
             return info
         key = keys.queue_config(name)
-        if not fresh and info is None and self._missing.get(key, -1.0) > now:
+        if cached and info is None and self._missing.get(key, -1.0) > now:
             raise QueueNotFound("Queue did not exist.")
         item = await self._store.get(key)
+        if item is not None and info is not None and self._queue_versions.get(name) == item.version:
+            self._loaded[name] = now
+            return info
         record = None if item is None else decode_queue_record(name, item.value, self._defaults)
-        if not isinstance(record, QueueInfo):
+        if item is None or not isinstance(record, QueueInfo):
             self._set_queue(name, None)
             self._missing[key] = now + _NEGATIVE_CACHE_S
             if len(self._missing) > 10_000:
                 self._missing.clear()
             raise QueueNotFound("Queue did not exist.")
         self._set_queue(name, record)
+        self._queue_versions[name] = item.version
         return record
 
     async def _next_queue_number(self, name: str) -> int:
@@ -337,6 +359,9 @@ class Catalog(TopicCatalog):
         self.tombstones[name] = tomb
         for fn in self._delete_listeners:
             fn(tomb)
+        if self.read_through:
+            # Topics another worker subscribed it to since this one's last sync.
+            self._cache_topics(await self._scan_prefix(keys.CONFIG_TOPIC))
         await self._unsubscribe_everywhere(name)
         log.info("queue deleted", extra={"queue": name, "number": record.number})
         return record

@@ -45,9 +45,14 @@ __all__ = ["CONFIG_RETRIES", "TopicCatalog"]
 class TopicCatalog(ABC):
     """Topic config, cached on this node; needs the queue half for :meth:`queue`."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, read_through: bool = False) -> None:
         self._store = store
+        self.read_through = read_through
+        """Every lookup reads the record from the store (the cache only saves decoding
+        an unchanged one): set where other processes change the store this node
+        serves, and must be seen at once (a node's workers)."""
         self._topics: dict[str, TopicInfo] = {}
+        self._topic_versions: dict[str, int] = {}
         self._records = RecordLocks()
         """This node's read-modify-write cycles, one at a time per record."""
 
@@ -58,6 +63,7 @@ class TopicCatalog(ABC):
     def _cache_topics(self, records: Iterable[tuple[str, bytes]]) -> None:
         """Replace the cached topics by ``records`` (name, stored value) of a full scan."""
         self._topics = {name: decode_topic(name, raw) for name, raw in records}
+        self._topic_versions.clear()
 
     async def _unsubscribe_everywhere(self, queue: str) -> None:
         """Remove a deleted ``queue`` from every topic this node knows it subscribed to."""
@@ -73,24 +79,31 @@ class TopicCatalog(ABC):
         """The topic and its subscriptions: cached (current within one config sync),
         or read from the store when ``fresh``."""
         info = self._topics.get(name)
-        if info is not None and not fresh:
+        if info is not None and not fresh and not self.read_through:
             return info
         item = await self._store.get(keys.topic_config(name))
         if item is None:
+            self._topics.pop(name, None)
             raise TopicNotFound("Topic did not exist.")
+        if info is not None and self._topic_versions.get(name) == item.version:
+            return info
         info = decode_topic(name, item.value)
         self._topics[name] = info
+        self._topic_versions[name] = item.version
         return info
 
     async def create_topic(self, name: str) -> TopicInfo:
         check_name("topic", name)
         info = TopicInfo(name, ())
-        if await self._store.put_if_absent(keys.topic_config(name), encode_topic(info)) is None:
+        written = await self._store.put_if_absent(keys.topic_config(name), encode_topic(info))
+        if written is None:
             raise AlreadyExists("Topic already exists.")
         self._topics[name] = info
+        self._topic_versions[name] = written
         return info
 
     async def delete_topic(self, name: str) -> None:
+        self._topic_versions.pop(name, None)
         if not await self._store.delete(keys.topic_config(name)):
             self._topics.pop(name, None)
             raise TopicNotFound("Topic did not exist.")
@@ -109,8 +122,10 @@ class TopicCatalog(ABC):
                     self._topics.pop(name, None)
                     raise TopicNotFound(missing)
                 updated = change(decode_topic(name, item.value))
-                if await self._store.put_if_version(key, encode_topic(updated), item.version):
+                written = await self._store.put_if_version(key, encode_topic(updated), item.version)
+                if written is not None:
                     self._topics[name] = updated
+                    self._topic_versions[name] = written
                     return updated
         raise Conflict("topic changed concurrently; retry")
 

@@ -178,7 +178,8 @@ def _page(names: list[str], token: str | None) -> tuple[list[str], str | None]:
 
 @action("ListTopics")
 async def list_topics(call: SnsCall) -> web.Response:
-    page, nxt = _page(call.request.app[CATALOG].topic_names(), call.params.get("NextToken"))
+    topics = await call.request.app[CATALOG].listed_topic_names()
+    page, nxt = _page(topics, call.params.get("NextToken"))
     result = xml("Topics", [{"TopicArn": call.topic_arn(t)} for t in page])
     if nxt:
         result += xml("NextToken", nxt)
@@ -274,7 +275,7 @@ async def _subscriptions(call: SnsCall, topics: list[str]) -> list[dict[str, str
 
 @action("ListSubscriptions")
 async def list_subscriptions(call: SnsCall) -> web.Response:
-    subs = await _subscriptions(call, call.request.app[CATALOG].topic_names())
+    subs = await _subscriptions(call, await call.request.app[CATALOG].listed_topic_names())
     return ok("ListSubscriptions", xml("Subscriptions", subs))
 
 

@@ -210,7 +210,8 @@ async def list_queues(call: Call) -> dict[str, Any]:
     prefix = str(call.params.get("QueueNamePrefix") or "")
     limit = call.params.get("MaxResults")
     token = call.params.get("NextToken")
-    names = [q for q in call.request.app[CATALOG].queue_names() if q.startswith(prefix)]
+    listed = await call.request.app[CATALOG].listed_queue_names()
+    names = [q for q in listed if q.startswith(prefix)]
     page, next_token = _page(names, limit, token)
     out: dict[str, Any] = {"QueueUrls": [queue_url(call.request, q) for q in page]}
     if next_token is not None:
