@@ -349,6 +349,17 @@ class QueueState:
             f.deadline = now + seconds
             self._push_deadline(f.deadline, message_id)
 
+    def end_hold(self, message_id: int, deadline: float, held_until: float) -> None:
+        """A hold that ended without the delete it was for: the message is back to
+        ``deadline`` (visible at once if that has passed), unless it was served,
+        changed or held again since (its deadline is no longer ``held_until``)."""
+        f = self.inflight.get(message_id)
+        if f is None or f.deadline != held_until:
+            return
+        f.deadline = deadline
+        self._push_deadline(deadline, message_id)
+        self.signal.set()  # it may be visible now: wake a long poll
+
     def expired(self, now: float, limit: int) -> Iterator[int]:
         """Ids whose visibility ran out, oldest deadline first, at most ``limit``.
 

@@ -11,8 +11,11 @@ from typing import Any
 
 import aiohttp
 import msgpack
+import pytest
 
 from dynaq.clock import ManualClock
+from dynaq.errors import StorageUnavailable
+from dynaq.node import Node
 
 
 async def _call(
@@ -124,3 +127,60 @@ async def test_malformed_receipts_are_422(http: aiohttp.ClientSession) -> None:
     ):
         status, err = await _call(http, "POST", "/v2/queues/rb/messages/delete", bad)
         assert status == 422 and err["code"] == "invalid_input", (bad, err)
+
+
+# A delete by receipt holds its messages (no receive may serve them while the write
+# runs). A write that failed (the writer process restarting, a forwarded delete
+# whose owner failed) left that 30 s hold in place: the messages came back 30 s
+# after their visibility timeout (found by killing the writer under load).
+async def test_a_failed_receipt_delete_does_not_hide_the_message_past_its_timeout(
+    http: aiohttp.ClientSession, clock: ManualClock, node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert (await _call(http, "PUT", "/v1/queues/fd"))[0] == 201
+    body = {"messages": [{"body": "job"}]}
+    assert (await _call(http, "POST", "/v2/queues/fd/messages", body))[0] == 200
+    [m] = await _receive(http, "fd", vt=5)
+
+    async def writer_restarting(*args: Any, **kwargs: Any) -> list[bool]:
+        raise StorageUnavailable("the store's writer process is restarting")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(node.store, "write_batch", writer_restarting)
+        status, out = await _call(
+            http, "POST", "/v2/queues/fd/messages/delete", {"receipts": [m["receipt"]]}
+        )
+    assert (status, out["code"]) == (503, "storage_unavailable")
+    # Within its visibility timeout the delivery is still the client's: a retry works...
+    assert await _receive(http, "fd") == []
+    # ...and once that timeout runs out it is served again, not after a 30 s hold.
+    clock.advance(6)
+    await asyncio.sleep(0.01)
+    [again] = await _receive(http, "fd")
+    assert again["id"] == m["id"] and again["receive_count"] == 2
+
+
+async def test_a_delete_retried_after_a_failed_write_still_deletes(
+    http: aiohttp.ClientSession, clock: ManualClock, node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert (await _call(http, "PUT", "/v1/queues/fr"))[0] == 201
+    assert (await _call(http, "POST", "/v2/queues/fr/messages", {"messages": [{"body": "x"}]}))[
+        0
+    ] == 200
+    [m] = await _receive(http, "fr", vt=5)
+
+    async def writer_restarting(*args: Any, **kwargs: Any) -> list[bool]:
+        raise StorageUnavailable("the store's writer process is restarting")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(node.store, "write_batch", writer_restarting)
+        status, _ = await _call(
+            http, "POST", "/v2/queues/fr/messages/delete", {"receipts": [m["receipt"]]}
+        )
+    assert status == 503
+    status, out = await _call(
+        http, "POST", "/v2/queues/fr/messages/delete", {"receipts": [m["receipt"]]}
+    )
+    assert (status, out["ids"]) == (200, [m["id"]])
+    clock.advance(60)
+    await asyncio.sleep(0.01)
+    assert await _receive(http, "fr") == []

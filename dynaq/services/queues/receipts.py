@@ -108,11 +108,26 @@ class ReceiptActions:
         stale = [i for i, d in pairs if st is not None and st.is_stale(i, d)]
         refused = set(stale)
         ok = list(dict.fromkeys(i for i, _ in pairs if i not in refused))
+        if not ok:
+            return [], stale
+        now = self._clock.monotonic()
+        before: dict[int, float] = {}  # each held delivery's own deadline
         if st is not None:
-            now = self._clock.monotonic()
             for i in ok:  # no receive may serve it between this check and the delete
+                f = st.inflight.get(i)
+                if f is not None:
+                    before[i] = f.deadline
                 st.hold(i, now, _DELETE_HOLD_S)
-        return (await self._delete(info, ok) if ok else []), stale
+        try:
+            return await self._delete(info, ok), stale
+        except BaseException:
+            # Not deleted (or not known to be): the client is told to retry, and
+            # the delivery goes back to its own visibility timeout rather than
+            # staying hidden for the rest of the hold.
+            if st is not None:
+                for i, deadline in before.items():
+                    st.end_hold(i, deadline, now + _DELETE_HOLD_S)
+            raise
 
     async def hold(
         self, pairs: Sequence[Claim]
