@@ -37,9 +37,9 @@ _GATHER_S = 0.00015
 
 _STOP = object()
 
-_SLOW_INLINE_S = 0.002
+_SLOW_INLINE_S = 0.005
 """A commit on the loop that took longer than this was too long to block it."""
-_AFTER_SLOW = 1000
+_AFTER_SLOW = 200
 
 
 class GroupCommitter:
