@@ -50,11 +50,14 @@ def parse_id(text: str) -> int:
     return value
 
 
-def id_list(text: str) -> list[int]:
-    """Message ids from a v1 path segment, separated by commas, spaces or ``+``."""
+def id_list(text: str, max_ids: int) -> list[int]:
+    """Message ids from a v1 path segment, separated by commas, spaces or ``+``: at
+    least one, at most ``max_ids`` (the node's ``http.max_batch``, as v2's lists)."""
     parts = [p for p in _ID_SEPARATORS.split(text) if p]
     if not parts:
         raise InvalidInput("no message ids given")
+    if len(parts) > max_ids:
+        raise InvalidInput(f"at most {max_ids} message ids at once, got {len(parts)}")
     return [parse_id(p) for p in parts]
 
 

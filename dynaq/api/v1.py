@@ -222,7 +222,8 @@ async def receive(request: web.Request) -> web.Response:
 @routes.get("/v1/queues/{queue}/message/{ids}")
 async def peek(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
-    messages = await request.app[QUEUES].peek(info, id_list(request.match_info["ids"]))
+    queues = request.app[QUEUES]
+    messages = await queues.peek(info, id_list(request.match_info["ids"], queues.limits.max_batch))
     return json_response({"messages": [_message_json(m) for m in messages]})
 
 
@@ -237,6 +238,6 @@ async def delete_message(request: web.Request) -> web.Response:
 @routes.delete("/v1/queues/{queue}/messages/{batch_size_or_ids}")
 async def delete_messages(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
-    ids = id_list(request.match_info["batch_size_or_ids"])
+    ids = id_list(request.match_info["batch_size_or_ids"], request.app[QUEUES].limits.max_batch)
     removed = await request.app[QUEUES].delete(info, ids)
     return json_response({"deleted": len(removed)})

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from unittest import mock
 
 import msgpack
+import pytest
 from aiohttp import web
 from aiohttp.streams import StreamReader
 from aiohttp.test_utils import make_mocked_request
@@ -92,7 +93,7 @@ def test_parse_id_round_trip(n: int, pad: str) -> None:
 @PROPS
 @given(id_texts)
 def test_id_list_in_range_or_invalid(text: str) -> None:
-    ids = in_range_or_invalid(lambda: params.id_list(text))
+    ids = in_range_or_invalid(lambda: params.id_list(text, 1000))
     assert ids is None or (ids and all(0 <= i <= MAX_ID for i in ids))
 
 
@@ -102,7 +103,18 @@ def test_id_list_in_range_or_invalid(text: str) -> None:
     st.sampled_from([",", " ", "+", ", ", "  "]),
 )
 def test_id_list_round_trip(ids: list[int], sep: str) -> None:
-    assert params.id_list(sep.join(map(str, ids))) == ids
+    assert params.id_list(sep.join(map(str, ids)), 20) == ids
+
+
+@PROPS
+@given(st.integers(min_value=1, max_value=50), st.integers(min_value=1, max_value=50))
+def test_id_list_refuses_more_ids_than_a_batch(n: int, max_ids: int) -> None:
+    text = ",".join(str(i) for i in range(n))
+    if n <= max_ids:
+        assert params.id_list(text, max_ids) == list(range(n))
+    else:
+        with pytest.raises(InvalidInput, match=f"at most {max_ids} message ids"):
+            params.id_list(text, max_ids)
 
 
 @PROPS
