@@ -133,13 +133,15 @@ async def test_malformed_receipts_are_422(http: aiohttp.ClientSession) -> None:
 # runs). A write that failed (the writer process restarting, a forwarded delete
 # whose owner failed) left that 30 s hold in place: the messages came back 30 s
 # after their visibility timeout (found by killing the writer under load).
-async def test_a_failed_receipt_delete_does_not_hide_the_message_past_its_timeout(
-    http: aiohttp.ClientSession, clock: ManualClock, node: Node, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    assert (await _call(http, "PUT", "/v1/queues/fd"))[0] == 201
+async def _delete_failing(
+    http: aiohttp.ClientSession, node: Node, monkeypatch: pytest.MonkeyPatch, queue: str
+) -> tuple[dict[str, Any], int, dict[str, Any]]:
+    """Receive one new message of a new ``queue`` (timeout 5 s) and delete it by receipt
+    while every store write fails: the message, and the delete's status and body."""
+    assert (await _call(http, "PUT", f"/v1/queues/{queue}"))[0] == 201
     body = {"messages": [{"body": "job"}]}
-    assert (await _call(http, "POST", "/v2/queues/fd/messages", body))[0] == 200
-    [m] = await _receive(http, "fd", vt=5)
+    assert (await _call(http, "POST", f"/v2/queues/{queue}/messages", body))[0] == 200
+    [m] = await _receive(http, queue, vt=5)
 
     async def writer_restarting(*args: Any, **kwargs: Any) -> list[bool]:
         raise StorageUnavailable("the store's writer process is restarting")
@@ -147,8 +149,15 @@ async def test_a_failed_receipt_delete_does_not_hide_the_message_past_its_timeou
     with monkeypatch.context() as patch:
         patch.setattr(node.store, "write_batch", writer_restarting)
         status, out = await _call(
-            http, "POST", "/v2/queues/fd/messages/delete", {"receipts": [m["receipt"]]}
+            http, "POST", f"/v2/queues/{queue}/messages/delete", {"receipts": [m["receipt"]]}
         )
+    return m, status, out
+
+
+async def test_a_failed_receipt_delete_does_not_hide_the_message_past_its_timeout(
+    http: aiohttp.ClientSession, clock: ManualClock, node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m, status, out = await _delete_failing(http, node, monkeypatch, "fd")
     assert (status, out["code"]) == (503, "storage_unavailable")
     # Within its visibility timeout the delivery is still the client's: a retry works...
     assert await _receive(http, "fd") == []
@@ -162,20 +171,7 @@ async def test_a_failed_receipt_delete_does_not_hide_the_message_past_its_timeou
 async def test_a_delete_retried_after_a_failed_write_still_deletes(
     http: aiohttp.ClientSession, clock: ManualClock, node: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert (await _call(http, "PUT", "/v1/queues/fr"))[0] == 201
-    assert (await _call(http, "POST", "/v2/queues/fr/messages", {"messages": [{"body": "x"}]}))[
-        0
-    ] == 200
-    [m] = await _receive(http, "fr", vt=5)
-
-    async def writer_restarting(*args: Any, **kwargs: Any) -> list[bool]:
-        raise StorageUnavailable("the store's writer process is restarting")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(node.store, "write_batch", writer_restarting)
-        status, _ = await _call(
-            http, "POST", "/v2/queues/fr/messages/delete", {"receipts": [m["receipt"]]}
-        )
+    m, status, _ = await _delete_failing(http, node, monkeypatch, "fr")
     assert status == 503
     status, out = await _call(
         http, "POST", "/v2/queues/fr/messages/delete", {"receipts": [m["receipt"]]}

@@ -16,6 +16,7 @@ from dynaq.errors import StorageUnavailable
 from dynaq.storage.embedded import LmdbStore
 from dynaq.storage.embedded_writer import ProcessCommitter
 from dynaq.testing.process import node_process
+from tests.storage.writers import until_writes_succeed
 
 MAP = 64 * 1024**2
 
@@ -24,18 +25,6 @@ def _writer_pid(store: LmdbStore) -> int:
     committer = store._writer
     assert isinstance(committer, ProcessCommitter) and committer._proc is not None
     return committer._proc.pid
-
-
-async def _until_writes_succeed(store: LmdbStore, deadline_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while True:
-        try:
-            await store.put(b"probe", b"v")
-            return
-        except StorageUnavailable:
-            assert loop.time() < end, "no new writer process took over"
-            await asyncio.sleep(0.05)
 
 
 async def test_a_killed_writer_fails_its_unanswered_writes_and_another_takes_over(
@@ -54,7 +43,7 @@ async def test_a_killed_writer_fails_its_unanswered_writes_and_another_takes_ove
         results = await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), 30)
         failed = [r for r in results if isinstance(r, BaseException)]
         assert all(isinstance(r, StorageUnavailable) for r in failed), failed[:3]
-        await _until_writes_succeed(s)
+        await until_writes_succeed(s)
         assert _writer_pid(s) != first
         assert isinstance(s._writer, ProcessCommitter) and s._writer.restarts == 1
         for i, r in enumerate(results):
@@ -82,7 +71,7 @@ async def test_writes_held_back_behind_a_commit_are_answered_when_the_writer_die
         results = await asyncio.wait_for(asyncio.gather(*sent, *held, return_exceptions=True), 30)
         failed = [r for r in results if isinstance(r, BaseException)]
         assert all(isinstance(r, StorageUnavailable) for r in failed), failed[:3]
-        await _until_writes_succeed(s)
+        await until_writes_succeed(s)
     finally:
         await s.close()
 

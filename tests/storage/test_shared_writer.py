@@ -7,12 +7,14 @@ other users; it stops cleanly after answering what it received."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from dynaq.errors import StorageUnavailable
 from dynaq.storage.embedded import LmdbStore
 from dynaq.storage.embedded_writer import ProcessCommitter
 from dynaq.storage.embedded_writer_host import SharedWriter, socket_path
+from tests.storage.writers import until_writes_succeed
 
 MAP = 64 * 1024**2
 REPO = str(Path(__file__).resolve().parents[2])
@@ -58,14 +61,24 @@ async def _shared(path: Path) -> SharedWriter:
     return writer
 
 
+@contextlib.asynccontextmanager
+async def _through_shared_writer(path: Path) -> AsyncIterator[tuple[SharedWriter, LmdbStore]]:
+    """A shared writer for the store at ``path``, and this process's store using it."""
+    writer = await _shared(path)
+    store = _store(path, writer.address)
+    try:
+        await store.open()
+        yield writer, store
+    finally:
+        await store.close()
+        await writer.stop()
+
+
 async def test_two_processes_share_its_commits_and_its_versions_decide_their_races(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "db"
-    writer = await _shared(db)
-    store = _store(db, writer.address)
-    try:
-        await store.open()
+    async with _through_shared_writer(db) as (writer, store):
         await store.put(b"race", b"start")
         other = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -98,19 +111,13 @@ async def test_two_processes_share_its_commits_and_its_versions_decide_their_rac
         assert isinstance(committer, ProcessCommitter)
         # 6,000 puts from two processes took far fewer commits (shared groups).
         assert committer.commits < 3000, committer.commits
-    finally:
-        await store.close()
-        await writer.stop()
 
 
 async def test_a_killed_shared_writer_fails_only_what_it_had_not_answered(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "db"
-    writer = await _shared(db)
-    store = _store(db, writer.address)
-    try:
-        await store.open()
+    async with _through_shared_writer(db) as (writer, store):
         await store.put(b"before", b"v")
         first = writer.pid
         assert first is not None
@@ -120,24 +127,13 @@ async def test_a_killed_shared_writer_fails_only_what_it_had_not_answered(
         results = await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), 30)
         failed = [r for r in results if isinstance(r, BaseException)]
         assert all(isinstance(r, StorageUnavailable) for r in failed), failed[:3]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 15
-        while True:
-            try:
-                await store.put(b"after", b"v")
-                break
-            except StorageUnavailable:
-                assert loop.time() < deadline, "the store never reached the next writer"
-                await asyncio.sleep(0.05)
+        await until_writes_succeed(store, 15)
         assert writer.starts == 2 and writer.pid not in (None, first)
         assert isinstance(store._writer, ProcessCommitter) and store._writer.restarts == 1
         for i, r in enumerate(results):
             if not isinstance(r, BaseException):
                 assert await store.get(b"k%05d" % i) is not None, i
         assert await store.get(b"before") is not None
-    finally:
-        await store.close()
-        await writer.stop()
 
 
 async def test_it_stops_after_answering_and_then_refuses_connections(tmp_path: Path) -> None:
