@@ -125,7 +125,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "http.max_message_bytes": (1, 64 * 1024 * 1024),
     "http.max_request_bytes": (1024, 1024 * 1024 * 1024),
     "http.max_batch": (1, 10_000),
-    "http.max_receive_bytes": (1024, 1024 * 1024 * 1024),
+    "http.max_receive_bytes": (1, 1024 * 1024 * 1024),
     "http.shutdown_timeout_s": (0, 3_600),
     "http.keepalive_timeout_s": (0.1, 3_600),
     "http.body_timeout_s": (0.1, 3_600),

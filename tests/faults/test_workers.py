@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from dynaq.testing import History, Workload, run_node, run_workload
+from dynaq.testing.history import Fault
 from dynaq.testing.runners import NodeServer
 from tests.cluster.workers import kill9, pids_of, store_writer_pid, wait_workers
 from tests.faults.helpers import COMPLETION_TOPIC, assert_verdict, server_errors
@@ -111,12 +112,7 @@ async def test_kill9_of_the_whole_node_loses_nothing(tmp_path: Path) -> None:
         async def faults(h: History) -> None:
             for _ in range(kills):
                 await asyncio.sleep(rng.uniform(2.0, 3.5))
-                workers = await pids_of(node)
-                f = h.fault("kill -9", f"{node.name} (supervisor and workers)")
-                await node.kill()  # the supervisor: its workers die with it
-                for pid in workers:
-                    await _wait_gone(pid)
-                await node.start(timeout_s=90)
+                f = await _kill_whole_node(node, h)
                 await wait_workers(node, 2, timeout_s=90)
                 f.ended = h.now()
 
@@ -131,9 +127,13 @@ async def test_workers_sharing_a_writer_process_lose_nothing(tmp_path: Path) -> 
     """``embedded.writer = "process"``: the workers commit through one writer process
     the supervisor runs. Under load: kill -9 of that writer (each worker fails what
     it had not answered, 503, and connects to the next one), of a worker, and of
-    the whole node (supervisor, workers and writer), restarted on its data."""
+    the whole node (supervisor, workers and writer), restarted on its data.
+
+    The receive byte budget is set so low (100 bytes: two or three of these
+    messages) that every receive stops on it: what a receive leaves behind, in a
+    scan or among expired in-flight messages, is checked under the same faults."""
     rng = random.Random(10)
-    env = {"DYNAQ_EMBEDDED_WRITER": "process"}
+    env = {"DYNAQ_EMBEDDED_WRITER": "process", "DYNAQ_HTTP_MAX_RECEIVE_BYTES": "100"}
     async with run_node(
         directory=tmp_path, env=env, http_workers=2, batches_completion_topic=COMPLETION_TOPIC
     ) as node:
@@ -154,12 +154,7 @@ async def test_workers_sharing_a_writer_process_lose_nothing(tmp_path: Path) -> 
                     f = h.fault("kill -9", f"worker pid {victim}")
                     await asyncio.to_thread(kill9, victim)
                 else:
-                    workers = await pids_of(node)
-                    f = h.fault("kill -9", f"{node.name} (supervisor, workers, writer)")
-                    await node.kill()
-                    for pid in workers:
-                        await _wait_gone(pid)
-                    await node.start(timeout_s=90)
+                    f = await _kill_whole_node(node, h)
                 await wait_workers(node, 2, timeout_s=90)
                 f.ended = h.now()
 
@@ -171,6 +166,18 @@ async def test_workers_sharing_a_writer_process_lose_nothing(tmp_path: Path) -> 
     assert len(writer_deaths) == 2
     assert not server_errors(h), server_errors(h)
     await assert_verdict("2 workers, one writer process: kill -9", h, wall, artifacts=tmp_path)
+
+
+async def _kill_whole_node(node: NodeServer, h: History) -> Fault:
+    """kill -9 of the supervisor (its workers, and a writer process, die with it), then
+    start the node again on its data; the fault, recorded in ``h``."""
+    workers = await pids_of(node)
+    f = h.fault("kill -9", f"{node.name} (supervisor and everything under it)")
+    await node.kill()
+    for pid in workers:
+        await _wait_gone(pid)
+    await node.start(timeout_s=90)
+    return f
 
 
 async def _wait_gone(pid: int, within_s: float = 10.0) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from dynaq.clock import ManualClock
 from dynaq.core.messages import NewMessage
 from dynaq.node import Node
+from dynaq.services.queues.receive_budget import ReceiveBudget
 from dynaq.storage.base import Item
 from dynaq.storage.memory import MemoryStore
 from tests.fixtures.nodes import node_config
@@ -129,3 +130,16 @@ async def test_a_receive_reads_about_what_its_budget_takes(tmp_path: Path) -> No
         assert store.read_bytes <= 8 * 101 * KIB, store.read_bytes
     finally:
         await node.stop()
+
+
+def test_pages_are_sized_by_the_budget_but_never_below_64_kib_of_rows() -> None:
+    unknown = ReceiveBudget(512 * KIB, 0.0)
+    assert unknown.rows(1000) == ReceiveBudget.UNKNOWN_ROWS
+    big = ReceiveBudget(512 * KIB, 100 * KIB)
+    assert big.rows(1000) == 6  # one past the five the budget takes
+    big.take(100 * KIB)
+    assert big.rows(1000) == 5
+    # A tiny budget over small rows: a skipping scan still reads 64 KiB a page.
+    small = ReceiveBudget(100, 64.0)
+    assert small.rows(10) == 10
+    assert small.rows(5000) == 1024

@@ -13,6 +13,9 @@ class ReceiveBudget:
 
     UNKNOWN_ROWS = 64
     """Rows read at most while the size of the queue's messages is unknown."""
+    MIN_READ_BYTES = 64 * 1024
+    """A page is allowed this many bytes whatever the budget left: a scan that skips
+    rows in flight must not take one read per row when the rows are small."""
 
     def __init__(self, max_bytes: int, mean: float) -> None:
         self.left = max_bytes
@@ -37,8 +40,10 @@ class ReceiveBudget:
 
     def rows(self, want: int) -> int:
         """How many rows to read for up to ``want`` messages: one past what the budget
-        is expected to take (a wrong guess costs another read, never a message)."""
+        is expected to take, or :data:`MIN_READ_BYTES` worth if that is more (a wrong
+        guess costs another read, never a message)."""
         mean = self.mean
         if mean <= 0:
             return max(1, min(want, self.UNKNOWN_ROWS))
-        return max(1, min(want, int(self.left / mean) + 1))
+        by_budget = int(self.left / mean) + 1
+        return max(1, min(want, max(by_budget, int(self.MIN_READ_BYTES / mean))))
