@@ -18,7 +18,7 @@ from dynaq.clock import SystemClock
 from dynaq.errors import InvalidInput, StorageUnavailable
 from dynaq.storage import riak_layout as lay
 from dynaq.storage.base import Delete, Item, Op, Put, Store
-from dynaq.storage.riak_http import RiakHttp, RiakObject, gather_limited
+from dynaq.storage.riak_http import RiakHttp, RiakObject, Superseded, gather_limited
 from dynaq.storage.riak_journal import Journal
 from dynaq.storage.riak_locks import KeyLocks
 from dynaq.storage.riak_scans import RiakScans
@@ -208,10 +208,18 @@ class RiakStore(Store):
     ) -> int | None:
         """A write that reads the current sibling first and sends its vclock back.
 
-        Conditional (``absent``, or ``expect`` a version): Riak applies the PUT
-        even if another writer got in between; the write then comes back with
-        siblings, and :func:`riak_layout.won` says who won. Writes of one key
-        are serialised within this process, so only other processes race.
+        Every write, conditional or not, is sent as "only if unchanged since
+        that read": a write changed under it reads again and decides again. So
+        a write whose request timed out here, but reached Riak late (a paused
+        or overloaded node, a slow network), is refused if anything was written
+        since it was read, instead of landing beside the newer value as a
+        sibling that :func:`riak_layout.current` could prefer (it would be the
+        older version) and so undo a write another caller was told succeeded.
+        Riak's check is not atomic: writes checked at the same instant both
+        land; the write then comes back with siblings, and
+        :func:`riak_layout.won` says who won (``absent``, or ``expect`` a
+        version). Writes of one key are serialised within this process, so
+        only other processes race.
         """
         bucket = self._m if lay.is_message(key) else self._kv
         name = lay.msg_name(key) if bucket == self._m else lay.kv_name(key)
@@ -226,15 +234,19 @@ class RiakStore(Store):
                     return None
                 parent = cur.version if cur else 0
                 v = self._versions.next(above=parent)
-                res = await self._db.store(
-                    bucket,
-                    name,
-                    value,
-                    vclock=obj.vclock,
-                    meta={lay.V: str(v), lay.P: str(parent)},
-                    indexes={lay.INDEX: lay.position(key)} if bucket == self._m else None,
-                    returnbody=True,
-                )
+                try:
+                    res = await self._db.store(
+                        bucket,
+                        name,
+                        value,
+                        vclock=obj.vclock,
+                        meta={lay.V: str(v), lay.P: str(parent)},
+                        indexes={lay.INDEX: lay.position(key)} if bucket == self._m else None,
+                        returnbody=True,
+                        unchanged_since=obj,
+                    )
+                except Superseded:
+                    continue  # written since the fetch: decide again on what is there now
                 assert res is not None
                 live = lay.siblings(res.contents)
                 if len(live) <= 1:

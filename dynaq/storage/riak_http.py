@@ -26,6 +26,15 @@ from dynaq.errors import InvalidInput, StorageError, StorageUnavailable
 _META = "x-riak-meta-"
 
 
+class Superseded(Exception):
+    """A PUT made only if the object was still as read found it changed (412 / 409)."""
+
+
+_SUPERSEDED = (409, 412)
+"""A conditional PUT's refusals: ``If-Match`` / ``If-None-Match`` (412) and
+``X-Riak-If-Not-Modified`` (409)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Content:
     """One sibling of a Riak object: its bytes, user metadata and tombstone flag."""
@@ -41,10 +50,14 @@ class RiakObject:
 
     ``vclock`` is set for a tombstone too (fetched with ``deletedvclock``), so a
     write after a delete descends from it instead of becoming its sibling.
+    ``etag`` is Riak's entity tag of an object that exists (one sibling's vtag,
+    or a hash of the clock when there are several); ``None`` when it does not
+    (never written, or a tombstone).
     """
 
     vclock: str | None
     contents: tuple[Content, ...]
+    etag: str | None = None
 
     @property
     def live(self) -> list[Content]:
@@ -163,14 +176,36 @@ class RiakHttp:
         meta: Mapping[str, str] | None = None,
         indexes: Mapping[str, int] | None = None,
         returnbody: bool = False,
+        unchanged_since: RiakObject | None = None,
     ) -> RiakObject | None:
         """PUT ``value``; with ``returnbody`` the object as the write left it (siblings
-        appear when a concurrent write did not descend from ``vclock``)."""
+        appear when a concurrent write did not descend from ``vclock``).
+
+        With ``unchanged_since`` (a fetch of the key), Riak applies the PUT only if
+        the object is still as that fetch saw it, checked when Riak processes the
+        request, and :class:`Superseded` is raised otherwise: an existing object
+        must keep its entity tag and clock (``If-Match``, and
+        ``X-Riak-If-Not-Modified`` where Riak 3 knows it), an absent one must
+        still be absent (``If-None-Match: *``). Riak's check and write are not
+        one atomic step, so two writes checked at the same instant can both
+        land (as siblings, for the caller to resolve); what the check rules out
+        is a write delayed in flight (its sender timed out) landing after a
+        newer one and undoing it.
+        """
         headers = {"Content-Type": "application/octet-stream"}
         if returnbody:
             headers["Accept"] = "multipart/mixed, */*;q=0.5"
         if vclock:
             headers["X-Riak-Vclock"] = vclock
+        ok: tuple[int, ...] = (200, 204, 300)
+        if unchanged_since is not None:
+            ok += _SUPERSEDED
+            if unchanged_since.etag is None:
+                headers["If-None-Match"] = "*"
+            else:
+                headers["If-Match"] = unchanged_since.etag
+                if unchanged_since.vclock:
+                    headers["X-Riak-If-Not-Modified"] = unchanged_since.vclock
         for name, v in (meta or {}).items():
             headers[_META + name] = v
         for name, n in (indexes or {}).items():
@@ -181,8 +216,10 @@ class RiakHttp:
             params={"returnbody": "true"} if returnbody else None,
             headers=headers,
             data=value,
-            ok=(200, 204, 300),
+            ok=ok,
         )
+        if status in _SUPERSEDED:
+            raise Superseded(f"{bucket}/{key} changed since it was read")
         return _object(status, hdrs, body) if returnbody else None
 
     async def remove(self, bucket: str, key: str, vclock: str | None = None) -> bool:
@@ -237,9 +274,10 @@ def _object(status: int, hdrs: Mapping[str, str], body: bytes) -> RiakObject:
     vclock = hdrs.get("X-Riak-Vclock")
     if status == 404:
         return RiakObject(vclock, ())
+    etag = hdrs.get("ETag")
     if status in (200, 204) and not hdrs.get("Content-Type", "").startswith("multipart/"):
-        return RiakObject(vclock, (_content(hdrs, body),))
-    return RiakObject(vclock, tuple(_siblings(hdrs.get("Content-Type", ""), body)))
+        return RiakObject(vclock, (_content(hdrs, body),), etag)
+    return RiakObject(vclock, tuple(_siblings(hdrs.get("Content-Type", ""), body)), etag)
 
 
 def _content(hdrs: Mapping[str, str], body: bytes) -> Content:
