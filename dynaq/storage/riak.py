@@ -9,6 +9,7 @@ the key layout and sibling rule :mod:`dynaq.storage.riak_layout`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 from collections.abc import Sequence
@@ -24,8 +25,13 @@ from dynaq.storage.riak_locks import KeyLocks
 from dynaq.storage.riak_scans import RiakScans
 from dynaq.tasks import cancel_and_wait, every
 
-_WRITE_TRIES = 20
+log = logging.getLogger(__name__)
+
+_WRITE_TRIES = 32
 _SETTLE_TRIES = 10
+_RACE_WAIT_S = 1.0
+"""How long a reader waits for a race's losers to write the winner back before
+it picks by the sibling rule's guess (:func:`riak_layout.current`)."""
 
 
 class RiakStore(Store):
@@ -138,15 +144,35 @@ class RiakStore(Store):
             obj = await self._db.fetch(self._m, lay.msg_name(key))
             live = lay.siblings(obj.contents)
             return Item(live[0].value, live[0].version) if live else None
-        obj = await self._db.fetch(self._kv, lay.kv_name(key))
+        name = lay.kv_name(key)
+        obj = await self._fetch_decided(self._kv, name)
         live = lay.siblings(obj.contents)
         cur = lay.current(live)
         if cur is None:
             return None
-        if len(live) > 1:  # left by a writer that died before settling: re-put, as Dynamiq did
+        if not lay.decided(live):
+            # The race's losers never wrote the winner back (they died or timed
+            # out in between): pick by the rule, and write the pick back so
+            # every reader keeps it, as Dynamiq re-put siblings.
+            log.warning("Riak key %s: a race nobody settled, resolved by the sibling rule", name)
             async with self._locks.hold(key):
-                await self._settle(lay.kv_name(key), obj, cur)
+                await self._settle(name, obj, cur)
         return Item(cur.value, cur.version)
+
+    async def _fetch_decided(self, bucket: str, name: str, mine: int = -1) -> RiakObject:
+        """Fetch ``name``; while its value is undecided (see :func:`riak_layout.decided`;
+        leaving out the sibling of version ``mine``), fetch again, for up to
+        :data:`_RACE_WAIT_S`: a race's losers write the winner back right
+        after their own write, and only they know which write won."""
+        delay, waited = 0.005, 0.0
+        while True:
+            obj = await self._db.fetch(bucket, name)
+            live = [s for s in lay.siblings(obj.contents) if s.version != mine]
+            if lay.decided(live) or waited >= _RACE_WAIT_S:
+                return obj
+            await asyncio.sleep(delay)
+            waited += delay
+            delay = min(delay * 2, 0.2)
 
     async def get_many(self, keys: Sequence[bytes]) -> list[Item | None]:
         return await gather_limited([self.get(k) for k in keys], self._fanout)
@@ -218,15 +244,16 @@ class RiakStore(Store):
         Riak's check is not atomic: writes checked at the same instant both
         land; the write then comes back with siblings, and
         :func:`riak_layout.won` says who won (``absent``, or ``expect`` a
-        version). Writes of one key are serialised within this process, so
-        only other processes race.
+        version); a loser writes the winner back. The read waits for a race
+        still undecided to be (:meth:`_fetch_decided`). Writes of one key are
+        serialised within this process, so only other processes race.
         """
         bucket = self._m if lay.is_message(key) else self._kv
         name = lay.msg_name(key) if bucket == self._m else lay.kv_name(key)
         conditional = absent or expect is not None
         async with self._locks.hold(key):
-            for _ in range(_WRITE_TRIES):
-                obj = await self._db.fetch(bucket, name)
+            for attempt in range(_WRITE_TRIES):
+                obj = await self._fetch_decided(bucket, name)
                 cur = lay.current(lay.siblings(obj.contents))
                 if absent and cur is not None:
                     return None
@@ -246,7 +273,10 @@ class RiakStore(Store):
                         unchanged_since=obj,
                     )
                 except Superseded:
-                    continue  # written since the fetch: decide again on what is there now
+                    # Written since the fetch: decide again on what is there now,
+                    # after a moment in which the writer that got in can finish.
+                    await asyncio.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+                    continue
                 assert res is not None
                 live = lay.siblings(res.contents)
                 if len(live) <= 1:
@@ -255,17 +285,31 @@ class RiakStore(Store):
                 if not conditional or lay.won(v, live):
                     await self._settle(name, res, mine, bucket)
                     return v
-                others = [s for s in live if s.version != v]
-                winner = lay.current(others)
-                assert winner is not None
-                await self._settle(name, res, winner, bucket)
+                await self._write_back_winner(bucket, name, res, v)
                 return None
             raise StorageUnavailable(f"write of {key!r} kept racing other writers")
+
+    async def _write_back_winner(self, bucket: str, name: str, res: RiakObject, mine: int) -> None:
+        """After losing a race (write ``mine`` came back with siblings of its lineage
+        or deeper): replace the siblings by the winner, once the winner is known
+        (a three-way race's last loser waits for the second's write-back)."""
+        obj = res
+        others = [s for s in lay.siblings(obj.contents) if s.version != mine]
+        if not lay.decided(others):
+            obj = await self._fetch_decided(bucket, name, mine)
+            others = [s for s in lay.siblings(obj.contents) if s.version != mine]
+        winner = lay.current(others)
+        if winner is not None and len(lay.siblings(obj.contents)) > 1:
+            await self._settle(name, obj, winner, bucket)
 
     async def _settle(
         self, name: str, obj: RiakObject, keep: lay.Sibling, bucket: str | None = None
     ) -> None:
-        """Replace the siblings of ``obj`` by ``keep`` (one write that descends from all)."""
+        """Replace the siblings of ``obj`` by ``keep`` (one write that descends from all).
+
+        ``keep`` is the known winner: a write of its lineage that lands meanwhile
+        is a late loser, so the write-back is repeated with ``keep``; a deeper
+        write (one that read the winner) needs nothing from here."""
         bucket = bucket or self._kv
         for _ in range(_SETTLE_TRIES):
             res = await self._db.store(
@@ -280,13 +324,10 @@ class RiakStore(Store):
                 returnbody=True,
             )
             assert res is not None
-            if len(lay.siblings(res.contents)) <= 1:
-                return
-            obj = res  # a write landed meanwhile: settle again on what is there now
             live = lay.siblings(res.contents)
-            newer = lay.current(live)
-            if newer is not None:
-                keep = newer
+            if lay.decided(live) or max(s.parent for s in live) > keep.parent:
+                return
+            obj = res
 
     async def write_batch(self, ops: Sequence[Op]) -> list[bool]:
         """Every op, concurrently; through the journal when there are several keys."""

@@ -108,18 +108,32 @@ def siblings(contents: Sequence[Content]) -> list[Sibling]:
 
 def current(live: Sequence[Sibling]) -> Sibling | None:
     """The sibling that is the key's value: the deepest lineage (greatest ``dq-p``),
-    then the oldest version among writes that replaced the same one.
+    then, if that lineage still has several writes (see :func:`decided`), the
+    oldest version among them.
 
     Siblings arise when two conditional writes read the same version and both
     reach Riak (its conditional check is not atomic): the one Riak applied first
     came back without siblings and won, the later ones came back with siblings,
     reported a lost race and wrote the first one back (see
     :meth:`RiakStore._settle`). A write that read the winner has a greater
-    ``dq-p`` than the losers, so it outranks them.
+    ``dq-p`` than the losers, so it outranks them. Which of several writes of
+    the deepest lineage landed first the siblings do not say; the oldest
+    version is a guess, right when the first to send was the first to land,
+    so readers use it only after waiting for the losers' write-back.
     """
     if not live:
         return None
     return max(live, key=lambda s: (s.parent, -s.version))
+
+
+def decided(live: Sequence[Sibling]) -> bool:
+    """Whether the value is known: at most one write of the deepest lineage (copies
+    of one write, as a write-back makes, count once). Otherwise a race's losers
+    have not yet written the winner back, and only they know which it is."""
+    if not live:
+        return True
+    deepest = max(s.parent for s in live)
+    return len({s.version for s in live if s.parent == deepest}) == 1
 
 
 def won(mine: int, live: Sequence[Sibling]) -> bool:

@@ -34,6 +34,9 @@ def test_sibling_rule_deepest_lineage_then_oldest() -> None:
     c = lay.Sibling(b"c", 30, 20)  # a write that read ``a``
     assert lay.current([b, c]) == c
     assert lay.won(30, [b, c]) and not lay.won(21, [a, b])
+    # Undecided while two writes of the deepest lineage stand; a copy counts once.
+    assert not lay.decided([a, b]) and lay.decided([b, c]) and lay.decided([a, a])
+    assert lay.decided([]) and lay.decided([a])
 
 
 def test_journal_entries_roundtrip() -> None:

@@ -1,5 +1,7 @@
-"""A Riak write that timed out, then landed late, must not undo a newer write.
+"""Riak races the store must win: a write that timed out and landed late, and
+readers that meet a race before its loser wrote the winner back.
 
+**Late writes.**
 A paused Riak (or a slow network) keeps a PUT in flight past its sender's
 timeout; the sender reports the write as failed-or-unknown and moves on, and
 another process writes the key meanwhile and is told it succeeded. When the
@@ -11,16 +13,27 @@ undone so it never completed, seen under the Riak SIGSTOP fault test).
 
 The delay is real: the late store reaches Riak through a TCP proxy that keeps
 its PUT back until the test releases it, after its request timed out.
+
+**Undecided races.** Two writes checked at the same instant both land: the
+first came back alone and was told it won; the second came back with the first
+as a sibling, lost, and writes the first back. A reader in between sees both,
+and which landed first the siblings do not say; before, it guessed (the older
+version) and wrote its guess back, undoing the winner's acknowledged write.
+Such siblings are made here with the store's own wire client, as the racing
+process would leave them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import pytest
 
 from dynaq.errors import StorageUnavailable
+from dynaq.storage import riak_layout as lay
 from dynaq.storage.riak import RiakStore
 from dynaq.testing.servers.riak import RiakServer
 from tests.fixtures.late_requests import LateRequests
@@ -120,3 +133,52 @@ async def test_a_late_write_does_not_bring_back_a_deleted_key(s: Stores) -> None
     await _late_then_newer(s, lambda: s.late.put_if_version(b"c/gone", b"late", base), delete)
     assert await s.now.get(b"c/gone") is None
     assert await s.now.list_keys(b"c/", 10) == []
+
+
+async def _race_left_undecided(store: RiakStore, key: bytes) -> tuple[int, int, int]:
+    """Leave ``key`` as two racing writes from the same version leave it before the
+    loser writes the winner back: siblings of one lineage. The winner (landed first)
+    has the *newer* version, so the old guess (oldest version) would pick the loser.
+    Returns the versions (base, winner, loser)."""
+    base = await store.put(key, b"base")
+    db, name = store._db, lay.kv_name(key)
+    seen = await db.fetch(store._kv, name)
+    loser_v, winner_v = base + (1 << 10), base + (2 << 10)
+    for value, v in ((b"winner", winner_v), (b"loser", loser_v)):
+        await db.store(
+            store._kv, name, value, vclock=seen.vclock, meta={lay.V: str(v), lay.P: str(base)}
+        )
+    got = await db.fetch(store._kv, name)
+    assert sorted(c.value for c in got.live) == [b"loser", b"winner"]
+    return base, winner_v, loser_v
+
+
+async def test_a_reader_waits_for_the_loser_to_write_the_winner_back(s: Stores) -> None:
+    base, winner, _ = await _race_left_undecided(s.now, b"c/raced")
+
+    async def loser_writes_back() -> None:
+        await asyncio.sleep(0.3)
+        db, name = s.late._db, lay.kv_name(b"c/raced")
+        obj = await db.fetch(s.late._kv, name)
+        await db.store(
+            s.late._kv,
+            name,
+            b"winner",
+            vclock=obj.vclock,
+            meta={lay.V: str(winner), lay.P: str(base)},
+        )
+
+    t0 = time.monotonic()
+    item, _ = await asyncio.gather(s.now.get(b"c/raced"), loser_writes_back())
+    assert item is not None and item.value == b"winner"
+    assert time.monotonic() - t0 >= 0.3  # it waited rather than guess
+
+
+async def test_a_race_nobody_settles_is_decided_once_for_every_reader(s: Stores) -> None:
+    _, winner, loser = await _race_left_undecided(s.now, b"c/orphan")
+    item = await s.now.get(b"c/orphan")  # waits, then guesses and writes the guess back
+    assert item is not None and item.version in (winner, loser)
+    left = await s.now._db.fetch(s.now._kv, lay.kv_name(b"c/orphan"))
+    assert len(left.live) == 1  # the guess was written back: every reader keeps it
+    assert await s.late.get(b"c/orphan") == item
+    assert await s.late.put_if_version(b"c/orphan", b"next", item.version) is not None
