@@ -29,7 +29,7 @@ from dynaq.api.params import (
     required_seconds,
 )
 from dynaq.core.messages import Message
-from dynaq.core.receipts import decode_receipt, encode_receipt
+from dynaq.core.receipts import decode_receipt, encode_receipt, encode_receipts
 from dynaq.services.queues import QueueService
 
 routes = web.RouteTableDef()
@@ -43,7 +43,7 @@ def _ids_out(binary: bool, ids: list[int]) -> list[int] | list[str]:
     return ids if binary else [str(i) for i in ids]
 
 
-def _message_out(m: Message, binary: bool) -> dict[str, Any]:
+def _message_out(m: Message, binary: bool, receipt: str | None = None) -> dict[str, Any]:
     out: dict[str, Any]
     if binary:
         out = {
@@ -56,7 +56,9 @@ def _message_out(m: Message, binary: bool) -> dict[str, Any]:
         out = {"id": str(m.id), **body_to_json(m.body)}
         out["enqueued_at_ms"] = m.enqueued_ms
         out["receive_count"] = m.receive_count
-    if m.delivery:
+    if receipt is not None:
+        out["receipt"] = receipt
+    elif m.delivery:
         out["receipt"] = encode_receipt(m.id, m.delivery)
     if m.attributes:
         out["attributes"] = m.attributes
@@ -136,7 +138,11 @@ async def receive_batch(request: web.Request) -> web.Response:
         wait = info.settings.receive_wait_s  # the queue's default long poll
     messages = await _queues(request).receive(info.name, n, vt, wait_time_s=wait)
     binary = wants_msgpack(request)
-    out = [_message_out(m, binary) for m in messages]
+    if all(m.delivery for m in messages):  # every receive draws a delivery: one pass
+        receipts = encode_receipts([(m.id, m.delivery) for m in messages])
+        out = [_message_out(m, binary, r) for m, r in zip(messages, receipts, strict=True)]
+    else:
+        out = [_message_out(m, binary) for m in messages]
     return respond(request, {"messages": out}, binary=binary)
 
 

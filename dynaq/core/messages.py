@@ -119,6 +119,13 @@ def decode_fields(
 
 def decode(message_id: int, raw: bytes, receive_count: int = 0) -> Message:
     """The stored value of message ``message_id`` as a :class:`Message`."""
+    try:
+        fields = _unpackb(raw)
+        if len(fields) == 4 and not fields[0] & FLAG_ZLIB:
+            # The common value (no group, no origin, not compressed), read once.
+            return Message(message_id, fields[1], fields[2], fields[3], receive_count)
+    except (ValueError, TypeError, LookupError, msgpack.UnpackException):
+        pass  # corrupt: decode_fields raises the StorageError
     body, enqueued_ms, attributes, group = decode_fields(message_id, raw)
     msg = Message(message_id, body, enqueued_ms, attributes, receive_count, group)
     if raw[0] == 0x96:  # a six-member fixarray: a dead-lettered message with its origin

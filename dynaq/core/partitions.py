@@ -29,38 +29,15 @@ from __future__ import annotations
 import asyncio
 import bisect
 import heapq
-import itertools
-import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from dynaq.core.delete_record import DeleteRecord
 from dynaq.core.ids import LANE_SHIFT, lane_of
+from dynaq.core.inflight import InFlight, next_delivery
 from dynaq.core.keyspace import LaneRange, partition_ranges
 
-
-@dataclass(slots=True)
-class InFlight:
-    """A served, not yet deleted message."""
-
-    deadline: float
-    receive_count: int
-    lane: int
-    group: str | None = None
-    attributes: dict[str, str] | None = None
-    """Kept so a delete on this node can tell listeners (batch item acks) without a read."""
-    delivery: int = 0
-    """The latest delivery's number (its receipt names it); 0 when unknown (handed over)."""
-    claimed: bool = False
-    """A transaction holds this delivery between its receipt check and its write: no
-    other transaction may claim it (until it is released or served again)."""
-    unclaimed_deadline: float = 0.0
-    """While claimed: the deadline before the claim, restored if the claim is released."""
-
-
-_deliveries = itertools.count(random.getrandbits(40) << 20 | 1)
-"""Delivery numbers: distinct within a node's run, and from a random start so a
-receipt from before a restart does not match a delivery after it."""
+_heappush = heapq.heappush
 
 
 @dataclass(eq=False, slots=True)
@@ -240,19 +217,26 @@ class QueueState:
         group: str | None = None,
         attributes: dict[str, str] | None = None,
     ) -> InFlight:
-        f = self.inflight.get(message_id)
+        # Runs once per served message: the lane and the deadline push are
+        # inlined (lane_of, _push_deadline), which saves a third of its time.
+        inflight = self.inflight
+        f = inflight.get(message_id)
         deadline = now + visibility_s
         if f is None:
-            f = InFlight(deadline, 1, lane_of(message_id), group, attributes, next(_deliveries))
-            self.inflight[message_id] = f
+            f = inflight[message_id] = InFlight(
+                deadline, 1, message_id >> LANE_SHIFT, group, attributes, next_delivery()
+            )
             if group is not None:
                 self.group_head[group] = message_id
         else:
             f.deadline = deadline
             f.receive_count += 1
-            f.delivery = next(_deliveries)
+            f.delivery = next_delivery()
             f.claimed = False
-        self._push_deadline(deadline, message_id)
+        heap = self._heap
+        _heappush(heap, (deadline, message_id))
+        if len(heap) > 2 * len(inflight) + 64:
+            self._rebuild_heap()
         return f
 
     def is_stale(self, message_id: int, delivery: int) -> bool:
@@ -307,13 +291,28 @@ class QueueState:
         heap = self._heap
         heapq.heappush(heap, (deadline, message_id))
         if len(heap) > 2 * len(self.inflight) + 64:
-            self._heap = [(f.deadline, m) for m, f in self.inflight.items()]
-            heapq.heapify(self._heap)
+            self._rebuild_heap()
+
+    def _rebuild_heap(self) -> None:
+        self._heap = [(f.deadline, m) for m, f in self.inflight.items()]
+        heapq.heapify(self._heap)
 
     def group_blocked(self, group: str, message_id: int) -> bool:
         """Whether ``message_id`` must wait: another message of its group is in flight."""
         head = self.group_head.get(group)
         return head is not None and head != message_id
+
+    def forget_all(self, message_ids: Iterable[int]) -> None:
+        """:meth:`forget` each of ``message_ids`` (deletes of a whole request)."""
+        inflight = self.inflight
+        for i in message_ids:
+            f = inflight.get(i)
+            if f is None:
+                continue
+            if f.group is None:
+                del inflight[i]  # all that forget does for a message without a group
+            else:
+                self.forget(i)
 
     def forget(self, message_id: int) -> bool:
         """The message was deleted; return whether it was in flight.

@@ -8,7 +8,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dynaq.core.receipts import decode_receipt, encode_receipt
+from dynaq.core.receipts import decode_receipt, encode_receipt, encode_receipts
 
 
 @given(st.integers(1, 2**63 - 1), st.integers(1, 2**64 - 1))
@@ -18,3 +18,8 @@ def test_a_receipt_is_unpadded_base64url_and_decodes_back(message_id: int, deliv
     assert receipt == base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
     assert len(receipt) == 22 and "=" not in receipt
     assert decode_receipt(receipt) == (message_id, delivery)
+
+
+@given(st.lists(st.tuples(st.integers(1, 2**63 - 1), st.integers(1, 2**64 - 1)), max_size=40))
+def test_receipts_encoded_together_are_each_receipt(pairs: list[tuple[int, int]]) -> None:
+    assert encode_receipts(pairs) == [encode_receipt(m, d) for m, d in pairs]

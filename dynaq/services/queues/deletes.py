@@ -112,8 +112,7 @@ class Deleter:
         st = self._states.get(info.number)
         if st is not None:
             st.note_deleted(ids)
-            for i in ids:
-                st.forget(i)
+            st.forget_all(ids)
         self._hints.deleted(info, removed)
         if removed:
             self._states.add_depth(info.number, -len(removed))
