@@ -116,9 +116,19 @@ def start_riak(
     sub-folder (on a loaded two-core box, start.sh has been seen to give up once).
     """
     for attempt in range(1, tries + 1):
+        folder = directory / f"try{attempt}"
         try:
-            return _start(directory / f"try{attempt}", extra_conf)
+            return _start(folder, extra_conf)
         except RuntimeError:
+            # start.sh may give up on a node that then comes up anyway (seen in a
+            # suite run: a beam left serving for the rest of the session): stop it.
+            if (folder / "riak-node.env").exists():
+                subprocess.run(
+                    [str(_scripts() / "stop.sh"), str(folder)],
+                    capture_output=True,
+                    timeout=120,
+                    check=False,
+                )
             if attempt == tries:
                 raise
     raise AssertionError("unreachable")
