@@ -19,19 +19,16 @@ from dynaq.clock import SystemClock
 from dynaq.errors import InvalidInput, StorageUnavailable
 from dynaq.storage import riak_layout as lay
 from dynaq.storage.base import Delete, Item, Op, Put, Store
-from dynaq.storage.riak_http import RiakHttp, RiakObject, Superseded, gather_limited
+from dynaq.storage.riak_http import RiakHttp, Superseded, gather_limited
 from dynaq.storage.riak_journal import Journal
 from dynaq.storage.riak_locks import KeyLocks
+from dynaq.storage.riak_races import RiakRaces
 from dynaq.storage.riak_scans import RiakScans
 from dynaq.tasks import cancel_and_wait, every
 
 log = logging.getLogger(__name__)
 
 _WRITE_TRIES = 32
-_SETTLE_TRIES = 10
-_RACE_WAIT_S = 1.0
-"""How long a reader waits for a race's losers to write the winner back before
-it picks by the sibling rule's guess (:func:`riak_layout.current`)."""
 
 
 class RiakStore(Store):
@@ -70,6 +67,7 @@ class RiakStore(Store):
         self._replayer: asyncio.Task[None] | None = None
         self._locks = KeyLocks()
         self._scans = RiakScans(self._db, self._m, self._kv, self.get_many)
+        self._races = RiakRaces(self._db, self._m)
 
     # lifecycle and schema -------------------------------------------------
 
@@ -145,7 +143,7 @@ class RiakStore(Store):
             live = lay.siblings(obj.contents)
             return Item(live[0].value, live[0].version) if live else None
         name = lay.kv_name(key)
-        obj = await self._fetch_decided(self._kv, name)
+        obj = await self._races.fetch_decided(self._kv, name)
         live = lay.siblings(obj.contents)
         cur = lay.current(live)
         if cur is None:
@@ -156,23 +154,8 @@ class RiakStore(Store):
             # every reader keeps it, as Dynamiq re-put siblings.
             log.warning("Riak key %s: a race nobody settled, resolved by the sibling rule", name)
             async with self._locks.hold(key):
-                await self._settle(name, obj, cur)
+                await self._races.settle(self._kv, name, obj, cur)
         return Item(cur.value, cur.version)
-
-    async def _fetch_decided(self, bucket: str, name: str, mine: int = -1) -> RiakObject:
-        """Fetch ``name``; while its value is undecided (see :func:`riak_layout.decided`;
-        leaving out the sibling of version ``mine``), fetch again, for up to
-        :data:`_RACE_WAIT_S`: a race's losers write the winner back right
-        after their own write, and only they know which write won."""
-        delay, waited = 0.005, 0.0
-        while True:
-            obj = await self._db.fetch(bucket, name)
-            live = [s for s in lay.siblings(obj.contents) if s.version != mine]
-            if lay.decided(live) or waited >= _RACE_WAIT_S:
-                return obj
-            await asyncio.sleep(delay)
-            waited += delay
-            delay = min(delay * 2, 0.2)
 
     async def get_many(self, keys: Sequence[bytes]) -> list[Item | None]:
         return await gather_limited([self.get(k) for k in keys], self._fanout)
@@ -245,7 +228,7 @@ class RiakStore(Store):
         land; the write then comes back with siblings, and
         :func:`riak_layout.won` says who won (``absent``, or ``expect`` a
         version); a loser writes the winner back. The read waits for a race
-        still undecided to be (:meth:`_fetch_decided`). Writes of one key are
+        still undecided to be (:meth:`RiakRaces.fetch_decided`). Writes of one key are
         serialised within this process, so only other processes race.
         """
         bucket = self._m if lay.is_message(key) else self._kv
@@ -253,7 +236,7 @@ class RiakStore(Store):
         conditional = absent or expect is not None
         async with self._locks.hold(key):
             for attempt in range(_WRITE_TRIES):
-                obj = await self._fetch_decided(bucket, name)
+                obj = await self._races.fetch_decided(bucket, name)
                 cur = lay.current(lay.siblings(obj.contents))
                 if absent and cur is not None:
                     return None
@@ -283,51 +266,11 @@ class RiakStore(Store):
                     return v
                 mine = next(s for s in live if s.version == v)
                 if not conditional or lay.won(v, live):
-                    await self._settle(name, res, mine, bucket)
+                    await self._races.settle(bucket, name, res, mine)
                     return v
-                await self._write_back_winner(bucket, name, res, v)
+                await self._races.write_back_winner(bucket, name, res, v)
                 return None
             raise StorageUnavailable(f"write of {key!r} kept racing other writers")
-
-    async def _write_back_winner(self, bucket: str, name: str, res: RiakObject, mine: int) -> None:
-        """After losing a race (write ``mine`` came back with siblings of its lineage
-        or deeper): replace the siblings by the winner, once the winner is known
-        (a three-way race's last loser waits for the second's write-back)."""
-        obj = res
-        others = [s for s in lay.siblings(obj.contents) if s.version != mine]
-        if not lay.decided(others):
-            obj = await self._fetch_decided(bucket, name, mine)
-            others = [s for s in lay.siblings(obj.contents) if s.version != mine]
-        winner = lay.current(others)
-        if winner is not None and len(lay.siblings(obj.contents)) > 1:
-            await self._settle(name, obj, winner, bucket)
-
-    async def _settle(
-        self, name: str, obj: RiakObject, keep: lay.Sibling, bucket: str | None = None
-    ) -> None:
-        """Replace the siblings of ``obj`` by ``keep`` (one write that descends from all).
-
-        ``keep`` is the known winner: a write of its lineage that lands meanwhile
-        is a late loser, so the write-back is repeated with ``keep``; a deeper
-        write (one that read the winner) needs nothing from here."""
-        bucket = bucket or self._kv
-        for _ in range(_SETTLE_TRIES):
-            res = await self._db.store(
-                bucket,
-                name,
-                keep.value,
-                vclock=obj.vclock,
-                meta={lay.V: str(keep.version), lay.P: str(keep.parent)},
-                indexes={lay.INDEX: lay.position(lay.from_msg(name))}
-                if bucket == self._m
-                else None,
-                returnbody=True,
-            )
-            assert res is not None
-            live = lay.siblings(res.contents)
-            if lay.decided(live) or max(s.parent for s in live) > keep.parent:
-                return
-            obj = res
 
     async def write_batch(self, ops: Sequence[Op]) -> list[bool]:
         """Every op, concurrently; through the journal when there are several keys."""

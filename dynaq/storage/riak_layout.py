@@ -115,7 +115,7 @@ def current(live: Sequence[Sibling]) -> Sibling | None:
     reach Riak (its conditional check is not atomic): the one Riak applied first
     came back without siblings and won, the later ones came back with siblings,
     reported a lost race and wrote the first one back (see
-    :meth:`RiakStore._settle`). A write that read the winner has a greater
+    :meth:`riak_races.RiakRaces.settle`). A write that read the winner has a greater
     ``dq-p`` than the losers, so it outranks them. Which of several writes of
     the deepest lineage landed first the siblings do not say; the oldest
     version is a guess, right when the first to send was the first to land,

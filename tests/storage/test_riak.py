@@ -125,14 +125,9 @@ async def test_a_batch_a_writer_left_is_finished_by_the_periodic_replay(
 ) -> None:
     """No node has to start: the running store's periodic pass finishes it."""
     prefix = new_prefix()
-    store = RiakStore(
-        [riak.http],
-        bucket_prefix=prefix,
-        n_val=1,
-        journal_replay_after_s=0.0,
-        journal_replay_every_s=0.2,
+    store = await open_riak_store(
+        riak, prefix, journal_replay_after_s=0.0, journal_replay_every_s=0.2
     )
-    await store.open()
     try:
         await store.put(b"y/old", b"1")
         # Another node journalled this batch and died before applying it.

@@ -56,14 +56,9 @@ async def s(riak: RiakServer) -> AsyncIterator[Stores]:
     await proxy.start()
     prefix = new_prefix()
     now = await open_riak_store(riak, prefix)
-    late = RiakStore(
-        [proxy.address],
-        bucket_prefix=prefix,
-        n_val=1,
-        request_timeout_s=1.0,
-        journal_replay_every_s=0,
+    late = await open_riak_store(
+        riak, prefix, http=proxy.address, request_timeout_s=1.0, journal_replay_every_s=0
     )
-    await late.open()
     try:
         yield Stores(late, now, proxy)
     finally:
