@@ -201,9 +201,21 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> dict[str, Any]:
     """Run the scenario; the dispatcher prints the returned dict as the last JSON line."""
+    from dynaq.cli.node import loop_factory, tune_process
+    from dynaq.config import HttpConfig
     from dynaq.testing.servers import postgres as pg_server
 
     args = _parse(argv)
+    # The relay runs in this process: under a node's interpreter settings (GC
+    # thresholds, frozen imports, GIL switch interval) and on its default event
+    # loop, as `dynaq server` runs it. The floor runs under the same settings.
+    tune_process()
+    factory = loop_factory(HttpConfig().event_loop)
+
+    def run_async(coro: Any) -> Any:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(coro)
+
     if args.quick:
         args.rows = min(args.rows, 10_000)
     progress("starting PostgreSQL")
@@ -218,8 +230,8 @@ def main(argv: list[str]) -> dict[str, Any]:
             for mark_batch in batches:
                 # Each relay run is followed at once by its floor, so the two see
                 # the same load on a shared machine.
-                run = asyncio.run(_run(args, server, mark_batch))
-                floor = asyncio.run(_floor(args, server, mark_batch))
+                run = run_async(_run(args, server, mark_batch))
+                floor = run_async(_floor(args, server, mark_batch))
                 run["round"] = round_no
                 run["postgres_floor_rows_per_s"] = floor["rows_per_s"]
                 run["ratio_vs_postgres_floor"] = _ratio(run["records_per_s"], floor["rows_per_s"])

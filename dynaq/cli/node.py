@@ -12,7 +12,7 @@ import dataclasses
 import gc
 import os
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from dynaq import __version__
@@ -101,24 +101,41 @@ _SWITCH_INTERVAL_S = 0.0005
 _GC_THRESHOLDS = (20_000, 10, 10)
 
 
-def run_loop(main: Coroutine[Any, Any, None], event_loop: str) -> None:
-    """Run ``main`` to completion on a new event loop of the kind ``http.event_loop``
-    names (uvloop, where it is installed; else the standard library's)."""
+def tune_process() -> None:
+    """The interpreter settings a node process runs under: the GIL switch interval and
+    the garbage collector's thresholds above, and what the imports built frozen out of
+    every full collection's way. In-process benchmarks call it too, so they measure
+    a node as it runs."""
     sys.setswitchinterval(_SWITCH_INTERVAL_S)
     gc.set_threshold(*_GC_THRESHOLDS)
     # What the imports built lives as long as the process: out of every full
     # collection's way from here on (a full pass no longer walks it).
     gc.collect()
     gc.freeze()
+
+
+def loop_factory(event_loop: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop constructor ``http.event_loop`` names (None: the standard library's;
+    also when uvloop is named but not installed)."""
     if event_loop == "uvloop":
         try:
             import uvloop
         except ImportError:
             print("dynaq: uvloop is not installed; using asyncio's event loop", file=sys.stderr)
         else:
-            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                runner.run(main)
-            return
+            return uvloop.new_event_loop
+    return None
+
+
+def run_loop(main: Coroutine[Any, Any, None], event_loop: str) -> None:
+    """Run ``main`` to completion on a new event loop of the kind ``http.event_loop``
+    names (uvloop, where it is installed; else the standard library's)."""
+    tune_process()
+    factory = loop_factory(event_loop)
+    if factory is not None:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(main)
+        return
     asyncio.run(main)
 
 
