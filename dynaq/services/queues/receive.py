@@ -205,6 +205,10 @@ class Receiver:
         budget: ReceiveBudget,
     ) -> list[Message]:
         out = await self._serve_expired(info, st, max_messages, vt, limit, doomed, budget)
+        # With a visibility timeout of 0 (or one shorter than this receive takes) a
+        # message just served is visible again when its partition is scanned: one
+        # receive serves each message at most once, and counts it once.
+        served = {m.id for m in out} if out else None
         busy: list[Partition] = []
         for p in st.serving_order(self._clock.monotonic(), self._idle_rescan_s):
             if len(out) >= max_messages or budget.spent:
@@ -215,7 +219,7 @@ class Receiver:
             async with p.lock:
                 out.extend(
                     await self._scan_partition(
-                        info, st, p, max_messages - len(out), vt, limit, doomed, budget
+                        info, st, p, max_messages - len(out), vt, limit, doomed, budget, served
                     )
                 )
         if not out and busy:
@@ -297,7 +301,10 @@ class Receiver:
         limit: int | None,
         doomed: list[tuple[int, bytes]],
         budget: ReceiveBudget,
+        served: set[int] | None = None,
     ) -> list[Message]:
+        """Serve up to ``want`` visible messages of ``p``, skipping ``served`` (the
+        ones this receive served already)."""
         bottom, top = p.lanes.bottom_id, p.lanes.top_id + 1
         wakes = p.wakes  # a wake-up during this scan must not be lost to idling
         start = first_start = p.take_start()
@@ -331,7 +338,7 @@ class Receiver:
                     if st.deleted_since(last, token):
                         continue
                     f = st.inflight.get(last)
-                    if f is not None and f.deadline > now:
+                    if f is not None and (f.deadline > now or (served and last in served)):
                         if f.group is not None:
                             blocked.add(f.group)
                         continue
