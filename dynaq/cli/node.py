@@ -62,6 +62,7 @@ def _serve(config: Config, args: argparse.Namespace) -> None:
     """Run the node: itself, one worker of it (started by its supervisor), or the
     supervisor of its workers (``http.workers`` > 1)."""
     from dynaq.node import run_node
+    from dynaq.node.claims import DataDirLock
     from dynaq.node.supervisor import die_with_parent, run_supervisor
     from dynaq.node.workers import check_workers, role_from_env, worker_count
 
@@ -77,12 +78,15 @@ def _serve(config: Config, args: argparse.Namespace) -> None:
             config, http=dataclasses.replace(config.http, workers=args.workers)
         )
         check_ranges(config)
-    if worker_count(config) == 1:
-        run_loop(run_node(config, crash_at=crash_at), config.http.event_loop)
-        return
-    check_workers(config)
-    argv = ["server"] + ([] if args.config is None else ["--config", args.config])
-    asyncio.run(run_supervisor(config, argv))
+    # One process owns the data directory: the node, or the supervisor of its
+    # workers (they open the store under its lock). Workers return above.
+    with DataDirLock(config.data.dir):
+        if worker_count(config) == 1:
+            run_loop(run_node(config, crash_at=crash_at), config.http.event_loop)
+            return
+        check_workers(config)
+        argv = ["server"] + ([] if args.config is None else ["--config", args.config])
+        asyncio.run(run_supervisor(config, argv))
 
 
 # How long a thread may hold the GIL while another waits for it (CPython's

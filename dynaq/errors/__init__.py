@@ -40,6 +40,8 @@ codes. Import them from here; they live by kind in :mod:`.base` (the root),
     │   └── ReplicaOutOfStep    409  a stream's copy sent entries for an index it is not at
     ├── ClusterFull             503  every writer slot is held by a live node
     ├── SlotLost                503  another node took this node's writer slot: stop
+    ├── CannotStart             503  a node process cannot start: its port is taken, or
+    │                                another process serves its data directory
     ├── NotServing              503  this node is starting or draining: retry (elsewhere)
     ├── StreamUnavailable       503  a stream refuses to open (signature mismatch) or
     │   │                            is being deleted
@@ -63,6 +65,7 @@ codes. Import them from here; they live by kind in :mod:`.base` (the root),
 from __future__ import annotations
 
 from dynaq.errors.availability import (
+    CannotStart,
     ClusterFull,
     DecrIncomplete,
     IdClockStalled,
@@ -114,6 +117,7 @@ __all__ = [
     "BadRecord",
     "BatchClosed",
     "BatchNotFound",
+    "CannotStart",
     "ClientError",
     "ClusterFull",
     "Conflict",

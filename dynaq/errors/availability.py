@@ -26,6 +26,14 @@ class SlotLost(DynaqError):
     code = "writer_slot_lost"
 
 
+class CannotStart(DynaqError):
+    """The node process cannot start: its HTTP port is taken, or another process
+    serves its data directory. Raised before it serves anything."""
+
+    status = 503
+    code = "cannot_start"
+
+
 class NotServing(DynaqError):
     """The node is not in the ring yet (starting) or has left it (draining): receiving
     here could serve what another node serves. Retry, through another node if any."""

@@ -42,6 +42,7 @@ from dynaq.node.builders import (
     gossip_enabled,
     migrate,
 )
+from dynaq.node.claims import listen
 from dynaq.node.streams import build_streams
 from dynaq.node.workers import WorkerRole, worker_config
 from dynaq.services.batches import BatchService
@@ -286,12 +287,12 @@ class Node:
             ssl_context=self.ssl,
             reuse_port=self.worker is not None,
         )
-        await site.start()
+        await listen(site, h.host, h.port)
         if self.worker is not None:
             # The worker's own address, for the other workers' node-to-node requests.
             peer_port = self.worker.peer_ports[self.worker.index]
             peer = web.TCPSite(self._runner, "127.0.0.1", peer_port)
-            await peer.start()
+            await listen(peer, "127.0.0.1", peer_port)
         addrs = self._runner.addresses
         if addrs:
             self.port = int(addrs[0][1])
