@@ -152,6 +152,40 @@ def _queue_arn(sqs: Any, url: str) -> str:
     return str(attrs["QueueArn"])
 
 
+def test_subscribing_again_keeps_the_subscription_or_refuses_other_attributes(
+    node: NodeProcess,
+) -> None:
+    """As SNS: a second Subscribe of the same queue returns the same subscription,
+    unchanged (its filter policy and raw delivery kept); one asking for other
+    attributes is an InvalidParameter and changes nothing."""
+    sns, sqs = _client(node, "sns"), _client(node, "sqs")
+    arn = sns.create_topic(Name="resubscribed")["TopicArn"]
+    qarn = _queue_arn(sqs, sqs.create_queue(QueueName="resubscribed-q")["QueueUrl"])
+    policy = json.dumps({"kind": ["order"]})
+    attrs = {"FilterPolicy": policy, "RawMessageDelivery": "true"}
+    sub = sns.subscribe(
+        TopicArn=arn, Protocol="sqs", Endpoint=qarn, Attributes=attrs, ReturnSubscriptionArn=True
+    )["SubscriptionArn"]
+
+    def current() -> dict[str, str]:
+        got = sns.get_subscription_attributes(SubscriptionArn=sub)["Attributes"]
+        return {k: got[k] for k in ("FilterPolicy", "RawMessageDelivery")}
+
+    for again in ({}, attrs, {"RawMessageDelivery": "true"}):
+        same = sns.subscribe(
+            TopicArn=arn, Protocol="sqs", Endpoint=qarn, Attributes=again,
+            ReturnSubscriptionArn=True,
+        )["SubscriptionArn"]  # fmt: skip
+        assert same == sub
+        assert json.loads(current()["FilterPolicy"]) == json.loads(policy)
+        assert current()["RawMessageDelivery"] == "true"
+    for other in ({"RawMessageDelivery": "false"}, {"FilterPolicy": "{}"}):
+        with pytest.raises(sns.exceptions.InvalidParameterException, match="different attributes"):
+            sns.subscribe(TopicArn=arn, Protocol="sqs", Endpoint=qarn, Attributes=other)
+    assert json.loads(current()["FilterPolicy"]) == json.loads(policy)
+    assert current()["RawMessageDelivery"] == "true"
+
+
 def test_message_structure_json_delivers_the_sqs_entry_or_the_default(node: NodeProcess) -> None:
     """``MessageStructure=json``: one message per protocol; a queue gets the ``sqs``
     entry, else ``default``, raw or inside the envelope (with the Subject)."""

@@ -128,6 +128,23 @@ def test_the_same_sns_calls_give_the_same_answers(node: NodeProcess, moto_url: s
             "Attributes"
         ]["RawMessageDelivery"],
     )
+    # Subscribing again (set-up code run twice) keeps the subscription as it is.
+    again = same(
+        "subscribe again",
+        lambda n, sns, sqs: sns.subscribe(
+            TopicArn=state[n]["topic"], Protocol="sqs", Endpoint=state[n]["snsc-env-arn"],
+            ReturnSubscriptionArn=True,
+        ),
+    )  # fmt: skip
+    assert all(r["SubscriptionArn"] == state[n]["env-sub"] for n, r in again.items())
+    same(
+        "filter policy kept",
+        lambda n, sns, sqs: json.loads(
+            sns.get_subscription_attributes(SubscriptionArn=state[n]["env-sub"])["Attributes"][
+                "FilterPolicy"
+            ]
+        ),
+    )
     same(
         "publish to nothing",
         lambda n, sns, sqs: sns.publish(TopicArn=state[n]["topic"] + "-nope", Message="x"),

@@ -32,6 +32,7 @@ from dynaq.api.aws.query_wire import (
     xml,
 )
 from dynaq.api.aws.sigv4 import AccessKey
+from dynaq.api.aws.sns_options import subscription_options
 from dynaq.api.aws.sns_publish import (
     check_attributes,
     check_batch_size,
@@ -45,11 +46,9 @@ from dynaq.api.aws.sns_publish import (
 )
 from dynaq.api.aws.sqs import SQS, authenticate
 from dynaq.api.aws.sqs_wire import ACCOUNT, SqsError, to_dynaq_attributes
-from dynaq.api.codec import parse_json, read_raw
+from dynaq.api.codec import read_raw
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS
 from dynaq.core.access import ADMIN, READ, WRITE
-from dynaq.core.body_filters import compile_body_policy
-from dynaq.core.filters import compile_policy
 from dynaq.core.messages import SUBJECT_ATTRIBUTE, NewMessage
 from dynaq.errors import AlreadyExists, DynaqError, InvalidInput, NotFound
 from dynaq.services.queue_records import Subscription
@@ -198,41 +197,6 @@ def _split_subscription(call: SnsCall) -> tuple[str, str]:
     return parts[5], parts[6]
 
 
-_SCOPES = {"MessageAttributes": "attributes", "MessageBody": "body"}
-
-
-def _options(attrs: Mapping[str, str], base: Subscription) -> Subscription:
-    policy, raw, scope = base.filter_policy, base.raw, base.filter_scope
-    for name, value in attrs.items():
-        if name == "FilterPolicy":
-            if value.strip() in ("", "{}"):
-                policy = None
-            else:
-                try:  # the strict parser: bounded nesting, so no RecursionError (a 500)
-                    policy = parse_json(value.encode())
-                except (InvalidInput, UnicodeEncodeError):
-                    raise invalid("FilterPolicy: failed to parse JSON.") from None
-        elif name == "FilterPolicyScope":
-            if value not in _SCOPES:
-                raise invalid("FilterPolicyScope: MessageAttributes or MessageBody")
-            scope = _SCOPES[value]
-        elif name == "RawMessageDelivery":
-            if value.lower() not in ("true", "false"):
-                raise invalid("RawMessageDelivery: true or false")
-            raw = value.lower() == "true"
-        else:
-            raise invalid(f"Attributes Reason: Unknown attribute {name}")
-    if policy is not None:  # against the scope it ends with; InvalidInput names the rule
-        try:
-            (compile_body_policy if scope == "body" else compile_policy)(policy)
-        except InvalidInput as exc:  # "filter_policy.a: ..." as SNS words it
-            where, _, what = exc.message.partition(": ")
-            key = where.removeprefix("filter_policy").lstrip(".")
-            detail = f"{what} (at {key})" if what and key else exc.message
-            raise invalid(f"FilterPolicy: {detail}") from None
-    return Subscription(policy, raw, scope)
-
-
 @action("Subscribe")
 async def subscribe(call: SnsCall) -> web.Response:
     topic = call.topic_of()
@@ -244,9 +208,22 @@ async def subscribe(call: SnsCall) -> web.Response:
     if len(parts) != 6 or parts[:3] != ["arn", "aws", "sqs"]:
         raise invalid("SQS endpoint ARN")
     queue = parts[5]
-    options = _options(entries(call.params, "Attributes", "key", "value"), Subscription(raw=False))
-    await call.request.app[CATALOG].subscribe(topic, queue, options)
-    return ok("Subscribe", xml("SubscriptionArn", _subscription_arn(call, topic, queue)))
+    attrs = entries(call.params, "Attributes", "key", "value")
+    catalog = call.request.app[CATALOG]
+    arn = xml("SubscriptionArn", _subscription_arn(call, topic, queue))
+    info = await catalog.topic(topic)
+    if queue in info.queues:
+        # As SNS: subscribing again is idempotent and keeps the subscription as it
+        # is (a re-run of set-up code must not drop its filter policy); asking for
+        # other attributes than it has is refused, not applied.
+        current = info.subscription(queue)
+        if subscription_options(attrs, current) != current:
+            raise invalid(
+                "Attributes Reason: Subscription already exists with different attributes"
+            )
+        return ok("Subscribe", arn)
+    await catalog.subscribe(topic, queue, subscription_options(attrs, Subscription(raw=False)))
+    return ok("Subscribe", arn)
 
 
 @action("Unsubscribe")
@@ -321,7 +298,9 @@ async def get_subscription_attributes(call: SnsCall) -> web.Response:
 async def set_subscription_attributes(call: SnsCall) -> web.Response:
     topic, queue, sub = await _current(call)
     call.require(ADMIN, topic)
-    options = _options({call.required("AttributeName"): call.params.get("AttributeValue", "")}, sub)
+    options = subscription_options(
+        {call.required("AttributeName"): call.params.get("AttributeValue", "")}, sub
+    )
     await call.request.app[CATALOG].subscribe(topic, queue, options)
     return ok("SetSubscriptionAttributes")
 
