@@ -8,12 +8,21 @@ statsd name                            Prometheus
 ``<queue>.sent.count`` (counter)       ``dynaq_queue_sent_total{queue}``
 ``<queue>.received.count``             ``dynaq_queue_received_total{queue}``
 ``<queue>.deleted.count``              ``dynaq_queue_deleted_total{queue}``
+``<queue>.<event>.count``              ``dynaq_queue_<event>_total{queue}``: delayed,
+                                       redriven, purged, expired, dead_lettered
 ``<queue>.depth.count`` (gauge)        ``dynaq_queue_depth{queue}``
 ``<queue>.fill.count``                 ``dynaq_queue_fill_percent{queue}``
 ``<queue>.approximate_depth.count``    ``dynaq_queue_approximate_depth{queue}``
+``<queue>.slice.<figure>`` (gauge)     ``dynaq_queue_slice_<figure>{queue}``: visible,
+                                       in_flight, delayed, oldest_age_s
+``processors.<name>.<figure>.count``   ``dynaq_processor_<figure>{processor}``: lag,
+                                       attempts, delivered, handled_errors
 ``batches.<mode>.opened.count``        ``dynaq_batches_opened_total{mode}``
 any other ``a.b.count``                ``dynaq_a_b_total`` (counter) / ``dynaq_a_b`` (gauge)
 =====================================  =============================================
+
+Every figure of one queue (or processor) is a label value of one family, never
+part of a family's name: queues ``a-b``, ``a.b`` and ``a_b`` are three series.
 
 Histograms (seconds): ``dynaq_http_request_duration_seconds{method, route,
 status}`` -- ``route`` is the route's template (``/v2/queues/{queue}/messages``),
@@ -50,8 +59,11 @@ HISTOGRAMS = {
     ),
     "store_commit_duration_seconds": ("One store commit (group commit, fsync included)", ()),
 }
-QUEUE_COUNTERS = {"sent", "received", "deleted"}
+QUEUE_COUNTERS = {"sent", "received", "deleted", "delayed", "redriven", "purged", "expired"}
+QUEUE_COUNTERS |= {"dead_lettered"}
 QUEUE_GAUGES = {"depth": "depth", "fill": "fill_percent", "approximate_depth": "approximate_depth"}
+SLICE_GAUGES = {"visible", "in_flight", "delayed", "oldest_age_s"}
+PROCESSOR_GAUGES = {"lag", "attempts", "delivered", "handled_errors"}
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
 _CACHE_MAX = 10_000
 """Most names (or label sets) remembered: queue names come and go."""
@@ -65,12 +77,17 @@ def family(name: str, counter: bool) -> Key:
     parts = base.split(".")
     if parts[0] == "batches" and len(parts) == 3 and parts[1] in ("exact", "estimated"):
         return f"dynaq_batches_{parts[2]}", (("mode", parts[1]),)
+    if parts[0] == "processors" and len(parts) >= 3 and parts[-1] in PROCESSOR_GAUGES:
+        return f"dynaq_processor_{parts[-1]}", (("processor", ".".join(parts[1:-1])),)
     if parts[0] not in ("batches", "outbox") and len(parts) >= 2:
         queue, _, what = base.rpartition(".")  # queue names may hold dots
         if counter and what in QUEUE_COUNTERS:
             return f"dynaq_queue_{what}", (("queue", queue),)
         if not counter and what in QUEUE_GAUGES:
             return f"dynaq_queue_{QUEUE_GAUGES[what]}", (("queue", queue),)
+        owner, _, kind = queue.rpartition(".")
+        if not counter and kind == "slice" and owner and what in SLICE_GAUGES:
+            return f"dynaq_queue_slice_{what}", (("queue", owner),)
     return "dynaq_" + _BAD.sub("_", base), ()
 
 

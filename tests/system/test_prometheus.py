@@ -137,3 +137,65 @@ async def test_metrics_can_be_turned_off(tmp_path: Path) -> None:
             assert (await r.json())["code"] == "not_found"
     finally:
         await asyncio.to_thread(p.kill)
+
+
+async def test_queues_whose_names_differ_in_punctuation_are_separate_series(
+    node: NodeProcess,
+) -> None:
+    """Every per-queue figure is labelled: ``col-x``, ``col.x`` and ``col_x`` are three
+    series of one family, not one family name the three overwrite or sum."""
+    names = ("col-x", "col.x", "col_x")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with aiohttp.ClientSession(headers=auth) as http:
+        for n, name in enumerate(names, start=1):
+            async with http.put(f"{node.url}/v1/queues/{name}") as r:
+                assert r.status in (200, 201), await r.text()
+            body = {"messages": [{"body": "later", "delay_s": 600}] * n}
+            async with http.post(f"{node.url}/v2/queues/{name}/messages", json=body) as r:
+                assert r.status == 200, await r.text()
+            async with http.get(f"{node.url}/v2/queues/{name}") as r:  # asks for its figures
+                assert r.status == 200
+    want = {name: float(n) for n, name in enumerate(names, start=1)}
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        _, _, text = await _scrape(node)
+        samples = _samples(text)
+        delayed = {
+            s.labels["queue"]: s.value
+            for s in samples
+            if s.name == "dynaq_queue_delayed_total" and s.labels.get("queue") in want
+        }
+        slice_delayed = {
+            s.labels["queue"]: s.value
+            for s in samples
+            if s.name == "dynaq_queue_slice_delayed" and s.labels.get("queue") in want
+        }
+        if slice_delayed == want or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    assert delayed == want
+    assert slice_delayed == want
+    assert not any(s.name.startswith("dynaq_col_") for s in samples)
+
+
+def test_statsd_names_map_to_labelled_families() -> None:
+    from dynaq.prometheus import family
+
+    assert family("a.b.sent.count", counter=True) == ("dynaq_queue_sent", (("queue", "a.b"),))
+    assert family("q.dead_lettered.count", counter=True) == (
+        "dynaq_queue_dead_lettered",
+        (("queue", "q"),),
+    )
+    assert family("a.slice.oldest_age_s", counter=False) == (
+        "dynaq_queue_slice_oldest_age_s",
+        (("queue", "a"),),
+    )
+    assert family("processors.p.q.lag.count", counter=False) == (
+        "dynaq_processor_lag",
+        (("processor", "p.q"),),
+    )
+    assert family("batches.exact.opened.count", counter=True) == (
+        "dynaq_batches_opened",
+        (("mode", "exact"),),
+    )
+    assert family("batches.completed.count", counter=True) == ("dynaq_batches_completed", ())
