@@ -199,3 +199,12 @@ def test_an_attribute_entry_without_a_name_is_refused() -> None:
         "MessageAttributes.entry.2.Value.DataType": "String",
     }
     assert message_attributes(ok) == {"a": {"DataType": "String"}}  # no value: the caller says
+
+
+@pytest.mark.parametrize("name", ["a.b", "a b", "", "ü"])
+def test_topic_names_sns_refuses(node: NodeProcess, name: str) -> None:
+    sns = _client(node, "sns")
+    with pytest.raises(ClientError) as refused:
+        sns.create_topic(Name=name)
+    assert refused.value.response["Error"]["Code"] == "InvalidParameter"
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400

@@ -345,3 +345,43 @@ def test_move_task_rules(sqs: Any, node: NodeProcess) -> None:
         assert _code(node, "StartMessageMoveTask", start) == "InvalidParameterValue"
     finally:
         sqs.cancel_message_move_task(TaskHandle=handle)
+
+
+@pytest.mark.parametrize(
+    ("name", "attributes"),
+    [
+        ("a.b", {}),
+        ("a b", {}),
+        ("x" * 81, {}),
+        ("", {}),
+        ("a.b.fifo", {"FifoQueue": "true"}),
+        ("x" * 76 + ".fifo", {"FifoQueue": "true"}),
+        ("plain.fifo", {}),
+    ],
+)
+def test_queue_names_sqs_refuses(sqs: Any, name: str, attributes: dict[str, str]) -> None:
+    """SQS names are letters, digits, ``-`` and ``_`` (a FIFO queue's then ``.fifo``),
+    1 to 80 in all; dynaq's own APIs also take dots, SQS's CreateQueue does not."""
+    with pytest.raises(ClientError) as refused:
+        sqs.create_queue(QueueName=name, Attributes=attributes)
+    assert refused.value.response["Error"]["Code"] in (
+        "InvalidParameterValue",
+        "MissingParameter",
+    )
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+
+
+def test_queue_names_sqs_takes(sqs: Any, node: NodeProcess) -> None:
+    for name, attributes in (
+        ("Ab-9_z", {}),
+        ("x" * 80, {}),
+        ("x" * 75 + ".fifo", {"FifoQueue": "true"}),
+    ):
+        url = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+        assert url.endswith("/" + name)
+    # A queue created with a dot through dynaq's own API stays reachable through SQS.
+    req = urllib.request.Request(node.url + "/v1/queues/made.by.v1", method="PUT", data=b"")
+    urllib.request.urlopen(req, timeout=10).close()
+    url = sqs.get_queue_url(QueueName="made.by.v1")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="x")
+    assert [m["Body"] for m in sqs.receive_message(QueueUrl=url)["Messages"]] == ["x"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -58,6 +59,7 @@ Action = Callable[["SnsCall"], Awaitable[web.Response]]
 ACTIONS: dict[str, Action] = {}
 _PAGE = 100
 MAX_BATCH = 10
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
 class SnsCall:
@@ -152,6 +154,11 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
 @action("CreateTopic")
 async def create_topic(call: SnsCall) -> web.Response:
     name = call.required("Name")
+    if not _TOPIC_NAME.fullmatch(name):  # dynaq's own APIs also take dots; SNS's do not
+        raise invalid(
+            "Topic Name: must be made up of only uppercase and lowercase ASCII letters, "
+            "numbers, underscores, and hyphens"
+        )
     call.require(ADMIN, name)
     catalog = call.request.app[CATALOG]
     with contextlib.suppress(AlreadyExists):  # an existing topic answers its ARN, as on SNS

@@ -50,6 +50,8 @@ _ACCEPTED_UNUSED = {"Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds",
 have no dynaq equivalent (the README says so)."""
 _MAX_LIST = 1000
 _DIGITS = re.compile(r"[0-9]{1,12}")
+_SQS_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+_SQS_FIFO_NAME = re.compile(r"[A-Za-z0-9_-]{1,75}\.fifo")
 
 
 def _bool(name: str, value: object) -> bool:
@@ -162,9 +164,14 @@ async def create_queue(call: Call) -> dict[str, Any]:
     fifo = (
         str(attrs.get("FifoQueue", "false")).lower() == "true" if isinstance(attrs, dict) else False
     )
-    if fifo != name.endswith(".fifo"):
+    if fifo != name.endswith(".fifo") or (fifo and not _SQS_FIFO_NAME.fullmatch(name)):
         raise invalid("The name of a FIFO queue can only include alphanumeric characters, "
                       "hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in length.")  # fmt: skip
+    if not fifo and not _SQS_NAME.fullmatch(name):
+        # dynaq's own APIs also take dots; SQS's names do not (a client must not create
+        # through SQS a queue real SQS would refuse). Existing ones stay reachable.
+        raise invalid("Can only include alphanumeric characters, hyphens, or underscores. "
+                      "1 to 80 in length")  # fmt: skip
     changes = settings_changes(attrs, fifo)
     catalog = call.request.app[CATALOG]
     tags = call.params.get("tags")
