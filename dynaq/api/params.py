@@ -95,6 +95,8 @@ def _attributes(item: Mapping[str, Any], where: str) -> dict[str, str] | None:
         raise InvalidInput(f"{where}.attributes must be an object of string values")
     if len(attrs) > MAX_ATTRIBUTES:
         raise InvalidInput(f"{where}.attributes holds at most {MAX_ATTRIBUTES} entries")
+    if "" in attrs:  # no SQS or SNS receiver could be given it (their names are 1..256)
+        raise InvalidInput(f"{where}.attributes: a name must not be empty")
     if TYPES_ATTRIBUTE in attrs:
         _check_types(attrs, f"{where}.attributes")
     return dict(attrs)

@@ -177,8 +177,8 @@ def test_new_messages_items_in_range_or_invalid(body: dict[str, Any], binary: bo
 _text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=16)
 # Any name but `aws.types`, whose value must be well formed (its own tests check
 # that); Hypothesis draws string constants from the code under test, so it does
-# draw that name.
-_attribute_names = _text.filter(lambda k: k != TYPES_ATTRIBUTE)
+# draw that name. An empty name is refused (its own test checks that).
+_attribute_names = _text.filter(lambda k: k not in (TYPES_ATTRIBUTE, ""))
 new_message = st.builds(
     NewMessage,
     body=st.binary(max_size=32),
@@ -206,6 +206,13 @@ def test_new_messages_round_trip(messages: list[NewMessage], binary: bool) -> No
     else:
         body = json.loads(json.dumps(body))
     assert params.new_messages(body, binary, 8) == messages
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_an_empty_attribute_name_is_refused(binary: bool) -> None:
+    item = {"body": b"x" if binary else "x", "attributes": {"": "v", "k": "v"}}
+    with pytest.raises(InvalidInput, match=r"messages\[0\]\.attributes: a name must not be empty"):
+        params.new_messages({"messages": [item]}, binary, 8)
 
 
 @PROPS
