@@ -199,7 +199,9 @@ def check_ranges(config: Config) -> None:
                 raise InvalidInput(f"setting {where} must be a finite number, got {value}")
             lo, hi = _RANGES.get(where, (0, float("inf")))
             if not lo <= value <= hi:
-                raise InvalidInput(f"setting {where} must be in {lo:g}..{hi:g}, got {value}")
+                raise InvalidInput(
+                    f"setting {where} must be in {_bound(lo)}..{_bound(hi)}, got {value}"
+                )
     if config.streams.acks not in ("quorum", "leader"):
         raise InvalidInput(
             f"setting streams.acks must be quorum or leader, got {config.streams.acks!r}"
@@ -302,3 +304,11 @@ def _from_env(key: str, value: str, expected: Any) -> Any:
     except ValueError:
         raise InvalidInput(f"environment variable {key}={value!r} has the wrong type") from None
     return value
+
+
+def _bound(x: float) -> str:
+    """A range bound as written in the config: ``67108864``, ``0.5``, ``inf`` (``:g``
+    printed 6.71089e+07)."""
+    if math.isfinite(x) and x == int(x):
+        return str(int(x))
+    return f"{x}"

@@ -65,6 +65,11 @@ def test_env_overrides_every_type() -> None:
         ({"queues": {"min_partitions": 50, "max_partitions": 2}}, {}, "min_partitions"),
         ({}, {"DYNAQ_STATS_ADDRESS": "localhost"}, "stats.address"),
         ({}, {"DYNAQ_QUEUES_TASK_RETENTION_S": "59"}, "queues.task_retention_s must be in 60.."),
+        (
+            {},
+            {"DYNAQ_HTTP_MAX_MESSAGE_BYTES": "999999999999"},
+            "http.max_message_bytes must be in 1..67108864, got 999999999999",
+        ),
         ({}, {"DYNAQ_QUEUES_TASK_RETENTION_S": "nan"}, "queues.task_retention_s"),
         ({}, {"DYNAQ_QUEUES_TASK_RETENTION_S": "2 weeks"}, "DYNAQ_QUEUES_TASK_RETENTION_S"),
         ({"queues": {"task_retention_s": "14d"}}, {}, "queues.task_retention_s"),
