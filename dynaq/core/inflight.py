@@ -24,6 +24,8 @@ class InFlight:
     other transaction may claim it (until it is released or served again)."""
     unclaimed_deadline: float = 0.0
     """While claimed: the deadline before the claim, restored if the claim is released."""
+    first_received_ms: int = 0
+    """Wall-clock ms of the first delivery on this node (0: unknown, e.g. handed over)."""
 
 
 _deliveries = itertools.count(random.getrandbits(40) << 20 | 1)

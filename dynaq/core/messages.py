@@ -96,6 +96,8 @@ class Message:
     origin: DeadLetterOrigin | None = None
     delivery: int = 0
     """The delivery this receive is (its receipt names it); 0 outside a receive."""
+    first_received_ms: int = 0
+    """Wall-clock ms of its first delivery, as far as its node knows (0: unknown)."""
 
 
 def encode(msg: NewMessage, enqueued_ms: int, compress: bool) -> bytes:

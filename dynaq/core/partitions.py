@@ -216,6 +216,7 @@ class QueueState:
         visibility_s: float,
         group: str | None = None,
         attributes: dict[str, str] | None = None,
+        wall_ms: int = 0,
     ) -> InFlight:
         # Runs once per served message: the lane and the deadline push are
         # inlined (lane_of, _push_deadline), which saves a third of its time.
@@ -226,6 +227,7 @@ class QueueState:
             f = inflight[message_id] = InFlight(
                 deadline, 1, message_id >> LANE_SHIFT, group, attributes, next_delivery()
             )
+            f.first_received_ms = wall_ms
             if group is not None:
                 self.group_head[group] = message_id
         else:

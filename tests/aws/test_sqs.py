@@ -544,3 +544,23 @@ def test_a_fifo_receive_retried_with_its_attempt_id_gets_the_same_messages(sqs: 
         receive("not valid: spaces")
     assert _code(bad.value) == "InvalidParameterValue"
     sqs.delete_queue(QueueUrl=url)
+
+
+def test_approximate_first_receive_timestamp_is_the_first_receive(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="first-receive", Attributes={"VisibilityTimeout": "0"})[
+        "QueueUrl"
+    ]
+    sqs.send_message(QueueUrl=url, MessageBody="x")
+    time.sleep(1.2)
+    before_ms = int(time.time() * 1000)
+    seen = []
+    for _ in range(2):
+        (m,) = sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"]
+        seen.append(m["Attributes"])
+        time.sleep(0.3)
+    sent = int(seen[0]["SentTimestamp"])
+    first = int(seen[0]["ApproximateFirstReceiveTimestamp"])
+    assert first >= before_ms - 50 and first >= sent + 1000
+    # The second delivery keeps the first one's time, and counts on.
+    assert seen[1]["ApproximateFirstReceiveTimestamp"] == str(first)
+    assert [a["ApproximateReceiveCount"] for a in seen] == ["1", "2"]

@@ -230,7 +230,8 @@ def _received(
         attrs = {
             "ApproximateReceiveCount": str(m.receive_count),
             "SentTimestamp": str(m.enqueued_ms),
-            "ApproximateFirstReceiveTimestamp": str(m.enqueued_ms),
+            # As far as this node knows: since a restart or a handover, the send time.
+            "ApproximateFirstReceiveTimestamp": str(m.first_received_ms or m.enqueued_ms),
             "SenderId": "dynaq",
         }
         if m.group is not None:

@@ -205,9 +205,8 @@ class Receiver:
         budget: ReceiveBudget,
     ) -> list[Message]:
         out = await self._serve_expired(info, st, max_messages, vt, limit, doomed, budget)
-        # With a visibility timeout of 0 (or one shorter than this receive takes) a
-        # message just served is visible again when its partition is scanned: one
-        # receive serves each message at most once, and counts it once.
+        # With a visibility timeout of 0 a message just served is visible again to the
+        # scan below: one receive serves (and counts) each message once.
         served = {m.id for m in out} if out else None
         busy: list[Partition] = []
         for p in st.serving_order(self._clock.monotonic(), self._idle_rescan_s):
@@ -269,7 +268,7 @@ class Receiver:
             raise
         finally:
             st.end_read(token)
-        now = self._clock.monotonic()
+        now, wall_ms = self._clock.monotonic(), self._clock.wall_ms()
         out: list[Message] = []
         for n, (mid, item) in enumerate(zip(expired, items, strict=True)):
             if budget.spent:
@@ -285,8 +284,9 @@ class Receiver:
                 doomed.append((mid, item.value))
             else:
                 msg = decode(mid, item.value)
-                f = st.mark_served(mid, now, vt, msg.group, msg.attributes)
+                f = st.mark_served(mid, now, vt, msg.group, msg.attributes, wall_ms)
                 msg.receive_count, msg.delivery = f.receive_count, f.delivery
+                msg.first_received_ms = f.first_received_ms
                 out.append(msg)
                 budget.take(len(item.value))
         return out
@@ -303,8 +303,7 @@ class Receiver:
         budget: ReceiveBudget,
         served: set[int] | None = None,
     ) -> list[Message]:
-        """Serve up to ``want`` visible messages of ``p``, skipping ``served`` (the
-        ones this receive served already)."""
+        """Serve up to ``want`` visible messages of ``p`` but those in ``served``."""
         bottom, top = p.lanes.bottom_id, p.lanes.top_id + 1
         wakes = p.wakes  # a wake-up during this scan must not be lost to idling
         start = first_start = p.take_start()
@@ -330,7 +329,7 @@ class Receiver:
                 # shows no earlier message of its group before the page (see :mod:`.lane_probe`).
                 partial = lane_of(start) if start != lane_start(lane_of(start)) else None
                 probe: LaneProbe | None = None
-                now = self._clock.monotonic()
+                now, wall_ms = self._clock.monotonic(), self._clock.wall_ms()
                 last = start
                 for k, v in rows:
                     last = keys.message_id(k)
@@ -363,8 +362,9 @@ class Receiver:
                             # the next scan, rewound) serves the earlier one first.
                             p.rewind_to(lane_start(partial))
                             continue
-                    f = st.mark_served(last, now, vt, g, msg.attributes)
+                    f = st.mark_served(last, now, vt, g, msg.attributes, wall_ms)
                     msg.receive_count, msg.delivery = f.receive_count, f.delivery
+                    msg.first_received_ms = f.first_received_ms
                     out.append(msg)
                     budget.take(len(v))
                     if len(out) >= want or budget.spent:
