@@ -285,3 +285,19 @@ def test_a_filter_policy_nested_past_any_limit_is_an_invalid_parameter(node: Nod
             sns.subscribe(
                 TopicArn=arn, Protocol="sqs", Endpoint=qarn, Attributes={"FilterPolicy": policy}
             )
+
+
+def test_get_topic_attributes_shows_the_topic(node: NodeProcess) -> None:
+    sns, sqs = _client(node, "sns"), _client(node, "sqs")
+    arn = sns.create_topic(Name="described")["TopicArn"]
+    attrs = sns.get_topic_attributes(TopicArn=arn)["Attributes"]
+    assert attrs["TopicArn"] == arn and attrs["Owner"] == "000000000000"
+    assert attrs["SubscriptionsConfirmed"] == "0" and attrs["SubscriptionsPending"] == "0"
+    for q in ("described-a", "described-b"):
+        qarn = _queue_arn(sqs, sqs.create_queue(QueueName=q)["QueueUrl"])
+        sns.subscribe(TopicArn=arn, Protocol="sqs", Endpoint=qarn)
+    assert sns.get_topic_attributes(TopicArn=arn)["Attributes"]["SubscriptionsConfirmed"] == "2"
+    with pytest.raises(sns.exceptions.NotFoundException):
+        sns.get_topic_attributes(TopicArn=arn + "-missing")
+    with pytest.raises(sns.exceptions.InvalidParameterException):
+        sns.get_topic_attributes(TopicArn="not-an-arn")

@@ -33,7 +33,7 @@ from dynaq.api.aws.query_wire import (
     xml,
 )
 from dynaq.api.aws.sigv4 import AccessKey
-from dynaq.api.aws.sns_options import subscription_options
+from dynaq.api.aws.sns_options import subscription_options, topic_attributes
 from dynaq.api.aws.sns_publish import (
     check_attributes,
     check_batch_size,
@@ -164,6 +164,15 @@ async def create_topic(call: SnsCall) -> web.Response:
     with contextlib.suppress(AlreadyExists):  # an existing topic answers its ARN, as on SNS
         await catalog.create_topic(name)
     return ok("CreateTopic", xml("TopicArn", call.topic_arn(name)))
+
+
+@action("GetTopicAttributes")
+async def get_topic_attributes(call: SnsCall) -> web.Response:
+    topic = call.topic_of()
+    call.require(READ, topic)
+    info = await call.request.app[CATALOG].topic(topic)
+    attrs = topic_attributes(call.topic_arn(topic), ACCOUNT, len(info.queues))
+    return ok("GetTopicAttributes", f"<Attributes>{attribute_entries(attrs)}</Attributes>")
 
 
 @action("DeleteTopic")

@@ -1,4 +1,5 @@
-"""SNS subscription attributes into a dynaq :class:`~dynaq.services.queue_records.Subscription`."""
+"""SNS attributes: a subscription's into a dynaq
+:class:`~dynaq.services.queue_records.Subscription`, and a topic's as SNS shows them."""
 
 from __future__ import annotations
 
@@ -47,3 +48,17 @@ def subscription_options(attrs: Mapping[str, str], base: Subscription) -> Subscr
             detail = f"{what} (at {key})" if what and key else exc.message
             raise invalid(f"FilterPolicy: {detail}") from None
     return Subscription(policy, raw, scope)
+
+
+def topic_attributes(topic_arn: str, owner: str, subscriptions: int) -> dict[str, str]:
+    """GetTopicAttributes' answer for a dynaq topic: only what is true of it. It keeps
+    no display name, access policy or delivery policy (tokens guard it; delivery is
+    to queues, at once), and every subscription is confirmed (an ``sqs`` one always is)."""
+    return {
+        "TopicArn": topic_arn,
+        "Owner": owner,
+        "DisplayName": "",
+        "SubscriptionsConfirmed": str(subscriptions),
+        "SubscriptionsPending": "0",
+        "SubscriptionsDeleted": "0",
+    }
