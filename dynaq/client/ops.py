@@ -167,6 +167,12 @@ def flatten_ids(results: list[Any]) -> list[int]:
 def send_messages(
     path: str, messages: Sequence[MessageLike], combine: Callable[[list[Any]], T]
 ) -> Op[T]:
+    if isinstance(messages, str | bytes | bytearray | memoryview | Mapping | NewMessage):
+        # A str is a sequence too: enqueue(q, "hello") would send five messages.
+        raise TypeError(
+            f"messages is a list of messages, got one {type(messages).__name__}: "
+            f"to send one message, pass [message]"
+        )
     calls = []
     for chunk in chunked(messages):
         wire, all_dedup = wire_messages(chunk)

@@ -12,6 +12,7 @@ from dynaq.client import NewMessage, ReceivedMessage, StreamEntry
 from dynaq.client.ops import Retry, wire_messages
 from dynaq.client.ops_queues import enqueue
 from dynaq.client.ops_streams import EntryDecoder, FollowPlan, follow_path, read_range
+from dynaq.client.ops_topics import publish
 
 
 def test_wire_messages_for_every_kind_of_message() -> None:
@@ -81,3 +82,15 @@ def test_a_follow_gives_up_fast_until_it_has_been_answered() -> None:
     assert not plan.gives_up(0, 5, 0.1, 30.0) and plan.gives_up(4, 5, 0.1, 30.0)
     plan.ever_opened = True  # then it waits out a restart, up to the deadline
     assert not plan.gives_up(40, 5, 29.0, 30.0) and plan.gives_up(0, 5, 31.0, 30.0)
+
+
+@pytest.mark.parametrize(
+    "one", ["hello", b"hello", bytearray(b"hi"), {"body": b"x"}, NewMessage(b"x")]
+)
+def test_one_message_where_a_list_is_due_is_a_type_error(one: object) -> None:
+    """``enqueue(q, "hello")`` had sent five one-letter messages (a str is a sequence)."""
+    with pytest.raises(TypeError, match=r"pass \[message\]"):
+        enqueue("q", one)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"pass \[message\]"):
+        publish("t", one)  # type: ignore[arg-type]
+    assert len(enqueue("q", ["hello"]).calls) == 1
