@@ -5,7 +5,10 @@ What it does, and guarantees:
 * **Long polls every node.** A node serves receives from its own slice of
   the queue, so the consumer reads the ring and polls each member (with
   ``wait_time_s``), re-reading the ring when a member stops answering. A node
-  that is down is retried with backoff; nothing else stops.
+  that is down (or answers 5xx) is retried with backoff. An answer no retry can
+  change -- the queue does not exist, the token is refused or lacks the grant, a
+  setting is out of range -- stops the consumer, and iterating it (or
+  :meth:`Consumer.run`) raises that error once it is closed.
 * **At most ``concurrency`` messages in hand** -- yielded and not yet settled,
   plus those received and waiting to be yielded.
 * **Heartbeats.** While a message is in hand its visibility is extended every
@@ -41,7 +44,7 @@ from typing import Protocol
 
 from dynaq.client.delivery import Delivery
 from dynaq.client.types import ReceivedMessage, RingMember
-from dynaq.errors import DynaqError
+from dynaq.errors import DynaqError, Forbidden, InvalidInput, NotFound, Unauthorized
 
 __all__ = ["STOP_SIGNALS", "Consumer", "ConsumerClient", "Delivery"]
 
@@ -69,6 +72,9 @@ class ConsumerClient(Protocol):
 
 
 log = logging.getLogger(__name__)
+
+_PERMANENT = (NotFound, Unauthorized, Forbidden, InvalidInput)
+"""Receive errors that no retry can change: they stop the consumer and are raised."""
 
 _ACK_LINGER_S = 0.02
 """Acks wait this long for company before a delete is sent."""
@@ -118,6 +124,8 @@ class Consumer:
         self._started = False
         self._closed = False
         self._rng = random.Random()
+        self.failure: DynaqError | None = None
+        """The receive error that stopped the consumer (see the module docstring)."""
         self.acked = 0
         """Messages whose delete the node confirmed."""
 
@@ -203,13 +211,15 @@ class Consumer:
                 delivery = getting.result()
                 if self._stop.is_set():
                     delivery.release()  # never yielded: someone else may have it now
-                    return
+                    break
                 yield delivery
         finally:
             stopping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await stopping
             await self.close()
+        if self.failure is not None:
+            raise self.failure
 
     async def run(self, handler: Callable[[Delivery], Awaitable[None]]) -> None:
         """Call ``handler`` for each message in up to ``concurrency`` tasks until
@@ -224,9 +234,15 @@ class Consumer:
             else:
                 d.ack()
 
+        failure: DynaqError | None = None
         async with self, asyncio.TaskGroup() as group:
-            async for delivery in self:
-                group.create_task(handle(delivery))
+            try:
+                async for delivery in self:
+                    group.create_task(handle(delivery))
+            except DynaqError as exc:  # raised as itself, not inside an ExceptionGroup
+                failure = exc
+        if failure is not None:
+            raise failure
 
     # receiving ---------------------------------------------------------------
 
@@ -269,6 +285,12 @@ class Consumer:
             except DynaqError as exc:
                 for _ in range(n):
                     self._slots.release()
+                if isinstance(exc, _PERMANENT):
+                    log.warning("consumer: stopped", extra={"node": addr, "error": str(exc)})
+                    if self.failure is None:
+                        self.failure = exc
+                    self.stop()
+                    return
                 failures += 1
                 delay = self._rng.uniform(0, min(5.0, 0.1 * 2 ** min(failures, 6)))
                 log.info("consumer: receive failed", extra={"node": addr, "error": str(exc)})

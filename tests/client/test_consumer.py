@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dynaq.client import AsyncClient, Consumer, Delivery, NewMessage, RetryPolicy
-from dynaq.errors import DynaqError, Unreachable
+from dynaq.errors import DynaqError, InvalidInput, QueueNotFound, Unauthorized, Unreachable
 from dynaq.testing import History, check
 from dynaq.testing.history import Delivery as Seen
 from dynaq.testing.process import NodeProcess, node_process
@@ -197,3 +197,30 @@ async def test_run_acks_what_succeeds_and_releases_what_fails(tmp_path: Path) ->
             assert isinstance(got, dict) and set(got) == {"work"}
     finally:
         await asyncio.to_thread(node.kill)
+
+
+async def test_an_error_no_retry_can_change_stops_it_and_is_raised(tmp_path: Path) -> None:
+    """A missing queue, a refused token or a setting out of range used to look like an
+    idle queue (the consumer retried forever, logging at INFO); a node that is down
+    is still retried."""
+    node = await _started(tmp_path, DYNAQ_AUTH_TOKENS="ops:consumer-token-0123:admin=*")
+    try:
+        async with AsyncClient(node.url, token="consumer-token-0123") as c:
+            with pytest.raises(QueueNotFound):
+                async for _ in c.consume("nope", concurrency=2, wait_time_s=1):
+                    pass
+            await c.create_queue("q")
+            consumer = c.consume("q", concurrency=2, wait_time_s=1, visibility_timeout_s=50_000)
+            with pytest.raises(InvalidInput):
+                await asyncio.wait_for(consumer.run(_never), 20)
+            assert isinstance(consumer.failure, InvalidInput)
+        async with AsyncClient(node.url, token="wrong-token-000000000") as bad:
+            with pytest.raises(Unauthorized):
+                async for _ in bad.consume("q", concurrency=2, wait_time_s=1):
+                    pass
+    finally:
+        await asyncio.to_thread(node.kill)
+
+
+async def _never(d: Delivery) -> None:
+    raise AssertionError(f"nothing was enqueued, got {d.id}")
