@@ -51,20 +51,12 @@ def _timing() -> Obj:
     }
 
 
-def settings_patch_extensions() -> Obj:
-    """PATCH /v1/queues/{queue} keys added by these features."""
-    return {"redrive_policy": nullable(_redrive_policy()), **_timing()}
-
-
-def queue_description_extensions() -> Obj:
-    """GET /v2/queues/{queue} members added by these features."""
-    count = {"type": "integer", "minimum": 0}
-    seconds = {"type": "number", "minimum": 0}
+def _sqs_settings() -> Obj:
+    """Settings SQS's attributes also set (so a definitions file restores them)."""
     return {
-        "redrive_policy": nullable(_redrive_policy()),
-        **_timing(),
         "receive_wait_s": {
-            **seconds,
+            "type": "number",
+            "minimum": 0,
             "maximum": 20,
             "description": "A receive naming no wait long-polls this long (SQS's "
             "ReceiveMessageWaitTimeSeconds).",
@@ -75,12 +67,31 @@ def queue_description_extensions() -> Obj:
             "maximum": 1 << 20,
             "description": "Largest body taken (SQS's MaximumMessageSize).",
         },
-        "fifo": {"type": "boolean", "description": "An SQS FIFO queue (set at creation)."},
+        "fifo": {
+            "type": "boolean",
+            "description": "An SQS FIFO queue: set at creation (changing it later is a 422).",
+        },
         "content_based_dedup": {
             "type": "boolean",
             "description": "FIFO: deduplicate by the body's SHA-256 when no dedup id is given.",
         },
-        "tags": {"type": "object", "additionalProperties": {"type": "string"}},
+        "tags": {"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 50},
+    }
+
+
+def settings_patch_extensions() -> Obj:
+    """PATCH /v1/queues/{queue} keys added by these features."""
+    return {"redrive_policy": nullable(_redrive_policy()), **_timing(), **_sqs_settings()}
+
+
+def queue_description_extensions() -> Obj:
+    """GET /v2/queues/{queue} members added by these features."""
+    count = {"type": "integer", "minimum": 0}
+    seconds = {"type": "number", "minimum": 0}
+    return {
+        "redrive_policy": nullable(_redrive_policy()),
+        **_timing(),
+        **_sqs_settings(),
         "visible": {**count, "description": "Stored and not in flight, summed over the ring."},
         "delayed": {**count, "description": "Waiting for their delay, summed over the ring."},
         "dead_lettered": {

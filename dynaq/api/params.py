@@ -291,6 +291,11 @@ _PATCHABLE: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "redrive_policy": ("redrive_policy", (Mapping, type(None))),
     "delay_s": ("delay_s", (int, float)),
     "retention_s": ("retention_s", (int, float)),
+    "receive_wait_s": ("receive_wait_s", (int, float)),
+    "max_message_bytes": ("max_message_bytes", int),
+    "fifo": ("fifo", bool),
+    "content_based_dedup": ("content_based_dedup", bool),
+    "tags": ("tags", Mapping),
 }
 
 
@@ -311,6 +316,13 @@ def settings_patch(patch: Any) -> dict[str, Any]:
         field_name, accepted = _PATCHABLE[key]
         if key == "redrive_policy":
             changes[field_name] = redrive_policy(value)
+            continue
+        if key == "tags":
+            if not isinstance(value, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
+                raise InvalidInput("tags must be an object of string values")
+            changes[field_name] = tuple(sorted(value.items()))
             continue
         if isinstance(value, bool) and accepted is not bool:
             raise InvalidInput(f"{key} must be a number, not a boolean")

@@ -370,6 +370,10 @@ class AsyncClient(AsyncStreams, AsyncBatches, AsyncProcessors):
         """The queues subscribed to ``name``."""
         return await self._run(ops_topics.topic_queues(name))
 
+    async def topic_subscriptions(self, name: str) -> dict[str, dict[str, Any]]:
+        """Each subscribed queue's options (``subscribe``'s arguments)."""
+        return await self._run(ops_topics.topic_subscriptions(name))
+
     async def delete_topic(self, name: str) -> None:
         await self._run(ops_topics.delete_topic(name))
 

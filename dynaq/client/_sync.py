@@ -373,6 +373,10 @@ class Client(SyncStreams, SyncBatches, SyncProcessors):
         """The queues subscribed to ``name``."""
         return self._run(ops_topics.topic_queues(name))
 
+    def topic_subscriptions(self, name: str) -> dict[str, dict[str, Any]]:
+        """Each subscribed queue's options (``subscribe``'s arguments)."""
+        return self._run(ops_topics.topic_subscriptions(name))
+
     def delete_topic(self, name: str) -> None:
         self._run(ops_topics.delete_topic(name))
 

@@ -24,6 +24,24 @@ def topic_queues(name: str) -> Op[list[str]]:
     return single(Call("GET", f"/v1/topics/{quoted(name)}", lambda got: list(got["Queues"])))
 
 
+DEFAULT_SUBSCRIPTION: Mapping[str, Any] = {
+    "filter_policy": None,
+    "filter_scope": "attributes",
+    "raw_delivery": True,
+}
+
+
+def topic_subscriptions(name: str) -> Op[dict[str, dict[str, Any]]]:
+    """Each subscribed queue's options: ``filter_policy``, ``filter_scope``, ``raw_delivery``
+    (:meth:`subscribe`'s arguments), in subscription order."""
+
+    def read(got: Any) -> dict[str, dict[str, Any]]:
+        options = got.get("Subscriptions") or {}
+        return {q: {**DEFAULT_SUBSCRIPTION, **options.get(q, {})} for q in got["Queues"]}
+
+    return single(Call("GET", f"/v1/topics/{quoted(name)}", read))
+
+
 def delete_topic(name: str) -> Op[None]:
     return single(Call("DELETE", f"/v1/topics/{quoted(name)}", nothing))
 

@@ -9,8 +9,10 @@ it does not know in ``raw``, so a node newer than the client loses nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
+
+from dynaq.client.queue_settings import QueueSettings as QueueSettings
 
 
 @dataclass(frozen=True)
@@ -191,51 +193,6 @@ class TxnResult:
 
 
 @dataclass(frozen=True)
-class QueueSettings:
-    """A queue's settings; ``None`` means "leave as it is" in an update.
-
-    Field names are the v2 names; :meth:`patch` gives v1's ``PATCH`` keys.
-    """
-
-    visibility_timeout_s: float | None = None
-    min_partitions: int | None = None
-    max_partitions: int | None = None
-    max_partition_age_s: float | None = None
-    compressed_messages: bool | None = None
-
-    _V1 = {
-        "visibility_timeout_s": "visibility_timeout",
-        "min_partitions": "min_partitions",
-        "max_partitions": "max_partitions",
-        "max_partition_age_s": "max_partition_age",
-        "compressed_messages": "compressed_messages",
-    }
-
-    def patch(self) -> dict[str, Any]:
-        """The v1 ``PATCH`` body that sets the fields that are not ``None``."""
-        return {
-            self._V1[f.name]: getattr(self, f.name)
-            for f in fields(self)
-            if getattr(self, f.name) is not None
-        }
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields that are set, by v2 name (what definitions files hold)."""
-        return {
-            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> QueueSettings:
-        """From v2 names; an unknown name is a ``ValueError`` naming it."""
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown queue settings: {', '.join(sorted(unknown))}")
-        return cls(**{k: data[k] for k in known if k in data})
-
-
-@dataclass(frozen=True)
 class QueueInfo:
     """``GET /v2/queues/:queue``: settings and this node's figures.
 
@@ -260,13 +217,7 @@ class QueueInfo:
 
     @classmethod
     def from_wire(cls, got: Mapping[str, Any]) -> QueueInfo:
-        settings = QueueSettings(
-            visibility_timeout_s=got.get("visibility_timeout_s"),
-            min_partitions=got.get("min_partitions"),
-            max_partitions=got.get("max_partitions"),
-            max_partition_age_s=got.get("max_partition_age_s"),
-            compressed_messages=got.get("compressed_messages"),
-        )
+        settings = QueueSettings.from_wire(got)
         return cls(
             str(got["name"]),
             settings,

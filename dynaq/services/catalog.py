@@ -317,6 +317,8 @@ class Catalog(TopicCatalog):
         async with self._records.serial(key):
             for _ in range(CONFIG_RETRIES):
                 record, version = await self._read_live(name)
+                if changes.get("fifo", record.settings.fifo) != record.settings.fifo:
+                    raise InvalidInput("fifo is set when a queue is created, not changed after")
                 updated = replace(
                     record,
                     settings=apply_settings(record.settings, changes),

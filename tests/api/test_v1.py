@@ -128,6 +128,12 @@ async def test_patch_applies_every_setting(http: aiohttp.ClientSession) -> None:
         b'{"min_partitions": 5, "max_partitions": 2}',
         b'{"min_partitions": 0}',
         b'{"nope": 1}',
+        b'{"fifo": true}',
+        b'{"content_based_dedup": true}',
+        b'{"tags": {"a": 1}}',
+        b'{"tags": ["a"]}',
+        b'{"receive_wait_s": 21}',
+        b'{"max_message_bytes": 10}',
         b'{"visibility_timeout": 1',
         b"[1, 2]",
         b"",
@@ -142,6 +148,24 @@ async def test_patch_rejects_bad_input(http: aiohttp.ClientSession, body: bytes)
         assert "error" in await _json(r)  # type: ignore[operator]
     async with http.get("/v1/queues/q1") as r:
         assert (await _json(r))["VisibilityTimeout"] == 30  # type: ignore[index]
+
+
+async def test_patch_sets_what_sqs_attributes_set(http: aiohttp.ClientSession) -> None:
+    """Every setting a definitions file restores: through v1 as through SQS."""
+    settings = {"fifo": True, "content_based_dedup": True, "tags": {"team": "a"}}
+    async with http.put("/v1/queues/q3", json=settings) as r:
+        assert r.status == 201
+    patch = {"receive_wait_s": 3, "max_message_bytes": 2048, "tags": {"team": "b"}, "fifo": True}
+    async with http.patch("/v1/queues/q3", json=patch) as r:
+        assert r.status == 200, await r.text()
+    async with http.get("/v2/queues/q3") as r:
+        got = await _json(r)
+    assert isinstance(got, dict)
+    assert (got["fifo"], got["content_based_dedup"], got["tags"]) == (True, True, {"team": "b"})
+    assert (got["receive_wait_s"], got["max_message_bytes"]) == (3, 2048)
+    async with http.patch("/v1/queues/q3", json={"fifo": False}) as r:
+        assert r.status == 422
+        assert "set when a queue is created" in (await r.text())
 
 
 async def test_create_with_settings_applies_them_in_the_same_write(

@@ -184,7 +184,7 @@ def test_definitions_round_trip(dynaq: Run, tmp_path: Path) -> None:
         there = ("--endpoint", other.url)
         dynaq("queue", "create", "audit", "--visibility-timeout", "9", *there)
         out = dynaq("definitions", "import", str(file), *there)
-        assert out == "queues: 1 created, 1 updated; topics: 1 created; subscriptions: 2 added\n"
+        assert out == "queues: 1 created, 1 updated; topics: 1 created; subscriptions: 2 set\n"
         exported = {q["name"]: q["settings"] for q in defs["queues"]}
         assert exported["orders"]["visibility_timeout_s"] == 45
         assert exported["orders"]["max_partitions"] == 3
@@ -202,7 +202,7 @@ def test_definitions_round_trip(dynaq: Run, tmp_path: Path) -> None:
             "queues_created": 0,
             "queues_updated": 2,
             "topics_created": 0,
-            "subscriptions_added": 0,
+            "subscriptions_set": 0,
         }
     finally:
         other.kill()
