@@ -73,7 +73,11 @@ const last = {};  // queue -> {t, sent} for rates from successive polls
 
 async function queuesView() {
   const {queues} = await api("GET", "/v1/queues");
-  const infos = await Promise.all(queues.map((q) => api("GET", "/v2/queues/" + encodeURIComponent(q))));
+  // A queue deleted between the list and its details drops out of this refresh, not the table.
+  const settled = await Promise.allSettled(queues.map((q) => api("GET", "/v2/queues/" + encodeURIComponent(q))));
+  const failed = settled.find((r) => r.status === "rejected" && r.reason.status !== 404);
+  if (failed) throw failed.reason;
+  const infos = settled.filter((r) => r.status === "fulfilled").map((r) => r.value);
   const now = Date.now();
   const rows = infos.map((i) => {
     const prev = last[i.name];
@@ -90,8 +94,8 @@ async function queuesView() {
       ev.preventDefault();
       try {
         const name = $("#new-queue").value;
-        await api("PUT", "/v1/queues/" + encodeURIComponent(name));
-        await api("PATCH", "/v1/queues/" + encodeURIComponent(name), {visibility_timeout: Number($("#new-vt").value)});
+        // The settings ride in the PUT: the queue is created with them in one write.
+        await api("PUT", "/v1/queues/" + encodeURIComponent(name), {visibility_timeout: Number($("#new-vt").value)});
         location.hash = "#/queue/" + encodeURIComponent(name);
       } catch (e) { showError(e); }
     };
