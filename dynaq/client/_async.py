@@ -78,6 +78,7 @@ class AsyncClient(AsyncStreams, AsyncBatches, AsyncProcessors):
             raise ValueError("ca_file is for https:// endpoints")
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
+        self._closed = False
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     @classmethod
@@ -97,6 +98,8 @@ class AsyncClient(AsyncStreams, AsyncBatches, AsyncProcessors):
         return f"AsyncClient({self._endpoints!r})"  # never the token
 
     async def close(self) -> None:
+        """End the connections; the client takes no request after (``RuntimeError``)."""
+        self._closed = True
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -111,6 +114,8 @@ class AsyncClient(AsyncStreams, AsyncBatches, AsyncProcessors):
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
+            if self._closed:  # a new session here would leak: nothing closes it
+                raise RuntimeError("this AsyncClient is closed")
             headers = {"Accept": MSGPACK}
             if self._token is not None:
                 headers["Authorization"] = f"Bearer {self._token}"

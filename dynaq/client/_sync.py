@@ -107,6 +107,7 @@ class Client(SyncStreams, SyncBatches, SyncProcessors):
         elif ca_file is not None:
             raise ValueError("ca_file is for https:// endpoints")
         self._conns: dict[str, tuple[http.client.HTTPConnection, float]] = {}
+        self._closed = False
 
     @classmethod
     def from_env(cls, endpoints: str | None = None, **kwargs: Any) -> Client:
@@ -125,6 +126,8 @@ class Client(SyncStreams, SyncBatches, SyncProcessors):
         return f"Client({self._endpoints!r})"  # never the token
 
     def close(self) -> None:
+        """End the connections; the client takes no request after (``RuntimeError``)."""
+        self._closed = True
         for conn, _ in self._conns.values():
             conn.close()
         self._conns.clear()
@@ -138,6 +141,8 @@ class Client(SyncStreams, SyncBatches, SyncProcessors):
     # plumbing ----------------------------------------------------------------
 
     def _connection(self, addr: str, timeout_s: float) -> tuple[http.client.HTTPConnection, bool]:
+        if self._closed:
+            raise RuntimeError("this Client is closed")
         now = time.monotonic()
         kept = self._conns.pop(addr, None)
         if kept is not None and now - kept[1] < IDLE_REUSE_S:

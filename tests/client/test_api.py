@@ -205,3 +205,21 @@ async def test_the_blocking_client_does_the_same(node: NodeProcess) -> None:
             return sorted(m.body for m in got)
 
     assert await asyncio.to_thread(round_trip) == [b"a", b"b", b"c"]
+
+
+async def test_a_closed_client_refuses_requests(node: NodeProcess) -> None:
+    """A closed client had kept working (the async one on a new, leaked connection)."""
+    c = AsyncClient(node.url, token=ADMIN)
+    assert isinstance(await c.list_queues(), list)
+    await c.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await c.list_queues()
+
+    def blocking() -> None:
+        s = Client(node.url, token=ADMIN)
+        s.list_queues()
+        s.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            s.list_queues()
+
+    await asyncio.to_thread(blocking)
