@@ -32,8 +32,19 @@ def common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", default=None, help="bearer token (default: $DYNAQ_TOKEN)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds per request (default 30)"
+        "--timeout", type=_seconds, default=30.0, help="seconds per request (default 30)"
     )
+
+
+def _seconds(text: str) -> float:
+    """A ``--timeout``: a finite number of seconds above 0 (argparse names the option)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds above 0")
+    return value
 
 
 def client_for(args: argparse.Namespace) -> Client:

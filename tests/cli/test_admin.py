@@ -225,3 +225,9 @@ def test_exit_codes_for_access_and_reachability(dynaq: Run) -> None:
     assert "unreachable" in dynaq.stderr
     dynaq("queue", "list", "--endpoint", "ftp://x", code=2)
     dynaq("queue", "nonsense", code=2)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon"])
+def test_a_timeout_that_is_not_a_positive_number_is_a_usage_error(dynaq: Run, value: str) -> None:
+    dynaq("queue", "list", "--timeout", value, code=2)
+    assert "argument --timeout" in dynaq.stderr
