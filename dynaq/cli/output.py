@@ -107,6 +107,8 @@ def _cell(v: Any) -> str:
         return "yes" if v else "no"
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
+    if isinstance(v, dict | list):  # a redrive policy, tags: as the API writes them
+        return json.dumps(v, separators=(",", ":"))
     return str(v)
 
 

@@ -78,15 +78,46 @@ def settings_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--compressed", action=argparse.BooleanOptionalAction, dest="compressed_messages"
     )
+    p.add_argument("--delay", type=float, dest="delay_s", help="seconds new messages wait")
+    p.add_argument("--retention", type=float, dest="retention_s", help="seconds kept")
+    p.add_argument("--receive-wait", type=float, dest="receive_wait_s", help="default long poll")
+    p.add_argument("--max-message-bytes", type=int)
+    p.add_argument("--dead-letter-queue", metavar="QUEUE", help="with --max-receive-count: the DLQ")
+    p.add_argument("--max-receive-count", type=int, metavar="N")
+    p.add_argument("--fifo", action="store_true", default=None, help="a FIFO queue (at create)")
+    p.add_argument("--content-based-dedup", action=argparse.BooleanOptionalAction)
+    p.add_argument("--tag", action="append", metavar="K=V", help="a tag (repeat; replaces all)")
 
 
 def settings_of(args: argparse.Namespace) -> QueueSettings:
+    redrive = None
+    if (args.dead_letter_queue is None) != (args.max_receive_count is None):
+        raise ValueError("--dead-letter-queue and --max-receive-count go together")
+    if args.dead_letter_queue is not None:
+        redrive = {
+            "dead_letter_queue": args.dead_letter_queue,
+            "max_receive_count": args.max_receive_count,
+        }
+    tags = None
+    if args.tag is not None:
+        bad = [t for t in args.tag if "=" not in t]
+        if bad:
+            raise ValueError(f"--tag takes K=V, got {bad[0]!r}")
+        tags = dict(t.split("=", 1) for t in args.tag)
     return QueueSettings(
         visibility_timeout_s=args.visibility_timeout_s,
         min_partitions=args.min_partitions,
         max_partitions=args.max_partitions,
         max_partition_age_s=args.max_partition_age_s,
         compressed_messages=args.compressed_messages,
+        redrive_policy=redrive,
+        delay_s=args.delay_s,
+        retention_s=args.retention_s,
+        receive_wait_s=args.receive_wait_s,
+        max_message_bytes=args.max_message_bytes,
+        fifo=args.fifo,
+        content_based_dedup=args.content_based_dedup,
+        tags=tags,
     )
 
 
