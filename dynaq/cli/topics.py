@@ -70,10 +70,18 @@ def delete(args: argparse.Namespace, c: Client) -> int:
 
 
 def subscribe(args: argparse.Namespace, c: Client) -> int:
-    queues = c.subscribe(args.name, args.queue)
-    return _report(
-        args, {"topic": args.name, "queues": queues}, f"{args.queue} subscribed to {args.name}"
-    )
+    # Asked first: a missing topic or queue is a 404 here (exit 3; the v1 subscribe
+    # route answers 422), and an existing subscription keeps its options (a filter
+    # policy set through the API or SNS must not be dropped by a re-run).
+    current = c.topic_subscriptions(args.name)
+    c.describe_queue(args.queue)
+    if args.queue in current:
+        queues = list(current)
+        said = f"{args.queue} already subscribed to {args.name}"
+    else:
+        queues = c.subscribe(args.name, args.queue)
+        said = f"{args.queue} subscribed to {args.name}"
+    return _report(args, {"topic": args.name, "queues": queues}, said)
 
 
 def unsubscribe(args: argparse.Namespace, c: Client) -> int:

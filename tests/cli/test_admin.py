@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from dynaq.client import Client
 from dynaq.testing.process import NodeProcess, free_port, node_process
 from tests.cli.helpers import Run
 
@@ -254,3 +255,21 @@ def test_queue_settings_beyond_the_partitions(dynaq: Run) -> None:
     dynaq("queue", "set", "flags-q.fifo", "--tag", "nokey", code=2)
     dynaq("queue", "set", "flags-dlq", "--fifo", code=1)
     assert "fifo is set when a queue is created" in dynaq.stderr
+
+
+def test_topic_subscribe_keeps_an_existing_subscription_and_404s_what_is_missing(
+    dynaq: Run, node: NodeProcess
+) -> None:
+    dynaq("queue", "create", "sub-q")
+    dynaq("topic", "create", "sub-t")
+    with Client(node.url, token=ADMIN) as c:
+        c.subscribe("sub-t", "sub-q", filter_policy={"kind": ["order"]}, raw_delivery=False)
+    assert dynaq("topic", "subscribe", "sub-t", "sub-q") == "sub-q already subscribed to sub-t\n"
+    with Client(node.url, token=ADMIN) as c:  # a re-run must not drop the filter policy
+        assert c.topic_subscriptions("sub-t")["sub-q"] == {
+            "filter_policy": {"kind": ["order"]},
+            "filter_scope": "attributes",
+            "raw_delivery": False,
+        }
+    dynaq("topic", "subscribe", "sub-t", "no-such-queue", code=3)
+    dynaq("topic", "subscribe", "no-such-topic", "sub-q", code=3)
