@@ -150,8 +150,13 @@ def check_settings(s: QueueSettings) -> QueueSettings:
     """
     if s.min_partitions < 1:
         raise InvalidInput("min_partitions must be at least 1")
+    if s.max_partitions < 1:
+        raise InvalidInput(f"max_partitions must be at least 1, got {s.max_partitions}")
     if s.max_partitions < s.min_partitions:
-        raise InvalidInput("min_partitions must not be greater than max_partitions")
+        raise InvalidInput(
+            f"min_partitions ({s.min_partitions}) must not be greater than "
+            f"max_partitions ({s.max_partitions})"
+        )
     if s.visibility_timeout_s > 12 * 3600:
         raise InvalidInput("visibility_timeout must be at most 43200 seconds (12 hours)")
     if s.max_partitions > _MAX_PARTITIONS:

@@ -127,6 +127,7 @@ async def test_patch_applies_every_setting(http: aiohttp.ClientSession) -> None:
         b'{"visibility_timeout": -1}',
         b'{"min_partitions": 5, "max_partitions": 2}',
         b'{"min_partitions": 0}',
+        b'{"max_partitions": 0}',
         b'{"nope": 1}',
         b'{"fifo": true}',
         b'{"content_based_dedup": true}',
