@@ -19,14 +19,11 @@ from dynaq.api.codec import body_from_wire
 from dynaq.core.body_filters import compile_body_policy
 from dynaq.core.filters import compile_policy
 from dynaq.core.ids import MAX_ID, is_valid_id
-from dynaq.core.messages import TYPES_ATTRIBUTE, NewMessage
+from dynaq.core.messages import MAX_ATTRIBUTES, TYPES_ATTRIBUTE, NewMessage
 from dynaq.core.receipts import decode_receipt
 from dynaq.errors import InvalidInput
 from dynaq.services.queue_records import MAX_DELAY_S, RedrivePolicy, Subscription
 from dynaq.services.queues.tasks import DEFAULT_RATE_PER_S as DEFAULT_REDRIVE_PER_S
-
-MAX_ATTRIBUTES = 32
-"""Most attributes one message may carry."""
 
 _ID_SEPARATORS = re.compile(r"[\s,+]+")
 

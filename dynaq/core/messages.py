@@ -26,6 +26,9 @@ _T = TypeVar("_T")
 _packer = msgpack.Packer()
 
 
+MAX_ATTRIBUTES = 32
+"""Most attributes one message may carry (every API, and the outbox relay's rows)."""
+
 HIDDEN_ATTRIBUTE_PREFIXES = ("aws.", "dynaq.")
 """Attributes dynaq keeps for itself: never shown as a message's SQS/SNS attributes."""
 TYPES_ATTRIBUTE = "aws.types"

@@ -53,6 +53,9 @@ from dynaq.tasks import cancel_and_wait, every, wait_event, wait_finished
 
 log = logging.getLogger("dynaq.outbox")
 
+_MAX_BACKOFF_S = 30.0
+"""Longest wait between attempts to reach a database that keeps failing."""
+
 # Session settings of the lock connection: the server notices a vanished
 # leader (cable cut, frozen VM) after ~5 + 2*3 s and frees the lock.
 _SESSION_SETUP = (
@@ -220,21 +223,34 @@ class OutboxRelay:
     async def _run(self) -> None:
         import asyncpg
 
-        backoff = self.config.io_error_backoff_ms / 1000
+        base = self.config.io_error_backoff_ms / 1000
+        failures = 0
         while not self._stopping:
             if not self.owns_table():
                 await self._pause(60.0)
                 continue
+            started = self._clock.monotonic()
             try:
                 await self._lead_once()
+                failures = 0
+                continue
             except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning(
-                    "outbox database error", extra={"table": self.config.table, "error": repr(exc)}
-                )
-                await self._pause(backoff)
-            except Exception:  # a bug must not end leadership attempts for good
+                error, bug = repr(exc), False
+            except Exception as exc:  # a bug must not end leadership attempts for good
+                error, bug = repr(exc), True
                 log.exception("outbox relay failed", extra={"table": self.config.table})
-                await self._pause(backoff)
+            # A database that stays away is retried ever less often (to _MAX_BACKOFF_S):
+            # a warning every half second for hours buries every other line.
+            if self._clock.monotonic() - started > _MAX_BACKOFF_S:
+                failures = 0  # it had been working: start over from the base
+            delay = min(_MAX_BACKOFF_S, base * 2**failures)
+            failures = min(failures + 1, 32)
+            if not bug:
+                log.warning(
+                    "outbox database error",
+                    extra={"table": self.config.table, "error": error, "retry_in_s": delay},
+                )
+            await self._pause(delay)
 
     async def _lead_once(self) -> None:
         """One attempt: take the lock and relay until revoked, fenced or stopped."""

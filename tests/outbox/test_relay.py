@@ -17,6 +17,7 @@ from dynaq.outbox import cli
 from dynaq.outbox.events import LeaderAcquired, LeaderFenced, LeaderRevoked
 from dynaq.outbox.relay import OutboxRelay, table_lane
 from dynaq.outbox.schema import Queries, stash
+from dynaq.testing.process import free_port
 from tests.outbox.helpers import EventLog, RecordingMetrics, consume, fast_config, outbox_pool
 
 asyncpg = pytest.importorskip("asyncpg")
@@ -385,3 +386,56 @@ def test_bench_outbox_rounds_report_medians_of_same_round_ratios(postgres: objec
     ratios = [r["ratio_vs_postgres_floor"] for r in runs]
     assert result["ratio_vs_postgres_floor"] == pytest.approx(statistics.median(ratios), abs=0.001)
     assert result["median_ratio_mark_batch_1000"] == result["ratio_vs_postgres_floor"]
+
+
+async def test_rows_whose_headers_no_api_would_take_are_parked(
+    node: Node,
+    db: Pool,
+    pg_dsn: str,
+) -> None:
+    """Forty headers, or one with an empty name: what every API refuses (422) a row
+    must not publish either; it is parked, and the key's next row still goes."""
+    await _topic(node)
+    many = {f"h{i}": "v" for i in range(40)}
+    async with db.acquire() as conn:
+        crowded = await stash(conn, "events", "a", b"a:0", many)
+        nameless = await stash(conn, "events", "b", b"b:0", {"": "e", "ok": "1"})
+        await stash(conn, "events", "a", b"a:1")
+        await stash(conn, "events", "b", b"b:1", {"ok": "1"})
+    metrics = RecordingMetrics()
+    relay = OutboxRelay(fast_config(pg_dsn), node.topics, node.view, metrics)
+    await relay.start()
+    try:
+        seen = await consume(node.queues, "q", 2, consumers=1, timeout_s=20)
+        await _wait(lambda: metrics.counters.get("outbox.outbox.parked.count") == 2)
+    finally:
+        await relay.stop()
+    assert seen == {"a": [1], "b": [1]}
+    parked = await db.fetch("SELECT id, failure FROM outbox WHERE failure IS NOT NULL ORDER BY id")
+    assert [r[0] for r in parked] == [crowded, nameless]
+    assert all("at most 32 attributes" in r[1] for r in parked)
+
+
+async def test_an_unreachable_database_is_retried_ever_less_often(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A warning every io_error_backoff_ms for as long as the database is away buried
+    every other line (7,200 an hour at 500 ms): the wait doubles, to 30 s."""
+    dsn = f"postgresql://nobody@127.0.0.1:{free_port()}/none"
+    relay = OutboxRelay(
+        fast_config(dsn, io_error_backoff_ms=50), node.topics, node.view, RecordingMetrics()
+    )
+    with caplog.at_level("WARNING", logger="dynaq.outbox"):
+        await relay.start()
+        try:
+            await asyncio.sleep(3.0)
+        finally:
+            await relay.stop()
+    waits = [
+        r.__dict__["retry_in_s"]
+        for r in caplog.records
+        if r.getMessage() == "outbox database error"
+    ]
+    # 0.05, 0.1, 0.2, 0.4, 0.8, 1.6 s: at most 6 tries in 3 s, not 60.
+    assert 3 <= len(waits) <= 7, waits
+    assert waits == sorted(waits) and waits[1] == 2 * waits[0]

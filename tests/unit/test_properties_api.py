@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from dynaq.api import params
 from dynaq.api.codec import body_from_wire, body_to_json, parse_json, read_body
 from dynaq.core.ids import MAX_ID
-from dynaq.core.messages import TYPES_ATTRIBUTE, NewMessage
+from dynaq.core.messages import MAX_ATTRIBUTES, TYPES_ATTRIBUTE, NewMessage
 from dynaq.errors import InvalidInput, UnsupportedMediaType
 
 T = TypeVar("T")
@@ -151,7 +151,7 @@ def _check_new_messages(body: Any, binary: bool, max_batch: int) -> None:
         for m in messages:
             assert isinstance(m.body, bytes)
             assert m.attributes is None or (
-                len(m.attributes) <= params.MAX_ATTRIBUTES
+                len(m.attributes) <= MAX_ATTRIBUTES
                 and all(isinstance(k, str) and isinstance(v, str) for k, v in m.attributes.items())
             )
             assert m.group is None or isinstance(m.group, str)
@@ -182,7 +182,7 @@ _attribute_names = _text.filter(lambda k: k not in (TYPES_ATTRIBUTE, ""))
 new_message = st.builds(
     NewMessage,
     body=st.binary(max_size=32),
-    attributes=st.none() | st.dictionaries(_attribute_names, _text, max_size=params.MAX_ATTRIBUTES),
+    attributes=st.none() | st.dictionaries(_attribute_names, _text, max_size=MAX_ATTRIBUTES),
     group=st.none() | _text,
     dedup_id=st.none() | _text,
 )

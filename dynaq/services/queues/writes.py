@@ -21,7 +21,7 @@ from dynaq.clock import Clock
 from dynaq.core import keys
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, parse_item_id
 from dynaq.core.ids import IdGenerator, group_lane, lane_of, lane_start
-from dynaq.core.messages import NewMessage, encode
+from dynaq.core.messages import MAX_ATTRIBUTES, NewMessage, encode
 from dynaq.errors import IdClockStalled, InvalidInput, PayloadTooLarge
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import QueueInfo
@@ -131,6 +131,12 @@ class Writer:
         for name, value in (("group", msg.group), ("dedup_id", msg.dedup_id)):
             if value is not None and not 1 <= len(value.encode()) <= MAX_TAG_BYTES:
                 raise InvalidInput(f"{name} must be 1..{MAX_TAG_BYTES} bytes of UTF-8")
+        if msg.attributes and (len(msg.attributes) > MAX_ATTRIBUTES or "" in msg.attributes):
+            # The APIs refuse these first (naming the member); this holds for every
+            # other way in too (the outbox relay's rows, topics, transactions).
+            raise InvalidInput(
+                f"a message carries at most {MAX_ATTRIBUTES} attributes, none with an empty name"
+            )
         if msg.attributes and BATCH_ITEM_ATTRIBUTE in msg.attributes:
             parse_item_id(msg.attributes[BATCH_ITEM_ATTRIBUTE])  # 422 now, not a lost ack later
 
