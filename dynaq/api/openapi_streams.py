@@ -42,6 +42,11 @@ _HEADERS = {
         "schema": {"type": "string"},
     },
     "X-Stream-Size": {"description": "Entries in the stream.", "schema": _INDEX},
+    "X-Stream-First": {
+        "description": "The first index still held: retention removed those before it, "
+        "and a read from one of them starts here.",
+        "schema": _INDEX,
+    },
 }
 
 

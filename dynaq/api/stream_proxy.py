@@ -34,6 +34,7 @@ _ANSWER_HEADERS = (
     "Content-Type",
     "X-Subscription-Id",
     "X-Stream-Size",
+    "X-Stream-First",
     "Retry-After",
     "WWW-Authenticate",
 )

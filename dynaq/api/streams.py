@@ -28,6 +28,8 @@ from dynaq.streams.retention import parse_retention
 TOKEN_HEADER = "X-Publisher-Token"
 SUBSCRIPTION_HEADER = "X-Subscription-Id"
 SIZE_HEADER = "X-Stream-Size"
+FIRST_HEADER = "X-Stream-First"
+"""The first index retention has left: a read from an earlier index starts there."""
 MAX_INDEX = 2**63 - 1
 MAX_ENTRIES = 100_000
 """Most entries one append may carry (the request size limit applies as well)."""
@@ -345,11 +347,12 @@ async def listen(request: web.Request) -> web.StreamResponse:
     if request.method == "HEAD" or _flag(query, "sizeonly"):
         if request.method != "HEAD":
             _listen_params(query)
-        size = svc.info(name).size
+        info = svc.info(name)
+        held = {SIZE_HEADER: str(info.size), FIRST_HEADER: str(info.first_index)}
         if request.method == "HEAD":
-            return web.Response(headers={SIZE_HEADER: str(size)})
-        sized = json_response({"size": size})
-        sized.headers[SIZE_HEADER] = str(size)
+            return web.Response(headers=held)
+        sized = json_response({"size": info.size})
+        sized.headers.update(held)
         return sized
     start, stops, fmt, nowait = _listen_params(query)
     sub = svc.subscribe(name, start, stops, fmt)
@@ -359,7 +362,12 @@ async def listen(request: web.Request) -> web.StreamResponse:
         return transport is not None and not transport.is_closing()
 
     chunks: AsyncGenerator[Chunk, None] = svc.chunks(sub, nowait, alive)
-    headers = {SUBSCRIPTION_HEADER: sub.id, SIZE_HEADER: str(svc.info(name).size)}
+    info = svc.info(name)
+    headers = {
+        SUBSCRIPTION_HEADER: sub.id,
+        SIZE_HEADER: str(info.size),
+        FIRST_HEADER: str(info.first_index),  # a read from before it starts there
+    }
     try:
         first = None
         if nowait:

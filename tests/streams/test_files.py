@@ -204,8 +204,13 @@ async def test_retention_drops_the_oldest_files_and_listeners_start_at_what_is_k
             got = [i for i, _, _ in jsonl(body)]
             assert got == list(range(first_kept, 100)), got
             assert headers["X-Stream-Size"] == "100"  # indexes never restart
-            _, body, _ = await read(http, node.url, "kept", nowait="true", i=0, n=1)
+            # A read from an index retention removed starts at the first one kept, and
+            # says so: a listener resuming from a stored offset can tell what it missed.
+            _, body, headers = await read(http, node.url, "kept", nowait="true", i=0, n=1)
             assert [i for i, _, _ in jsonl(body)] == [first_kept]
+            assert headers["X-Stream-First"] == str(first_kept)
+            async with http.head(f"{node.url}/v2/streams/kept") as r:
+                assert r.headers["X-Stream-First"] == str(first_kept)
         await asyncio.to_thread(node.terminate)
         await _start(node)  # reopens with the oldest files missing
         async with aiohttp.ClientSession() as http:
