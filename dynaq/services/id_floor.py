@@ -62,10 +62,13 @@ class IdFloor:
                 floor_ms = int(item.value)
             except ValueError as exc:
                 raise StorageError(f"corrupt id high-water mark: {item.value!r}") from exc
-        if floor_ms > self._clock.wall_ms():
+        behind_ms = floor_ms - self._clock.wall_ms()
+        if behind_ms > self._ahead_ms:
+            # The mark is kept ahead_s past the newest id: a restart within that lead
+            # (a kill -9 and a supervisor's restart) finds it ahead with nothing wrong.
             log.warning(
                 "clock is behind this writer slot's newest id: ids continue after it",
-                extra={"behind_ms": floor_ms - self._clock.wall_ms(), "slot": self._ids.writer},
+                extra={"behind_ms": behind_ms, "slot": self._ids.writer},
             )
         self._ids.set_bounds(floor_ms + 1, None)
         await self.refresh()

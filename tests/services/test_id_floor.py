@@ -63,3 +63,25 @@ async def test_ids_wait_at_the_persisted_mark_until_it_is_refreshed() -> None:
         assert enqueued_ms(later) > mark_ms
     finally:
         await floor.stop()
+
+
+async def test_only_a_clock_behind_the_marks_own_lead_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The mark runs ahead_s past the newest id: a prompt restart (a kill -9, then the
+    supervisor's restart 1.5 s later) finds it ahead with nothing wrong; a clock
+    stepped back further than that lead is warned about."""
+    clock, store = ManualClock(), MemoryStore()
+    for back_ms, warned in ((0, False), (-1_500, False), (9_000, True)):
+        first = IdFloor(store, clock, IdGenerator(clock), ahead_s=3, refresh_s=60)
+        await first.start()
+        await first.stop()
+        clock.step_wall(-back_ms)
+        caplog.clear()
+        again = IdFloor(store, clock, IdGenerator(clock), ahead_s=3, refresh_s=60)
+        with caplog.at_level("WARNING", logger="dynaq.services.id_floor"):
+            await again.start()
+        await again.stop()
+        said = any("clock is behind" in r.getMessage() for r in caplog.records)
+        assert said is warned, (back_ms, caplog.records)
+        clock.step_wall(60_000)  # the next round starts past every mark so far
