@@ -177,6 +177,11 @@ def check_settings(s: QueueSettings) -> QueueSettings:
         raise InvalidInput("content_based_dedup needs a FIFO queue")
     if len(s.tags) > MAX_TAGS:
         raise InvalidInput(f"at most {MAX_TAGS} tags per queue")
+    for k, v in s.tags:  # SQS's bounds, whichever API sets them
+        if not 1 <= len(k) <= 128 or len(v) > 256:
+            raise InvalidInput(
+                f"tag {k[:128]!r}: a key of 1..128 characters, a value of 256 at most"
+            )
     rp = s.redrive_policy
     if rp is not None:
         check_name("queue", rp.dead_letter_queue)

@@ -133,6 +133,8 @@ async def test_patch_applies_every_setting(http: aiohttp.ClientSession) -> None:
         b'{"content_based_dedup": true}',
         b'{"tags": {"a": 1}}',
         b'{"tags": ["a"]}',
+        b'{"tags": {"": "v"}}',
+        b'{"tags": {"k": "' + b"v" * 257 + b'"}}',
         b'{"receive_wait_s": 21}',
         b'{"max_message_bytes": 10}',
         b'{"visibility_timeout": 1',
