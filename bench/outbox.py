@@ -1,6 +1,6 @@
 """Outbox relay throughput: rows relayed end to end, PostgreSQL table → dynaq topic.
 
-``python -m bench outbox [--rows N] [--keys K] [--mark-batch B] [--max-in-flight M] [--no-durable] [--rounds R]``
+``python -m bench outbox [--rows N] [--keys K] [--hot-share F] [--mark-batch B] [--max-in-flight M] [--no-durable] [--rounds R]``
 
 A throwaway PostgreSQL cluster (Debian's packages, ``dynaq/testing/servers/postgres.py``;
 ``fsync`` on unless ``--no-durable``) gets an outbox table pre-filled with N
@@ -67,7 +67,11 @@ async def _fresh_outbox(args: argparse.Namespace, server: Any, tag: str) -> tupl
     dsn = server.dsn.rsplit("/", 1)[0] + "/" + db
     conn = await asyncpg.connect(dsn)
     await init_db(conn)
-    rows = [("events", f"k{i % args.keys}", VALUE, "{}") for i in range(args.rows)]
+    every = round(1 / args.hot_share) if args.hot_share > 0 else 0
+    rows = [
+        ("events", "hot" if every and i % every == 0 else f"k{i % args.keys}", VALUE, "{}")
+        for i in range(args.rows)
+    ]
     await conn.copy_records_to_table(
         "outbox", records=rows, columns=["topic", "key", "value", "headers"]
     )
@@ -180,6 +184,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--mark-batch", type=int, default=1000)
     p.add_argument("--max-in-flight", type=int, default=1000)
+    p.add_argument(
+        "--hot-share",
+        type=float,
+        default=0.0,
+        help="this share of the rows (every 1/F-th) have one key, 'hot' (a skewed outbox)",
+    )
     p.add_argument(
         "--max-publish-batch",
         type=int,

@@ -6,13 +6,15 @@ Three tasks share the term's state:
   ``leader_id`` (on the lock session, so only the lock holder can mark),
   sorts them by id, turns them into messages and dispatches each once (A4)
   fewer than ``max_in_flight`` records are in flight and (A5) no record of
-  its key is in flight. It marks the next batch as soon as it has
-  dispatched the last one, without waiting for room, so a mark overlaps the
-  publish and purge before it: at most ``max_in_flight`` records are in
-  flight and at most one more batch (``mark_batch`` rows) is marked and
-  held back. Held rows are marked, not in flight: if the term ends they
-  stay marked under its ``leader_id`` and the next term re-marks them, as
-  it re-marks rows that were in flight;
+  its key is in flight or held. A row whose key is busy is held behind its
+  key (:mod:`.barriers`), not in front of the rows after it: the release of
+  the key's record dispatches it. The marker marks the next batch as soon
+  as it has dispatched or held the last one and fewer than ``mark_batch``
+  rows are held, without waiting for room, so a mark overlaps the publish
+  and purge before it: at most ``max_in_flight`` records are in flight and
+  fewer than two batches are marked and held back. Held rows are marked,
+  not in flight: if the term ends they stay marked under its ``leader_id``
+  and the next term re-marks them, as it re-marks rows that were in flight;
 * the **sender** publishes everything dispatched since its last round, one
   publish call per topic (in-flight keys are distinct, so a batch never holds
   two records of one key and batching cannot reorder a key), with message
@@ -43,6 +45,7 @@ from dynaq.config import OutboxConfig
 from dynaq.core.messages import NewMessage
 from dynaq.errors import BadRecord, InvalidInput, PayloadTooLarge, TopicNotFound
 from dynaq.metrics import Metrics
+from dynaq.outbox.barriers import KeyBarriers
 from dynaq.outbox.events import Event, LeaderRefreshed
 from dynaq.outbox.schema import (
     OutboxRecord,
@@ -114,8 +117,7 @@ class Term:
         self._max_bytes = max_message_bytes
         self._prefix = f"outbox.{config.table}."
         self.leader_id = leader_id
-        self.in_flight: dict[int, OutboxRecord] = {}
-        self.keys: dict[str, int] = {}
+        self._barriers: KeyBarriers[_Prepared | BadRecord] = KeyBarriers()
         self._changed = asyncio.Condition()
         self._force_remark = False
         self._pending: list[_Pending] = []
@@ -132,6 +134,11 @@ class Term:
         self._refreshed_in_flight: set[int] = set()
         self._skip: dict[int, int] = {}
         self._marks_started = 0
+
+    @property
+    def in_flight(self) -> dict[int, OutboxRecord]:
+        """Records dispatched and not yet purged, reset or parked."""
+        return self._barriers.in_flight
 
     # the term ----------------------------------------------------------------
 
@@ -187,12 +194,17 @@ class Term:
     async def _mark_loop(self) -> None:
         cfg = self._cfg
         backoff = cfg.mark_backoff_ms / 1000
+        bars = self._barriers
         while True:
+            if self._force_remark and bars.held:
+                # A reset while rows wait behind their keys: a held successor of
+                # the reset row must not go first, so everything is re-marked.
+                self._refresh()
             self._force_remark = False  # A2
             # No wait for room here (goharvest's A3 has one): the next batch is
             # marked while the previous one is published and purged, so the
-            # mark's round trip is off the critical path. At most one batch is
-            # marked ahead; A4 below still bounds what is in flight.
+            # mark's round trip is off the critical path. A4 below still bounds
+            # what is in flight.
             self._marks_started += 1
             mark_no = self._marks_started
             rows = await self._lock_conn.fetch(self._q.mark, self.leader_id, cfg.mark_batch)  # A3
@@ -203,21 +215,20 @@ class Term:
             recs = sorted(map(record_from_row, rows), key=lambda r: r.id)
             # Rows become messages now, while earlier ones are being published,
             # so that work is not done on the critical path once room opens up.
-            prepared = self._prepare(recs)
-            for rec, msg in prepared:
-                if len(self.in_flight) >= cfg.max_in_flight or rec.key in self.keys:
-                    await self._wait_for(  # A4 + A5
-                        lambda r=rec: (
-                            len(self.in_flight) < cfg.max_in_flight  # type: ignore[misc]
-                            and r.key not in self.keys
-                        )
+            for rec, msg in self._prepare(recs):
+                if len(bars.in_flight) >= cfg.max_in_flight:  # A4
+                    await self._wait_for(
+                        lambda: len(bars.in_flight) < cfg.max_in_flight or self._force_remark
                     )
                 if self._force_remark:  # A9: a reset happened; start over from the head
                     self._refresh()
                     break
-                if self._skip.pop(rec.id, None) is not None:
-                    continue  # published under the previous leader id already
-                self._dispatch(rec, msg)
+                if bars.busy(rec.key):  # A5
+                    bars.hold(rec, msg)
+                else:
+                    self._dispatch_unless_done(rec, msg)
+            else:
+                await self._wait_for(lambda: bars.held < cfg.mark_batch or self._force_remark)
             self._prune_skip(mark_no)
 
     async def _wait_for(self, predicate: Callable[[], bool]) -> None:
@@ -227,6 +238,7 @@ class Term:
             await self._changed.wait_for(predicate)
 
     def _refresh(self) -> None:
+        self._barriers.clear_held()  # marked under the old id: the new one re-marks them
         self._refreshed_in_flight.update(self.in_flight)
         self.leader_id = uuid4()
         self._emit(LeaderRefreshed(self.leader_id))
@@ -248,9 +260,15 @@ class Term:
                 out.append((rec, exc))
         return out
 
+    def _dispatch_unless_done(self, rec: OutboxRecord, msg: _Prepared | BadRecord) -> bool:
+        """Dispatch ``rec`` unless it was published under the previous leader id."""
+        if self._skip.pop(rec.id, None) is not None:
+            return False
+        self._dispatch(rec, msg)
+        return True
+
     def _dispatch(self, rec: OutboxRecord, msg: _Prepared | BadRecord) -> None:
-        self.in_flight[rec.id] = rec  # A6
-        self.keys[rec.key] = rec.id  # A7
+        self._barriers.take(rec)  # A6 + A7
         if isinstance(msg, BadRecord):
             self._complete([rec], Outcome.PARK, str(msg))
             return
@@ -367,13 +385,19 @@ class Term:
                 await asyncio.sleep(self._cfg.io_error_backoff_ms / 1000)
 
     async def _release(self, recs: list[OutboxRecord], outcome: Outcome | None) -> None:
+        bars = self._barriers
         for rec in recs:
-            self.in_flight.pop(rec.id, None)
-            if self.keys.get(rec.key) == rec.id:
-                del self.keys[rec.key]
+            freed = bars.release(rec)
             if rec.id in self._refreshed_in_flight:
                 self._refreshed_in_flight.discard(rec.id)
                 if outcome is Outcome.PURGE or outcome is Outcome.PARK:
                     self._skip[rec.id] = self._marks_started
+                    bars.forget_held(rec)  # its re-marked copy, if it waits
+            # The key's next held row goes now, unless the term is ending (it
+            # stays marked) or a reset is pending (the re-mark orders it anew).
+            if freed and self.active and not self._closing and not self._force_remark:
+                while (held := bars.next_held(rec.key)) is not None:
+                    if self._dispatch_unless_done(*held):
+                        break
         async with self._changed:
             self._changed.notify_all()

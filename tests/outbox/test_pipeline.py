@@ -15,8 +15,9 @@ import pytest
 
 from dynaq.core.messages import NewMessage
 from dynaq.node import Node
+from dynaq.outbox.barriers import KeyBarriers
 from dynaq.outbox.relay import OutboxRelay
-from dynaq.outbox.schema import draw_message_ids, stash
+from dynaq.outbox.schema import OutboxRecord, draw_message_ids, stash
 from dynaq.services.topics import TopicService
 from dynaq.storage.base import Put, Store
 from dynaq.storage.embedded import LmdbStore
@@ -110,6 +111,57 @@ async def test_next_batch_is_marked_while_the_previous_one_is_published(
     assert seen == {f"k{k}": [0, 1] for k in range(20)}
     assert int(await db.fetchval("SELECT count(*) FROM outbox")) == 0
     assert len(set(publisher.message_ids)) == len(publisher.message_ids) == 40
+
+
+async def test_a_busy_key_holds_back_only_its_own_rows(node: Node, db: Pool, pg_dsn: str) -> None:
+    """A row whose key has a record in flight waits behind that key alone: the
+    rows after it, of other keys, are dispatched at once (goharvest's marker
+    stops there and holds back the whole rest of its batch), and the held row
+    still arrives after its key's earlier one."""
+    await node.catalog.create_queue("q")
+    await node.catalog.create_topic("events")
+    await node.catalog.subscribe("events", "q")
+    keys = [f"k{i}" for i in range(10)] + ["k0"] + [f"k{i}" for i in range(10, 19)]
+    async with db.acquire() as conn:
+        for n, key in enumerate(keys):
+            await stash(conn, "events", key, f"{key}:{keys[:n].count(key)}".encode())
+    publisher = GatedPublisher(node.topics)
+    cfg = fast_config(pg_dsn, mark_batch=10, max_in_flight=100)
+    relay = OutboxRelay(cfg, publisher, node.view, RecordingMetrics())
+    await relay.start()
+    try:
+        await _eventually(lambda: publisher.waiting == 1 and relay.in_flight_records == 19)
+        await asyncio.sleep(0.2)
+        assert relay.in_flight_records == 19  # the second k0 row waits, alone
+        publisher.gate.set()
+        seen = await consume(node.queues, "q", 20, timeout_s=30)
+        await _eventually(lambda: relay.relayed == 20)
+    finally:
+        await relay.stop()
+    assert seen == {"k0": [0, 1], **{f"k{k}": [0] for k in range(1, 19)}}
+    assert int(await db.fetchval("SELECT count(*) FROM outbox")) == 0
+
+
+def test_key_barriers_hand_a_key_to_its_held_rows_in_order() -> None:
+    bars: KeyBarriers[str] = KeyBarriers()
+    lead = uuid.uuid4()
+    a1, a2, a3, b1 = (OutboxRecord(i, "t", k, b"", "{}", lead) for i, k in enumerate("aaab", 1))
+    bars.take(a1)
+    assert bars.busy("a") and not bars.busy("b")
+    bars.hold(a2, "second")
+    bars.hold(a3, "third")
+    bars.take(b1)
+    assert bars.held == 2 and set(bars.in_flight) == {1, 4}
+    assert bars.release(a1) and bars.busy("a")  # freed, but a2 and a3 still wait
+    assert bars.next_held("a") == (a2, "second")
+    bars.take(a2)
+    assert not bars.release(a1)  # a key is freed once, by the record holding it
+    bars.forget_held(a3)  # its earlier copy was published: it goes nowhere
+    assert bars.held == 0 and bars.next_held("a") is None
+    assert bars.release(a2) and not bars.busy("a")
+    bars.hold(b1, "again")
+    bars.clear_held()
+    assert bars.held == 0 and bars.next_held("b") is None
 
 
 def test_drawn_message_ids_are_distinct_version_4_uuids() -> None:
