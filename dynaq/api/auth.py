@@ -15,8 +15,9 @@ everything (fail closed), and a test fails until it is classified.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -231,3 +232,11 @@ def require_batch_tags(request: web.Request, messages: Iterable[NewMessage]) -> 
     deleted, so it needs ``write`` on exact batches, as acking the item directly does."""
     if any(m.attributes and BATCH_ITEM_ATTRIBUTE in m.attributes for m in messages):
         require(request, WRITE, "batch", "exact")
+
+
+def require_dead_letter_write(request: web.Request, changes: Mapping[str, Any]) -> None:
+    """Naming a dead-letter queue makes the queue's failed messages land in it, so it
+    needs ``write`` on that queue (the route's ``admin`` is on the queue being set)."""
+    policy = changes.get("redrive_policy")
+    if policy is not None:
+        require(request, WRITE, "queue", policy.dead_letter_queue)

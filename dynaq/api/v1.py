@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from dynaq.api.auth import require_batch_tags
+from dynaq.api.auth import require_batch_tags, require_dead_letter_write
 from dynaq.api.codec import body_to_json, json_response, parse_json, read_raw
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS, VIEW
 from dynaq.api.params import (
@@ -151,6 +151,8 @@ async def create_queue(request: web.Request) -> web.Response:
     # the queue never exists, on any node, without them.
     raw = await read_raw(request)
     settings = settings_patch(parse_json(raw)) if raw.strip() else None
+    if settings:
+        require_dead_letter_write(request, settings)
     await request.app[CATALOG].create_queue(request.match_info["queue"], settings)
     return json_response("created", 201)
 
@@ -177,8 +179,9 @@ async def get_queue(request: web.Request) -> web.Response:
 async def configure_queue(request: web.Request) -> web.Response:
     name = request.match_info["queue"]
     await request.app[CATALOG].queue(name)
-    patch = parse_json(await read_raw(request))
-    await request.app[CATALOG].update_queue(name, settings_patch(patch))
+    changes = settings_patch(parse_json(await read_raw(request)))
+    require_dead_letter_write(request, changes)
+    await request.app[CATALOG].update_queue(name, changes)
     return json_response("ok")
 
 

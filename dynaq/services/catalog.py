@@ -263,7 +263,7 @@ class Catalog(TopicCatalog):
         check_name("queue", name)
         initial = QueueSettings.defaults(self._defaults)
         if settings:
-            await self._check_redrive(name, settings)
+            await self._check_redrive(name, settings, bool(settings.get("fifo", False)))
             initial = apply_settings(initial, settings)
         key = keys.queue_config(name)
         if name in self._queues:
@@ -313,7 +313,9 @@ class Catalog(TopicCatalog):
         :mod:`dynaq.services.queues.dead_letters`).
         """
         key = keys.queue_config(name)
-        await self._check_redrive(name, changes)
+        if changes.get("redrive_policy") is not None:
+            current, _ = await self._read_live(name)
+            await self._check_redrive(name, changes, current.settings.fifo)
         async with self._records.serial(key):
             for _ in range(CONFIG_RETRIES):
                 record, version = await self._read_live(name)
@@ -329,19 +331,28 @@ class Catalog(TopicCatalog):
                     return updated
         raise Conflict("queue settings changed concurrently; retry")
 
-    async def _check_redrive(self, name: str, changes: Mapping[str, Any]) -> None:
-        """A redrive policy among ``changes`` must name another queue that exists now."""
+    async def _check_redrive(self, name: str, changes: Mapping[str, Any], fifo: bool) -> None:
+        """A redrive policy among ``changes`` must name another queue that exists now
+        and is of the same type as the queue (``fifo``), as SQS requires: a FIFO
+        queue's dead letters keep their groups, which a standard queue would drop
+        (and a standard queue's have none, which a FIFO queue needs)."""
         rp = changes.get("redrive_policy")
         if rp is None:
             return
         if rp.dead_letter_queue == name:
             raise InvalidInput("a queue cannot be its own dead-letter queue")
         try:
-            await self.queue(rp.dead_letter_queue)
+            dlq = await self.queue(rp.dead_letter_queue)
         except QueueNotFound:
             raise InvalidInput(
                 f"dead-letter queue {rp.dead_letter_queue!r} does not exist"
             ) from None
+        if dlq.settings.fifo != fifo:
+            kinds = ("a FIFO", "a standard") if fifo else ("a standard", "a FIFO")
+            raise InvalidInput(
+                f"dead-letter queue {rp.dead_letter_queue!r} is {kinds[1]} queue; "
+                f"{kinds[0]} queue's dead-letter queue must be {kinds[0]} queue too"
+            )
 
     async def delete_queue(self, name: str) -> QueueInfo:
         """Replace the queue's record by a tombstone (a conditional write on the version

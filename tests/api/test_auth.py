@@ -26,6 +26,7 @@ WRITER = "writer-token-0123456789"
 PUBLISHER = "publisher-token-01234567"
 BATCHER = "batcher-token-012345678"
 NOBODY = "nobody-token-0123456789"  # valid, but grants nothing on these resources
+JOBS_ADMIN = "jobs-admin-token-0123456"
 TOKENS = [
     f"ops:{ADMIN}:admin=*",
     f"reader:{READER}:read=queue/jobs-*",
@@ -33,6 +34,7 @@ TOKENS = [
     f"publisher:{PUBLISHER}:write=topic/events",
     f"batcher:{BATCHER}:read+write=batch/exact",
     f"nobody:{NOBODY}:read=queue/elsewhere-*",
+    f"jobs-admin:{JOBS_ADMIN}:admin=queue/jobs-*",
 ]
 
 
@@ -112,6 +114,29 @@ async def test_the_permission_matrix(http: aiohttp.ClientSession) -> None:
     assert await status("DELETE", "/v1/queues/jobs-1", WRITER) == 403
     # listings need any valid token
     assert await status("GET", "/v1/queues", NOBODY) == 200
+
+
+async def test_a_dead_letter_queue_needs_write_on_it(http: aiohttp.ClientSession) -> None:
+    """Setting a redrive policy sends the queue's failed messages into the dead-letter
+    queue it names: admin on the queue alone does not let a token name a queue it may
+    not write to, whether it creates the queue with it or changes it later."""
+
+    async def status(method: str, path: str, token: str, body: object = None) -> int:
+        async with http.request(method, path, headers=bearer(token), json=body) as r:
+            return r.status
+
+    def policy(dlq: str) -> dict[str, object]:
+        return {"redrive_policy": {"dead_letter_queue": dlq, "max_receive_count": 1}}
+
+    assert await status("PUT", "/v1/queues/secret-dlq", ADMIN) == 201
+    assert await status("PUT", "/v1/queues/jobs-dlq", ADMIN) == 201
+    assert await status("PUT", "/v1/queues/jobs-p", JOBS_ADMIN, policy("secret-dlq")) == 403
+    assert await status("GET", "/v1/queues/jobs-p", ADMIN) == 404  # nothing created
+    assert await status("PUT", "/v1/queues/jobs-p", JOBS_ADMIN, policy("jobs-dlq")) == 201
+    assert await status("PATCH", "/v1/queues/jobs-p", JOBS_ADMIN, policy("secret-dlq")) == 403
+    assert await status("PATCH", "/v1/queues/jobs-p", JOBS_ADMIN, {"redrive_policy": None}) == 200
+    async with http.get("/v2/queues/jobs-p", headers=bearer(ADMIN)) as r:
+        assert (await r.json())["redrive_policy"] is None
 
 
 async def test_topics_and_subscriptions(http: aiohttp.ClientSession) -> None:

@@ -23,8 +23,11 @@ from dynaq.testing.process import NodeProcess, node_process
 
 ADMIN_TOKEN = "sqs-admin-0123456789"
 READ_TOKEN = "sqs-reader-0123456789"
-TOKENS = f"ops:{ADMIN_TOKEN}:admin=*,reader:{READ_TOKEN}:read=*"
-KEYS = "AKIDADMIN:admin-secret:ops,AKIDREAD:read-secret:reader"
+TEAM_TOKEN = "sqs-team-0123456789"
+TOKENS = (
+    f"ops:{ADMIN_TOKEN}:admin=*,reader:{READ_TOKEN}:read=*,team:{TEAM_TOKEN}:admin=queue/team-*"
+)
+KEYS = "AKIDADMIN:admin-secret:ops,AKIDREAD:read-secret:reader,AKIDTEAM:team-secret:team"
 
 
 @pytest.fixture(scope="module")
@@ -564,3 +567,59 @@ def test_approximate_first_receive_timestamp_is_the_first_receive(sqs: Any) -> N
     # The second delivery keeps the first one's time, and counts on.
     assert seen[1]["ApproximateFirstReceiveTimestamp"] == str(first)
     assert [a["ApproximateReceiveCount"] for a in seen] == ["1", "2"]
+
+
+def test_a_redrive_policy_needs_write_on_its_dead_letter_queue(sqs: Any, node: NodeProcess) -> None:
+    """Naming a dead-letter queue sends messages into it: a token that is admin on its
+    own queues only cannot make another team's queue its dead-letter queue."""
+    vault = sqs.create_queue(QueueName="vault")["QueueUrl"]
+    vault_arn = sqs.get_queue_attributes(QueueUrl=vault, AttributeNames=["QueueArn"])
+    policy = {"deadLetterTargetArn": vault_arn["Attributes"]["QueueArn"], "maxReceiveCount": 1}
+    team = _client(node, "AKIDTEAM", "team-secret")
+    with pytest.raises(ClientError) as denied:
+        team.create_queue(QueueName="team-src", Attributes={"RedrivePolicy": json.dumps(policy)})
+    assert _code(denied.value) == "AccessDenied"
+    assert "team-src" not in " ".join(sqs.list_queues().get("QueueUrls", []))
+    own = team.create_queue(QueueName="team-dlq")["QueueUrl"]
+    own_arn = team.get_queue_attributes(QueueUrl=own, AttributeNames=["QueueArn"])
+    mine = {"deadLetterTargetArn": own_arn["Attributes"]["QueueArn"], "maxReceiveCount": 1}
+    src = team.create_queue(QueueName="team-src", Attributes={"RedrivePolicy": json.dumps(mine)})
+    with pytest.raises(ClientError) as denied:
+        team.set_queue_attributes(
+            QueueUrl=src["QueueUrl"], Attributes={"RedrivePolicy": json.dumps(policy)}
+        )
+    assert _code(denied.value) == "AccessDenied"
+
+
+def test_a_dead_letter_queue_is_of_its_source_queues_type(sqs: Any) -> None:
+    """As SQS: a FIFO queue's dead-letter queue is FIFO, a standard queue's standard."""
+    fifo = sqs.create_queue(QueueName="dl-type.fifo", Attributes={"FifoQueue": "true"})
+    plain = sqs.create_queue(QueueName="dl-type-plain")
+    arns = {
+        name: sqs.get_queue_attributes(QueueUrl=q["QueueUrl"], AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+        for name, q in (("fifo", fifo), ("plain", plain))
+    }
+    with pytest.raises(ClientError) as refused:
+        sqs.create_queue(
+            QueueName="dl-src",
+            Attributes={
+                "RedrivePolicy": json.dumps(
+                    {"deadLetterTargetArn": arns["fifo"], "maxReceiveCount": 2}
+                )
+            },
+        )
+    assert "FIFO" in str(refused.value)
+    with pytest.raises(ClientError):
+        sqs.create_queue(
+            QueueName="dl-src.fifo",
+            Attributes={
+                "FifoQueue": "true",
+                "RedrivePolicy": json.dumps(
+                    {"deadLetterTargetArn": arns["plain"], "maxReceiveCount": 2}
+                ),
+            },
+        )
+    ok = {"deadLetterTargetArn": arns["plain"], "maxReceiveCount": 2}
+    sqs.create_queue(QueueName="dl-src", Attributes={"RedrivePolicy": json.dumps(ok)})

@@ -30,7 +30,7 @@ from dynaq.api.aws.sqs_wire import (
 )
 from dynaq.api.codec import parse_json
 from dynaq.api.keys import CATALOG, QUEUES
-from dynaq.core.access import ADMIN, READ
+from dynaq.core.access import ADMIN, READ, WRITE
 from dynaq.errors import AlreadyExists, Conflict, InvalidInput
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.queue_records import MAX_RECEIVE_COUNT, QueueSettings, RedrivePolicy
@@ -148,6 +148,14 @@ def attributes_of(call: Call, info: QueueInfo, stats: dict[str, Any]) -> dict[st
     return out
 
 
+def _require_dead_letter_write(call: Call, changes: dict[str, Any]) -> None:
+    """A RedrivePolicy makes the queue's failed messages land in its target: the
+    caller needs ``write`` there too (``admin`` is on the queue being set)."""
+    policy = changes.get("redrive_policy")
+    if policy is not None:
+        call.require(WRITE, policy.dead_letter_queue)
+
+
 async def queue_of(call: Call, perm: str) -> QueueInfo:
     name = name_of_url(call.params.get("QueueUrl"))
     call.require(perm, name)
@@ -173,6 +181,7 @@ async def create_queue(call: Call) -> dict[str, Any]:
         raise invalid("Can only include alphanumeric characters, hyphens, or underscores. "
                       "1 to 80 in length")  # fmt: skip
     changes = settings_changes(attrs, fifo)
+    _require_dead_letter_write(call, changes)
     catalog = call.request.app[CATALOG]
     tags = call.params.get("tags")
     created = dict(changes)
@@ -273,6 +282,7 @@ async def set_queue_attributes(call: Call) -> dict[str, Any]:
     if not isinstance(attrs, dict) or not attrs:
         raise missing("Attributes")
     changes = settings_changes(attrs, None)
+    _require_dead_letter_write(call, changes)
     if changes:
         await call.request.app[CATALOG].update_queue(info.name, changes)
     return {}
