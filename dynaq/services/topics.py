@@ -140,6 +140,9 @@ class TopicService:
                 continue
             copies = self._copies(topic, name, info.subscription(name), messages, ids)
             if copies:
+                # The queue's own limits hold for every way in: a FIFO queue's
+                # copies need groups, and an envelope must fit the queue's size.
+                self._writer.check_for_queue(q, copies)
                 targets.append((q, copies))
 
         async def write() -> list[PreparedWrite]:

@@ -139,3 +139,25 @@ async def test_a_body_policy_routes_json_bodies_by_their_content(
     for options in bad:
         status, err = await _call(http, "PUT", "/v1/topics/shop/queues/eu-big", options)
         assert status == 422 and err["code"] == "invalid_input", options
+
+
+async def test_a_publish_keeps_each_queues_own_limits(http: aiohttp.ClientSession) -> None:
+    """A topic's copy meets the queue's checks as a direct enqueue does: a FIFO queue
+    takes no message without a group, a small queue no message over its size, and
+    the publish is refused whole (no other subscriber gets a copy)."""
+    await _call(http, "PUT", "/v1/queues/ff.fifo", {"fifo": True})
+    await _call(http, "PUT", "/v1/queues/small", {"max_message_bytes": 1024})
+    await _call(http, "PUT", "/v1/queues/wide")
+    for topic, queue in (("tf", "ff.fifo"), ("tf", "wide"), ("ts", "small"), ("ts", "wide")):
+        await _call(http, "PUT", f"/v1/topics/{topic}")
+        await _call(http, "PUT", f"/v1/topics/{topic}/queues/{queue}")
+    async with http.put("/v1/topics/tf/message", data=b"no group") as r:
+        assert r.status == 422
+        assert "ff.fifo" in (await r.json())["error"]
+    async with http.put("/v1/topics/ts/message", data=b"b" * 2000) as r:
+        assert r.status == 413
+        assert "small" in (await r.json())["error"]
+    async with http.put("/v1/topics/ts/message", data=b"b" * 1000) as r:
+        assert r.status == 200
+    assert await _bodies(http, "small") == ["b" * 1000]
+    assert await _bodies(http, "wide") == ["b" * 1000]

@@ -301,3 +301,78 @@ def test_get_topic_attributes_shows_the_topic(node: NodeProcess) -> None:
         sns.get_topic_attributes(TopicArn=arn + "-missing")
     with pytest.raises(sns.exceptions.InvalidParameterException):
         sns.get_topic_attributes(TopicArn="not-an-arn")
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response["Error"]["Code"])
+
+
+def test_a_standard_topic_refuses_a_dedup_id(node: NodeProcess) -> None:
+    """SNS refuses MessageDeduplicationId on a standard topic; taken, it dropped every
+    later publish with that id from every subscribed queue, each answered 200."""
+    sns, sqs = _client(node, "sns"), _client(node, "sqs")
+    topic = sns.create_topic(Name="std-dedup")["TopicArn"]
+    url = sqs.create_queue(QueueName="std-dedup-q")["QueueUrl"]
+    sns.subscribe(
+        TopicArn=topic, Protocol="sqs", Endpoint=_queue_arn(sqs, url),
+        Attributes={"RawMessageDelivery": "true"},
+    )  # fmt: skip
+    with pytest.raises(ClientError) as refused:
+        sns.publish(TopicArn=topic, Message="d0", MessageDeduplicationId="same")
+    assert _code(refused.value) == "InvalidParameter"
+    batch = sns.publish_batch(
+        TopicArn=topic,
+        PublishBatchRequestEntries=[
+            {"Id": "a", "Message": "d1", "MessageDeduplicationId": "same"},
+            {"Id": "b", "Message": "d2"},
+        ],
+    )
+    assert [f["Id"] for f in batch["Failed"]] == ["a"]
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in got] == ["d2"]
+
+
+def test_fifo_topics(node: NodeProcess) -> None:
+    """A FIFO topic is named ``.fifo`` with FifoTopic=true; its publishes need a group,
+    dedup by content without an id, and only FIFO topics feed FIFO queues."""
+    sns, sqs = _client(node, "sns"), _client(node, "sqs")
+    for name, attrs in (
+        ("plain-named", {"FifoTopic": "true"}),  # FIFO needs the suffix
+        ("suffixed.fifo", {}),  # the suffix needs FifoTopic
+        ("odd", {"Bogus": "1"}),  # an attribute SNS does not have
+        ("cbd", {"ContentBasedDeduplication": "true"}),  # FIFO topics only
+    ):
+        with pytest.raises(ClientError) as refused:
+            sns.create_topic(Name=name, Attributes=attrs)
+        assert _code(refused.value) == "InvalidParameter", name
+    topic = sns.create_topic(
+        Name="orders.fifo", Attributes={"FifoTopic": "true", "DisplayName": "Orders"}
+    )["TopicArn"]
+    attrs = sns.get_topic_attributes(TopicArn=topic)["Attributes"]
+    assert attrs["FifoTopic"] == "true" and attrs["ContentBasedDeduplication"] == "true"
+    fifo_q = sqs.create_queue(QueueName="orders-q.fifo", Attributes={"FifoQueue": "true"})
+    sns.subscribe(
+        TopicArn=topic, Protocol="sqs", Endpoint=_queue_arn(sqs, fifo_q["QueueUrl"]),
+        Attributes={"RawMessageDelivery": "true"},
+    )  # fmt: skip
+    with pytest.raises(ClientError) as refused:
+        sns.publish(TopicArn=topic, Message="no group")
+    assert _code(refused.value) == "InvalidParameter"
+    for body in ("one", "one", "two"):  # the second "one": the same content, dropped
+        sns.publish(TopicArn=topic, Message=body, MessageGroupId="g")
+    seen = []
+    for _ in range(3):
+        for m in sqs.receive_message(
+            QueueUrl=fifo_q["QueueUrl"], MaxNumberOfMessages=10, AttributeNames=["All"]
+        ).get("Messages", []):
+            assert m["Attributes"]["MessageGroupId"] == "g"
+            seen.append(m["Body"])
+            sqs.delete_message(QueueUrl=fifo_q["QueueUrl"], ReceiptHandle=m["ReceiptHandle"])
+    assert seen == ["one", "two"]
+    standard = sns.create_topic(Name="not-fifo")["TopicArn"]
+    with pytest.raises(ClientError) as refused:
+        sns.subscribe(
+            TopicArn=standard, Protocol="sqs", Endpoint=_queue_arn(sqs, fifo_q["QueueUrl"])
+        )
+    assert _code(refused.value) == "InvalidParameter"
+    assert "FIFO" in str(refused.value)

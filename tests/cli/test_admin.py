@@ -236,24 +236,31 @@ def test_a_timeout_that_is_not_a_positive_number_is_a_usage_error(dynaq: Run, va
 
 def test_queue_settings_beyond_the_partitions(dynaq: Run) -> None:
     """Dead letters, delay, retention, FIFO and tags: set, shown, and checked."""
-    dynaq("queue", "create", "flags-dlq")
+    dynaq("queue", "create", "flags-dlq.fifo", "--fifo")
+    dynaq("queue", "create", "flags-plain")
     shown = dynaq.json(
         "queue", "create", "flags-q.fifo", "--fifo", "--content-based-dedup",
         "--delay", "3", "--retention", "7200", "--receive-wait", "2",
         "--max-message-bytes", "4096", "--tag", "team=a", "--tag", "env=prod",
-        "--dead-letter-queue", "flags-dlq", "--max-receive-count", "4",
+        "--dead-letter-queue", "flags-dlq.fifo", "--max-receive-count", "4",
     )["settings"]  # fmt: skip
     assert shown["fifo"] and shown["content_based_dedup"]
     assert (shown["delay_s"], shown["retention_s"], shown["receive_wait_s"]) == (3, 7200, 2)
     assert shown["max_message_bytes"] == 4096
     assert shown["tags"] == {"env": "prod", "team": "a"}
-    assert shown["redrive_policy"] == {"dead_letter_queue": "flags-dlq", "max_receive_count": 4}
+    assert shown["redrive_policy"] == {
+        "dead_letter_queue": "flags-dlq.fifo",
+        "max_receive_count": 4,
+    }
     table = dynaq("queue", "show", "flags-q.fifo")
-    assert 'redrive_policy        {"dead_letter_queue":"flags-dlq","max_receive_count":4}' in table
-    dynaq("queue", "set", "flags-q.fifo", "--dead-letter-queue", "flags-dlq", code=2)
+    assert (
+        'redrive_policy        {"dead_letter_queue":"flags-dlq.fifo","max_receive_count":4}'
+        in table
+    )
+    dynaq("queue", "set", "flags-q.fifo", "--dead-letter-queue", "flags-dlq.fifo", code=2)
     assert "go together" in dynaq.stderr
     dynaq("queue", "set", "flags-q.fifo", "--tag", "nokey", code=2)
-    dynaq("queue", "set", "flags-dlq", "--fifo", code=1)
+    dynaq("queue", "set", "flags-plain", "--fifo", code=1)
     assert "fifo is set when a queue is created" in dynaq.stderr
 
 

@@ -83,9 +83,13 @@ def test_export_then_import_restores_every_setting(
     assert json.loads(on_b("definitions", "export", token=None)) == defs
     # The restored node routes as the first one did.
     with Client(b.url) as c:
-        got = c.publish("events", [{"body": b'{"a": 1}', "attributes": {"kind": "order"}}])
+        msg = {"body": b'{"a": 1}', "attributes": {"kind": "order"}, "group": "g"}
+        got = c.publish("events", [msg])
         assert sorted(got) == ["jobs", "orders.fifo"]
-        assert c.publish("events", [{"body": b"x", "attributes": {"kind": "other"}}]) == {}
+        assert (
+            c.publish("events", [{"body": b"x", "attributes": {"kind": "other"}, "group": "g"}])
+            == {}
+        )
     again = json.loads(on_b("definitions", "import", str(file), "--json", token=None))
     assert again["queues_created"] == 0 and again["subscriptions_set"] == 0
 

@@ -45,18 +45,18 @@ async def test_a_queue_is_never_seen_without_the_settings_it_was_created_with(
     a = await _node(tmp_path, "a", store, clock)
     b = await _node(tmp_path, "b", store, clock)
     try:
-        await a.catalog.create_queue("dlq")
+        await a.catalog.create_queue("dlq.fifo", {"fifo": True})
         settings = {
             "fifo": True,
             "content_based_dedup": True,
             "visibility_timeout_s": 7.0,
-            "redrive_policy": RedrivePolicy("dlq", 3),
+            "redrive_policy": RedrivePolicy("dlq.fifo", 3),
         }
         await a.catalog.create_queue("jobs.fifo", settings)
         # b reads the record the create wrote: there is no moment with defaults
         seen = (await b.catalog.queue("jobs.fifo")).settings
         assert (seen.fifo, seen.content_based_dedup, seen.visibility_timeout_s) == (True, True, 7.0)
-        assert seen.redrive_policy == RedrivePolicy("dlq", 3)
+        assert seen.redrive_policy == RedrivePolicy("dlq.fifo", 3)
         # settings that cannot hold create nothing at all
         with pytest.raises(InvalidInput, match="content_based_dedup needs a FIFO queue"):
             await a.catalog.create_queue("bad", {"content_based_dedup": True})

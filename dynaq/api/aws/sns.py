@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -33,6 +32,12 @@ from dynaq.api.aws.query_wire import (
     xml,
 )
 from dynaq.api.aws.sigv4 import AccessKey
+from dynaq.api.aws.sns_fifo import (
+    check_new_topic,
+    check_subscription,
+    fifo_attributes,
+    message_tags,
+)
 from dynaq.api.aws.sns_options import subscription_options, topic_attributes
 from dynaq.api.aws.sns_publish import (
     check_attributes,
@@ -59,7 +64,6 @@ Action = Callable[["SnsCall"], Awaitable[web.Response]]
 ACTIONS: dict[str, Action] = {}
 _PAGE = 100
 MAX_BATCH = 10
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
 class SnsCall:
@@ -154,11 +158,7 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
 @action("CreateTopic")
 async def create_topic(call: SnsCall) -> web.Response:
     name = call.required("Name")
-    if not _TOPIC_NAME.fullmatch(name):  # dynaq's own APIs also take dots; SNS's do not
-        raise invalid(
-            "Topic Name: must be made up of only uppercase and lowercase ASCII letters, "
-            "numbers, underscores, and hyphens"
-        )
+    check_new_topic(name, entries(call.params, "Attributes", "key", "value"))
     call.require(ADMIN, name)
     catalog = call.request.app[CATALOG]
     with contextlib.suppress(AlreadyExists):  # an existing topic answers its ARN, as on SNS
@@ -172,6 +172,7 @@ async def get_topic_attributes(call: SnsCall) -> web.Response:
     call.require(READ, topic)
     info = await call.request.app[CATALOG].topic(topic)
     attrs = topic_attributes(call.topic_arn(topic), ACCOUNT, len(info.queues))
+    attrs.update(fifo_attributes(topic))
     return ok("GetTopicAttributes", f"<Attributes>{attribute_entries(attrs)}</Attributes>")
 
 
@@ -228,6 +229,8 @@ async def subscribe(call: SnsCall) -> web.Response:
     catalog = call.request.app[CATALOG]
     arn = xml("SubscriptionArn", _subscription_arn(call, topic, queue))
     info = await catalog.topic(topic)
+    with contextlib.suppress(NotFound):  # a missing queue: the subscribe below says so
+        check_subscription(topic, queue, (await catalog.queue(queue)).settings.fifo)
     if queue in info.queues:
         # As SNS: subscribing again is idempotent and keeps the subscription as it
         # is (a re-run of set-up code must not drop its filter policy); asking for
@@ -321,7 +324,7 @@ async def set_subscription_attributes(call: SnsCall) -> web.Response:
     return ok("SetSubscriptionAttributes")
 
 
-def _message(p: Mapping[str, str], attrs: dict[str, dict[str, Any]]) -> NewMessage:
+def _message(topic: str, p: Mapping[str, str], attrs: dict[str, dict[str, Any]]) -> NewMessage:
     body = p.get("Message")
     if not body:
         raise invalid("Empty message")
@@ -336,6 +339,7 @@ def _message(p: Mapping[str, str], attrs: dict[str, dict[str, Any]]) -> NewMessa
     group, dedup = p.get("MessageGroupId"), p.get("MessageDeduplicationId")
     check_tag("MessageGroupId", group)
     check_tag("MessageDeduplicationId", dedup)
+    group, dedup = message_tags(topic, body, group, dedup)
     check_attributes(attrs)
     try:
         dynaq_attrs, _ = to_dynaq_attributes(attrs or None)
@@ -350,7 +354,7 @@ def _message(p: Mapping[str, str], attrs: dict[str, dict[str, Any]]) -> NewMessa
 async def publish(call: SnsCall) -> web.Response:
     topic = call.topic_of("TopicArn" if "TopicArn" in call.params else "TargetArn")
     call.require(WRITE, topic)
-    message = _message(call.params, message_attributes(call.params))
+    message = _message(topic, call.params, message_attributes(call.params))
     mid = str(uuid.uuid4())
     await call.request.app[TOPICS].publish(topic, [message], message_ids=[mid])
     return ok("Publish", xml("MessageId", mid))
@@ -375,7 +379,7 @@ async def publish_batch(call: SnsCall) -> web.Response:
     failed: list[dict[str, Any]] = []
     for e in batch:  # what is wrong with one entry fails that entry only
         try:
-            message = _message(e, message_attributes(e))
+            message = _message(topic, e, message_attributes(e))
             queues.check_batch([message])  # its size, group and dedup id, as publish checks
         except (QueryError, DynaqError) as exc:
             failed.append(failed_entry(e["Id"], exc))
