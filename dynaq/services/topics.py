@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dynaq.core.body_filters import compile_body_policy
-from dynaq.core.filters import compile_policy
+from dynaq.core.filters import compile_policy, stored_policies
 from dynaq.core.messages import (
     HIDDEN_ATTRIBUTE_PREFIXES,
     SUBJECT_ATTRIBUTE,
@@ -210,11 +210,13 @@ _Matches = Callable[[NewMessage], bool]
 
 
 def _matcher(sub: Subscription) -> _Matches:
-    """The subscription's filter over a whole message: its attributes, or its body."""
-    if sub.filter_scope == "body":
-        on_body = compile_body_policy(sub.filter_policy)
-        return lambda m: on_body(m.body)
-    on_attributes = compile_policy(sub.filter_policy)
+    """The subscription's filter over a whole message: its attributes, or its body.
+    A stored policy was checked when it was set, under the limits of that time."""
+    with stored_policies():
+        if sub.filter_scope == "body":
+            on_body = compile_body_policy(sub.filter_policy)
+            return lambda m: on_body(m.body)
+        on_attributes = compile_policy(sub.filter_policy)
     return lambda m: on_attributes(m.attributes)
 
 

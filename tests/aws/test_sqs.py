@@ -623,3 +623,28 @@ def test_a_dead_letter_queue_is_of_its_source_queues_type(sqs: Any) -> None:
         )
     ok = {"deadLetterTargetArn": arns["plain"], "maxReceiveCount": 2}
     sqs.create_queue(QueueName="dl-src", Attributes={"RedrivePolicy": json.dumps(ok)})
+
+
+def test_fifo_dedup_scope_per_group_is_refused_not_ignored(sqs: Any) -> None:
+    """dynaq deduplicates per queue: taking DeduplicationScope=messageGroup would drop
+    a message whose dedup id another group had used, each send answered 200."""
+    with pytest.raises(ClientError) as refused:
+        sqs.create_queue(
+            QueueName="hq.fifo",
+            Attributes={"FifoQueue": "true", "DeduplicationScope": "messageGroup"},
+        )
+    assert _code(refused.value) == "InvalidAttributeValue"
+    url = sqs.create_queue(
+        QueueName="hq.fifo",
+        Attributes={"FifoQueue": "true", "FifoThroughputLimit": "perMessageGroupId"},
+    )["QueueUrl"]
+    got = sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["DeduplicationScope", "FifoThroughputLimit"]
+    )["Attributes"]
+    assert got == {"DeduplicationScope": "queue", "FifoThroughputLimit": "perQueue"}
+    with pytest.raises(ClientError) as refused:
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"DeduplicationScope": "messageGroup"})
+    assert _code(refused.value) == "InvalidAttributeValue"
+    with pytest.raises(ClientError) as refused:
+        sqs.create_queue(QueueName="hq-plain", Attributes={"DeduplicationScope": "queue"})
+    assert _code(refused.value) == "InvalidAttributeName"

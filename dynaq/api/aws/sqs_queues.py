@@ -44,10 +44,17 @@ _SETTABLE = {
 }
 """SQS attribute → (dynaq setting, AWS's range); every one an integer string."""
 _ACCEPTED_UNUSED = {"Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds",
-                    "SqsManagedSseEnabled", "RedriveAllowPolicy", "DeduplicationScope",
-                    "FifoThroughputLimit"}  # fmt: skip
-"""Taken and ignored: IAM policies, encryption at rest and FIFO throughput modes
-have no dynaq equivalent (the README says so)."""
+                    "SqsManagedSseEnabled", "RedriveAllowPolicy"}  # fmt: skip
+"""Taken and ignored: IAM policies and encryption at rest have no dynaq
+equivalent (the README says so)."""
+_FIFO_MODES = {
+    "DeduplicationScope": ("queue",),
+    "FifoThroughputLimit": ("perQueue", "perMessageGroupId"),
+}
+"""FIFO modes and the values dynaq keeps: it deduplicates per queue, so
+``DeduplicationScope=messageGroup`` (the same dedup id in two groups stands for two
+messages) is refused rather than taken and then dropping the second message.
+Either throughput limit describes dynaq (it has no per-queue FIFO cap)."""
 _MAX_LIST = 1000
 _DIGITS = re.compile(r"[0-9]{1,12}")
 _SQS_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
@@ -81,6 +88,15 @@ def settings_changes(attrs: object, creating_fifo: bool | None) -> dict[str, Any
             changes["fifo"] = _bool(name, value)
         elif name == "ContentBasedDeduplication":
             changes["content_based_dedup"] = _bool(name, value)
+        elif name in _FIFO_MODES:
+            if creating_fifo is False:
+                raise SqsError("InvalidAttributeName", f"{name} is for FIFO queues only.")
+            if value not in _FIFO_MODES[name]:
+                raise SqsError(
+                    "InvalidAttributeValue",
+                    f"Invalid value for the parameter {name}: dynaq takes "
+                    f"{' or '.join(_FIFO_MODES[name])} (it deduplicates per queue).",
+                )
         elif name not in _ACCEPTED_UNUSED:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
     return changes
@@ -145,6 +161,8 @@ def attributes_of(call: Call, info: QueueInfo, stats: dict[str, Any]) -> dict[st
     if s.fifo:
         out["FifoQueue"] = "true"
         out["ContentBasedDeduplication"] = "true" if s.content_based_dedup else "false"
+        out["DeduplicationScope"] = "queue"
+        out["FifoThroughputLimit"] = "perQueue"
     return out
 
 
@@ -267,6 +285,7 @@ async def get_queue_attributes(call: Call) -> dict[str, Any]:
         | set(_SETTABLE)
         | {"RedrivePolicy", "FifoQueue", "ContentBasedDeduplication"}
         | _ACCEPTED_UNUSED
+        | set(_FIFO_MODES)
     )
     unknown = [w for w in wanted if w not in known]
     if unknown:
