@@ -9,6 +9,7 @@ comma-separated, fail over), ``--token`` (or ``DYNAQ_TOKEN``).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -36,6 +37,18 @@ def common(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def number(text: str) -> float:
+    """A finite number, for a float option: ``inf`` or ``nan`` is a usage error
+    naming the option (argparse's), never a body the node refuses as malformed."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
 def _seconds(text: str) -> float:
     """A ``--timeout``: a finite number of seconds above 0 (argparse names the option)."""
     try:
@@ -58,9 +71,12 @@ def run(args: argparse.Namespace) -> int:
     handler: Command = args.handler
     try:
         client = client_for(args)
-    except ValueError as exc:
+    except ValueError as exc:  # the endpoint
         print(f"dynaq: {exc}", file=sys.stderr)
         return USAGE
+    except DynaqError as exc:  # the TLS setup
+        print(f"dynaq: {exc.code}: {exc}", file=sys.stderr)
+        return exit_code(exc)
     try:
         with client:
             return handler(args, client)

@@ -90,13 +90,15 @@ Topic = tuple[str, dict[str, dict[str, Any]]]
 
 
 def _read(file: str) -> dict[str, Any]:
+    """The file's definitions, its framing checked (an error does not name the file:
+    the caller does)."""
     text = sys.stdin.read() if file == "-" else Path(file).read_text()
     data = json.loads(text)
     if not isinstance(data, dict) or data.get("dynaq_definitions") != FORMAT:
-        raise ValueError(f"{file}: not a dynaq definitions file (format {FORMAT})")
+        raise ValueError(f"not a dynaq definitions file (format {FORMAT})")
     for key in ("queues", "topics"):
         if not isinstance(data.get(key, []), list):
-            raise TypeError(f"{file}: {key} must be a list")
+            raise TypeError(f"{key} must be a list")
     return data
 
 

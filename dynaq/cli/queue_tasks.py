@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from dynaq.cli.admin import common
+from dynaq.cli.admin import common, number
 from dynaq.cli.output import OK, REFUSED, emit_json
 from dynaq.client import Client, TaskInfo
 
@@ -51,7 +51,7 @@ def add_verbs(verbs: Any) -> None:
 def _wait_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-wait", action="store_true", help="start the task and return")
     p.add_argument(
-        "--timeout-wait", type=float, default=600.0, help="longest wait in seconds (default 600)"
+        "--timeout-wait", type=number, default=600.0, help="longest wait in seconds (default 600)"
     )
 
 

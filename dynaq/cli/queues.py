@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from dynaq.cli import queue_tasks
-from dynaq.cli.admin import common
+from dynaq.cli.admin import common, number
 from dynaq.cli.output import OK, USAGE, emit_json, json_body, pairs, table, text_body
 from dynaq.client import Client, NewMessage, QueueInfo, QueueSettings
 
@@ -62,8 +62,10 @@ def add_parser(sub: Any) -> None:
     p = verbs.add_parser("receive", help="receive messages under a visibility timeout")
     p.add_argument("name")
     p.add_argument("--max", type=int, default=10, help="at most this many (default 10)")
-    p.add_argument("--visibility-timeout", type=float, default=None, help="seconds")
-    p.add_argument("--wait", type=float, default=0.0, help="long-poll up to this many seconds")
+    p.add_argument("--visibility-timeout", type=number, default=None, help="seconds")
+    p.add_argument(
+        "--wait", type=number, default=0.0, help="long-poll up to this many seconds (0..20)"
+    )
     p.add_argument("--delete", action="store_true", help="delete (acknowledge) what was received")
     common(p)
     p.set_defaults(handler=receive)
@@ -71,16 +73,16 @@ def add_parser(sub: Any) -> None:
 
 
 def settings_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--visibility-timeout", type=float, dest="visibility_timeout_s")
+    p.add_argument("--visibility-timeout", type=number, dest="visibility_timeout_s")
     p.add_argument("--min-partitions", type=int)
     p.add_argument("--max-partitions", type=int)
-    p.add_argument("--max-partition-age", type=float, dest="max_partition_age_s")
+    p.add_argument("--max-partition-age", type=number, dest="max_partition_age_s")
     p.add_argument(
         "--compressed", action=argparse.BooleanOptionalAction, dest="compressed_messages"
     )
-    p.add_argument("--delay", type=float, dest="delay_s", help="seconds new messages wait")
-    p.add_argument("--retention", type=float, dest="retention_s", help="seconds kept")
-    p.add_argument("--receive-wait", type=float, dest="receive_wait_s", help="default long poll")
+    p.add_argument("--delay", type=number, dest="delay_s", help="seconds new messages wait")
+    p.add_argument("--retention", type=number, dest="retention_s", help="seconds kept")
+    p.add_argument("--receive-wait", type=number, dest="receive_wait_s", help="default long poll")
     p.add_argument("--max-message-bytes", type=int)
     p.add_argument("--dead-letter-queue", metavar="QUEUE", help="with --max-receive-count: the DLQ")
     p.add_argument("--max-receive-count", type=int, metavar="N")

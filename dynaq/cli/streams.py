@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
-from dynaq.cli.admin import common
+from dynaq.cli.admin import common, number
 from dynaq.cli.output import OK, emit_json, pairs, table
 from dynaq.client import Client, StreamEntry, StreamInfo
 
@@ -78,7 +78,7 @@ def add_parser(sub: Any) -> None:
     _start_options(p)
     p.add_argument("--count", type=int, default=None, help="stop after this many entries")
     p.add_argument(
-        "--idle-exit", type=float, default=None, metavar="S", help="stop after S s with no entry"
+        "--idle-exit", type=number, default=None, metavar="S", help="stop after S s with no entry"
     )
     common(p)
     p.set_defaults(handler=tail)

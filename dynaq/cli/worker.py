@@ -19,7 +19,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from dynaq.cli.admin import DEFAULT_ENDPOINT
+from dynaq.cli.admin import DEFAULT_ENDPOINT, number
 from dynaq.logs import setup_logging
 from dynaq.stop_signals import ignore_signals_once_stopped, stop_on_signals
 
@@ -41,10 +41,10 @@ def add_parser(sub: Any) -> None:
         help=f"node URL (default: $DYNAQ_ENDPOINT or {DEFAULT_ENDPOINT})",
     )
     p.add_argument("--token", default=None, help="bearer token (default: $DYNAQ_TOKEN)")
-    p.add_argument("--lease-ttl", type=float, default=5.0, help="processor lease TTL, seconds")
+    p.add_argument("--lease-ttl", type=number, default=5.0, help="processor lease TTL, seconds")
     p.add_argument(
         "--report-interval",
-        type=float,
+        type=number,
         default=5.0,
         help="seconds between status reports to the node (GET /v2/processors); 0: none",
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import ssl
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
@@ -24,7 +23,7 @@ from dynaq.client._streams_async import AsyncStreams
 from dynaq.client._sync import IDLE_REUSE_S, may_retry, one_message
 from dynaq.client.consumer import Consumer
 from dynaq.client.ops import Call, Op
-from dynaq.client.policy import Endpoints, RetryPolicy, moves_on
+from dynaq.client.policy import Endpoints, RetryPolicy, moves_on, tls_context
 from dynaq.client.producer import Producer
 from dynaq.client.types import (
     BrowsePage,
@@ -71,11 +70,7 @@ class AsyncClient(AsyncStreams, AsyncBatches, AsyncProcessors):
         self._token = token
         self._retry = retry or RetryPolicy()
         self._rng = random.Random()
-        self._tls: ssl.SSLContext | None = None
-        if self.scheme == "https":
-            self._tls = ssl.create_default_context(cafile=ca_file)
-        elif ca_file is not None:
-            raise ValueError("ca_file is for https:// endpoints")
+        self._tls = tls_context(self.scheme, ca_file)
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
@@ -327,7 +322,9 @@ class AsyncClient(AsyncStreams, AsyncBatches, AsyncProcessors):
         wait_time_s: float | None = None,
     ) -> list[ReceivedMessage]:
         """Receive from node ``addr``'s slice (default: the endpoint's) under a visibility
-        timeout; ``wait_time_s`` (≤ 20) long-polls until a message is there."""
+        timeout; ``wait_time_s`` long-polls until a message is there (0..20 s: the
+        node refuses another wait with ``InvalidInput``; ``None`` or 0: the queue's
+        ``receive_wait_s``)."""
         op = ops_queues.receive(queue, max_messages, visibility_timeout_s, wait_time_s, addr)
         return await self._run(op)
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from dynaq.client import ops_streams
 from dynaq.client.ops import Op
-from dynaq.client.policy import Endpoints, RetryPolicy
+from dynaq.client.policy import Endpoints, RetryPolicy, host_port
 from dynaq.client.stream_types import (
     Appended,
     PublisherLease,
@@ -39,6 +39,7 @@ class SyncStreams:
     _tls: ssl.SSLContext | None
     _retry: RetryPolicy
     _rng: random.Random
+    scheme: str
     timeout_s: float
 
     def _run(self, op: Op[T]) -> T:
@@ -187,12 +188,12 @@ class SyncStreams:
     ) -> Generator[StreamEntry, None, None]:
         path = plan.path()
         what = f"GET {path} at {addr}"
-        host, _, port = addr.rpartition(":")
+        host, port = host_port(self.scheme, addr)
         # Its own connection: the response stays open for as long as the caller reads.
         conn = (
-            http.client.HTTPSConnection(host, int(port), timeout=self.timeout_s, context=self._tls)
+            http.client.HTTPSConnection(host, port, timeout=self.timeout_s, context=self._tls)
             if self._tls is not None
-            else http.client.HTTPConnection(host, int(port), timeout=self.timeout_s)
+            else http.client.HTTPConnection(host, port, timeout=self.timeout_s)
         )
         headers = {"Accept": MSGPACK}
         if self._token is not None:

@@ -20,7 +20,7 @@ from dynaq.client._batches_sync import SyncBatches
 from dynaq.client._processors import SyncProcessors
 from dynaq.client._streams_sync import SyncStreams
 from dynaq.client.ops import Call, Op, Retry
-from dynaq.client.policy import Endpoints, RetryPolicy, moves_on
+from dynaq.client.policy import Endpoints, RetryPolicy, host_port, moves_on, tls_context
 from dynaq.client.types import (
     BrowsePage,
     Health,
@@ -101,11 +101,7 @@ class Client(SyncStreams, SyncBatches, SyncProcessors):
         self._token = token
         self._retry = retry or RetryPolicy()
         self._rng = random.Random()
-        self._tls: ssl.SSLContext | None = None
-        if self.scheme == "https":
-            self._tls = ssl.create_default_context(cafile=ca_file)
-        elif ca_file is not None:
-            raise ValueError("ca_file is for https:// endpoints")
+        self._tls = tls_context(self.scheme, ca_file)
         self._conns: dict[str, tuple[http.client.HTTPConnection, float]] = {}
         self._closed = False
 
@@ -150,13 +146,11 @@ class Client(SyncStreams, SyncBatches, SyncProcessors):
         else:
             if kept is not None:
                 kept[0].close()
-            host, _, port = addr.rpartition(":")
+            host, port = host_port(self.scheme, addr)
             if self._tls is not None:
-                conn = http.client.HTTPSConnection(
-                    host, int(port), timeout=timeout_s, context=self._tls
-                )
+                conn = http.client.HTTPSConnection(host, port, timeout=timeout_s, context=self._tls)
             else:
-                conn = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
+                conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
             reused = False
         conn.timeout = timeout_s
         if conn.sock is not None:
@@ -330,7 +324,9 @@ class Client(SyncStreams, SyncBatches, SyncProcessors):
         wait_time_s: float | None = None,
     ) -> list[ReceivedMessage]:
         """Receive from node ``addr``'s slice (default: the endpoint's) under a visibility
-        timeout; ``wait_time_s`` (≤ 20) long-polls until a message is there."""
+        timeout; ``wait_time_s`` long-polls until a message is there (0..20 s: the
+        node refuses another wait with ``InvalidInput``; ``None`` or 0: the queue's
+        ``receive_wait_s``)."""
         op = ops_queues.receive(queue, max_messages, visibility_timeout_s, wait_time_s, addr)
         return self._run(op)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import math
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,8 @@ U = TypeVar("U")
 MAX_BATCH = 1000
 """Messages or ids per request (the server's default ``http.max_batch``)."""
 MAX_WAIT_S = 20.0
-"""The longest long poll a node accepts."""
+"""The longest long poll a node accepts. The node checks it: the client passes a
+receive's ``wait_time_s`` as given, so a longer one is the node's ``InvalidInput``."""
 JSON = "application/json"
 
 
@@ -113,7 +115,22 @@ def quoted(name: str) -> str:
 
 
 def json_bytes(body: Any) -> bytes:
-    return json.dumps(body).encode()
+    """A JSON request body, standard JSON only: a NaN or an infinity (which
+    ``json.dumps`` would write as ``NaN``/``Infinity``, and a node refuses as
+    malformed) is a ``ValueError`` before anything is sent."""
+    try:
+        return json.dumps(body, allow_nan=False).encode()
+    except ValueError:
+        raise ValueError(
+            "a request body holds a non-finite number (NaN or infinity): JSON cannot carry it"
+        ) from None
+
+
+def finite(name: str, value: float | None) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is ``None`` or a finite number:
+    a request never carries NaN or an infinity (the node would refuse it anyway)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
 
 
 def nothing(_: Any) -> None:

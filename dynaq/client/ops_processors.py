@@ -3,11 +3,10 @@ report (``PUT /v2/processors/{name}``) and what operators read."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from dynaq.client.ops import JSON, Call, Op, Retry, quoted, single
+from dynaq.client.ops import JSON, Call, Op, Retry, json_bytes, quoted, single
 
 
 def _object(got: Any) -> dict[str, Any]:
@@ -22,7 +21,7 @@ def report(name: str, body: Mapping[str, Any]) -> Op[dict[str, Any]]:
             "PUT",
             f"/v2/processors/{quoted(name)}",
             _object,
-            body=json.dumps(body).encode(),
+            body=json_bytes(body),
             content_type=JSON,
             retry=Retry.ALWAYS,
         )

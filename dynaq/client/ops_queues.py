@@ -9,11 +9,11 @@ from typing import Any
 
 from dynaq.client.ops import (
     JSON,
-    MAX_WAIT_S,
     Call,
     Op,
     Retry,
     chunked,
+    finite,
     flatten_ids,
     json_bytes,
     nothing,
@@ -111,11 +111,15 @@ def receive(
     wait_time_s: float | None,
     node: str | None,
 ) -> Op[list[ReceivedMessage]]:
+    finite("visibility_timeout_s", visibility_timeout_s)
+    finite("wait_time_s", wait_time_s)
     body: dict[str, Any] = {"max_messages": max_messages}
     if visibility_timeout_s is not None:
         body["visibility_timeout_s"] = visibility_timeout_s
     if wait_time_s:
-        body["wait_time_s"] = min(wait_time_s, MAX_WAIT_S)
+        # As given: the node checks its range (0..20 s), and refuses one outside it
+        # with InvalidInput, as it does a negative one (never clamped here).
+        body["wait_time_s"] = wait_time_s
 
     def read(got: Any, addr: str) -> list[ReceivedMessage]:
         from_wire = ReceivedMessage.from_wire
@@ -129,7 +133,7 @@ def receive(
         pack(body),
         MSGPACK,
         node=node,
-        extra_timeout_s=wait_time_s or 0,
+        extra_timeout_s=max(wait_time_s or 0.0, 0.0),
         read_at=read,
     )
     return single(call)
@@ -154,6 +158,7 @@ def delete(queue: str, ids: Sequence[int], node: str | None = None) -> Op[int]:
 def change_visibility(
     queue: str, ids: Sequence[int], visibility_timeout_s: float, node: str | None
 ) -> Op[list[int]]:
+    finite("visibility_timeout_s", visibility_timeout_s)
     path = f"/v2/queues/{quoted(queue)}/messages/visibility"
     calls = [
         Call(

@@ -3,10 +3,9 @@ and which queues use a dead-letter queue (see :mod:`dynaq.client.ops`)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from dynaq.client.ops import JSON, Call, Op, Retry, quoted, single
+from dynaq.client.ops import JSON, Call, Op, Retry, json_bytes, quoted, single
 from dynaq.client.types import TaskInfo
 
 
@@ -31,7 +30,7 @@ def redrive(dlq: str, to_queue: str | None, max_per_s: int | None) -> Op[TaskInf
             "POST",
             f"/v2/queues/{quoted(dlq)}/redrive",
             _task,
-            body=json.dumps(body).encode(),
+            body=json_bytes(body),
             content_type=JSON,
             retry=Retry.UNSENT,
         )

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dynaq.client.ops import JSON, Call, Op, nothing, quoted, send_messages, single
+from dynaq.client.ops import JSON, Call, Op, json_bytes, nothing, quoted, send_messages, single
 from dynaq.client.types import MessageLike
 
 # topics ----------------------------------------------------------------------
@@ -68,7 +67,7 @@ def subscribe(
         options["raw_delivery"] = False
     if not options:
         return single(Call("PUT", path, _queues))
-    body = json.dumps(options).encode()
+    body = json_bytes(options)
     return single(Call("PUT", path, _queues, body=body, content_type=JSON))
 
 

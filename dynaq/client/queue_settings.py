@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -23,6 +24,11 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "content_based_dedup": (bool,),
     "tags": (Mapping,),
 }
+
+
+def _finite(name: str, value: Any) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"queue setting {name}: {value!r} is not a finite number")
 
 
 @dataclass(frozen=True)
@@ -55,8 +61,12 @@ class QueueSettings:
     }
 
     def patch(self) -> dict[str, Any]:
-        """The v1 ``PATCH`` body that sets the fields that are not ``None``."""
-        return {self._V1.get(k, k): v for k, v in self.as_dict().items()}
+        """The v1 ``PATCH`` body that sets the fields that are not ``None``; a NaN or
+        an infinity is a ``ValueError`` naming its setting (JSON cannot carry it)."""
+        out = self.as_dict()
+        for name, value in out.items():
+            _finite(name, value)
+        return {self._V1.get(k, k): v for k, v in out.items()}
 
     def as_dict(self) -> dict[str, Any]:
         """The fields that are set, by v2 name (what definitions files hold)."""
@@ -69,8 +79,9 @@ class QueueSettings:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> QueueSettings:
-        """From v2 names; an unknown name or a value of the wrong type is a
-        ``ValueError`` naming it (ranges are the node's to check)."""
+        """From v2 names; an unknown name, a value of the wrong type or a number
+        that is not finite is a ``ValueError`` naming it (ranges are the node's to
+        check)."""
         unknown = set(data) - set(_TYPES)
         if unknown:
             raise ValueError(f"unknown queue settings: {', '.join(sorted(unknown))}")
@@ -78,6 +89,7 @@ class QueueSettings:
             wrong_bool = isinstance(value, bool) and bool not in _TYPES[name]
             if value is not None and (wrong_bool or not isinstance(value, _TYPES[name])):
                 raise ValueError(f"queue setting {name}: {value!r:.60} is not of its type")
+            _finite(name, value)
         return cls(**{k: v for k, v in data.items() if v is not None})
 
     @classmethod

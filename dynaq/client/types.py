@@ -8,6 +8,7 @@ it does not know in ``raw``, so a node newer than the client loses nothing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,6 +161,8 @@ class TxnEnqueue:
         out = NewMessage(self.body, self.attributes, self.group, self.dedup_id).wire()
         out["queue"] = self.queue
         if self.delay_s is not None:
+            if isinstance(self.delay_s, float) and not math.isfinite(self.delay_s):
+                raise ValueError(f"delay_s must be a finite number, got {self.delay_s!r}")
             out["delay_s"] = self.delay_s
         return out
 
