@@ -30,7 +30,7 @@ from dynaq.api.aws import (  # noqa: F401  (they register the actions)
 from dynaq.api.aws.endpoint import endpoint as aws_endpoint
 from dynaq.api.aws.sqs import SQS, SqsSettings
 from dynaq.api.batches import BATCHES
-from dynaq.api.codec import BODY_TIMEOUT, json_response
+from dynaq.api.codec import BODY_TIMEOUT, SERVER_OPTIONS, expect_continue, json_response
 from dynaq.api.internal import PEER_VERIFIER
 from dynaq.api.keys import (
     CATALOG,
@@ -64,6 +64,17 @@ async def health(request: web.Request) -> web.Response:
     return json_response(body, 200 if state == "serving" else 503)
 
 
+def _expecting(table: web.RouteTableDef) -> list[web.AbstractRouteDef]:
+    """``table``'s routes, each answering ``Expect: 100-continue`` with
+    :func:`~dynaq.api.codec.expect_continue` unless it names its own handler."""
+    return [
+        web.RouteDef(r.method, r.path, r.handler, {"expect_handler": expect_continue, **r.kwargs})
+        if isinstance(r, web.RouteDef)
+        else r
+        for r in table
+    ]
+
+
 def build_app(
     *,
     catalog: Catalog,
@@ -86,7 +97,11 @@ def build_app(
     ``metrics``: where request latencies go and what ``/metrics`` shows; ``sqs``: the
     SQS wire protocol on ``POST /`` (``None``: not served); ``processors``: where
     workers report processor status (``None``: not served)."""
-    app = web.Application(middlewares=[front_middleware], client_max_size=max_request_bytes)
+    app = web.Application(
+        middlewares=[front_middleware],
+        client_max_size=max_request_bytes,
+        handler_args=SERVER_OPTIONS,
+    )
     if access is not None:
         app[ACCESS] = access
     if peer_verifier is not None:
@@ -114,21 +129,21 @@ def build_app(
     app.router.add_get("/health", health)
     app.router.add_get(OPENAPI_PATH, openapi.serve)
     app.router.add_get("/metrics", serve_metrics)
-    app.router.add_routes(internal.routes)
-    app.router.add_routes(v1.routes)
-    app.router.add_routes(v2.routes)
-    app.router.add_routes(transactions.routes)
-    app.router.add_routes(batch_routes.routes)
-    app.router.add_routes(bulk.routes)
+    app.router.add_routes(_expecting(internal.routes))
+    app.router.add_routes(_expecting(v1.routes))
+    app.router.add_routes(_expecting(v2.routes))
+    app.router.add_routes(_expecting(transactions.routes))
+    app.router.add_routes(_expecting(batch_routes.routes))
+    app.router.add_routes(_expecting(bulk.routes))
     if streams is not None:
-        app.router.add_routes(stream_routes.routes)
-        app.router.add_routes(stream_copies.routes)
-        app.router.add_routes(topics_v2.routes)
-    app.router.add_routes(queue_tasks.routes)
+        app.router.add_routes(_expecting(stream_routes.routes))
+        app.router.add_routes(_expecting(stream_copies.routes))
+        app.router.add_routes(_expecting(topics_v2.routes))
+    app.router.add_routes(_expecting(queue_tasks.routes))
     if processors is not None:
-        app.router.add_routes(processor_routes.routes)
-    app.router.add_routes(console.routes)
+        app.router.add_routes(_expecting(processor_routes.routes))
+    app.router.add_routes(_expecting(console.routes))
     if sqs is not None:
         app[SQS] = sqs
-        app.router.add_post("/", aws_endpoint)
+        app.router.add_post("/", aws_endpoint, expect_handler=expect_continue)
     return app

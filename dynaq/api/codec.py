@@ -13,14 +13,15 @@ import base64
 import binascii
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgpack
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
+from dynaq.api.content_coding import content_codings, decode_body
 from dynaq.errors import (
     InvalidInput,
     MalformedBody,
@@ -48,10 +49,48 @@ def wants_msgpack(request: web.Request) -> bool:
 
 BODY_TIMEOUT = web.AppKey("body_timeout_s", float)
 
+SERVER_OPTIONS: dict[str, Any] = {"auto_decompress": False}
+"""The aiohttp server options request bodies need (``web.Application(handler_args=...)``):
+:func:`read_raw` decodes ``Content-Encoding`` itself, strictly and within the
+route's limit. aiohttp's own decoder accepts a stream that stops before its end
+(a truncated upload, a client that never closed its compressor) as if it were
+whole, lets a list of codings through undecoded, and answers a coding it lacks
+(``zstd``) with a plain-text 400 before any route runs."""
 
-async def read_raw(request: web.Request) -> bytes:
-    """The request body, which must arrive within the node's ``http.body_timeout_s``
-    (a client that trickles a body cannot hold a handler forever): 408 otherwise."""
+_DECODED = web.RequestKey("dynaq_decoded_body", bytes)
+"""Where :func:`read_raw` keeps a request's decoded body (it is read more than once)."""
+
+
+async def read_raw(request: web.Request, max_bytes: int | None = None) -> bytes:
+    """The request body, decoded from its ``Content-Encoding``; it must arrive within
+    the node's ``http.body_timeout_s`` (a client that trickles a body cannot hold a
+    handler forever): 408 otherwise.
+
+    Decoding is strict: a coding the node lacks is a 415, and a stream that does
+    not end as its format says (truncated, trailing bytes, a bad checksum) a 400
+    ``malformed_body``, never a shorter message. The decoded body is bounded by the
+    limit the wire body has (the app's ``client_max_size``, and ``max_bytes``): a
+    decompression bomb is a 413 once that many bytes come out, not before it has
+    filled memory. Cached on the request: later calls cost nothing.
+    """
+    body: bytes | None = request.get(_DECODED)
+    if body is None:
+        codings = content_codings(request)  # 415 before reading a body for nothing
+        limit = _body_limit(request, max_bytes)
+        wire = await _read_wire(request)
+        if codings and wire and request.content.total_compressed_bytes is None:
+            # (Not None: aiohttp has decoded it already, SERVER_OPTIONS unset.)
+            body = await asyncio.to_thread(decode_body, wire, codings, limit)
+        else:
+            body = wire
+        request[_DECODED] = body
+    if max_bytes is not None and len(body) > max_bytes:
+        raise PayloadTooLarge(f"this route takes bodies of at most {max_bytes} bytes")
+    return body
+
+
+async def _read_wire(request: web.Request) -> bytes:
+    """The body's bytes as sent (see :func:`read_raw`)."""
     try:
         if request.content.is_eof():
             # The whole body is already buffered (a small request arrives with
@@ -62,13 +101,56 @@ async def read_raw(request: web.Request) -> bytes:
     except TimeoutError:
         raise RequestTimeout("the request body did not arrive in time") from None
     except (RequestPayloadError, HttpProcessingError) as exc:
-        # A body that does not match its framing or Content-Encoding (say,
-        # "gzip" on bytes that are not gzip): the client's mistake, not ours.
+        # A body that does not match its framing (or, decoded by aiohttp, its
+        # Content-Encoding): the client's mistake, not ours.
         raise MalformedBody(f"the request body could not be read: {exc}") from None
     except ConnectionResetError:
         # The client closed its connection before its body arrived: nobody
         # reads the answer, and it is no error of the node's.
         raise MalformedBody("the client closed the connection before its body arrived") from None
+
+
+def _body_limit(request: web.Request, max_bytes: int | None) -> int | None:
+    limits = [n for n in (request.client_max_size, max_bytes) if n]
+    return min(limits) if limits else None
+
+
+ExpectHandler = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
+
+
+def expect_within(limit: Callable[[web.Request], int] | None = None) -> ExpectHandler:
+    """A route's ``expect_handler`` (``routes.put(path, expect_handler=...)``):
+    ``Expect: 100-continue`` gets ``100 Continue`` only for a body the route may
+    take. A ``Content-Length`` over the app's ``client_max_size``, or over
+    ``limit(request)`` (the route's own limit, say the message size), is answered
+    413 at once, so the client never uploads it; an ``Expect`` other than
+    ``100-continue`` is a 417. aiohttp runs it before the middleware, so it
+    answers in the middleware's JSON shape itself."""
+
+    async def expect(request: web.Request) -> web.StreamResponse | None:
+        if request.version != HttpVersion11:
+            return None  # HTTP/1.0 has no 100 Continue
+        value = request.headers.get("Expect", "")
+        if value.lower() != "100-continue":
+            return json_response(
+                {"error": f"unsupported Expect {value!r}", "code": "http_error"}, 417
+            )
+        most = _body_limit(request, None if limit is None else limit(request))
+        length = request.content_length
+        if most is not None and length is not None and length > most:
+            exc = PayloadTooLarge(f"a body of {length} bytes; this route's limit is {most}")
+            resp = json_response({"error": exc.message, "code": exc.code}, exc.status)
+            resp.force_close()  # the body is never sent: the connection cannot carry on
+            return resp
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # as aiohttp's own handler: the answer starts now
+        return None
+
+    return expect
+
+
+expect_continue = expect_within()
+"""The ``expect_handler`` for any route whose body limit is the app's ``client_max_size``."""
 
 
 def sends_msgpack(request: web.Request) -> bool:
@@ -109,9 +191,7 @@ async def read_body(
     """
     if max_bytes is not None and (request.content_length or 0) > max_bytes:
         raise PayloadTooLarge(f"this route takes bodies of at most {max_bytes} bytes")
-    raw = await read_raw(request)
-    if max_bytes is not None and len(raw) > max_bytes:
-        raise PayloadTooLarge(f"this route takes bodies of at most {max_bytes} bytes")
+    raw = await read_raw(request, max_bytes)
     ctype = request.content_type
     parse: Callable[[bytes], Any]
     if ctype in MSGPACK_TYPES:
@@ -186,8 +266,6 @@ def _check_strings(value: Any, depth: int = 0) -> None:
 def parse_json(raw: bytes, *, max_objects: int = MAX_OBJECTS) -> Any:
     """Parse a JSON body strictly (see :func:`read_body`)."""
     if not raw.strip():
-        # Also a body whose Content-Encoding stream ends before any data (say, a
-        # gzip header and nothing it can inflate): the decoded body is empty.
         raise InvalidInput("request body is empty (once decoded); expected a JSON object")
     if raw.count(b"[") > MAX_JSON_ARRAYS:
         raise InvalidInput(f"malformed JSON body: more than {MAX_JSON_ARRAYS} arrays")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from dynaq.api.auth import require_batch_tags, require_dead_letter_write
-from dynaq.api.codec import body_to_json, json_response, parse_json, read_raw
+from dynaq.api.codec import body_to_json, expect_within, json_response, parse_json, read_raw
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS, VIEW
 from dynaq.api.params import (
     batch_size,
@@ -137,6 +137,10 @@ async def publish(request: web.Request) -> web.Response:
     return json_response({q: str(ids[0]) for q, ids in result.items()})
 
 
+def _message_limit(request: web.Request) -> int:
+    return request.app[QUEUES].limits.max_message_bytes
+
+
 # queues ------------------------------------------------------------------------
 
 
@@ -191,7 +195,7 @@ async def delete_queue(request: web.Request) -> web.Response:
     return json_response({"Deleted": True})
 
 
-@routes.put("/v1/queues/{queue}/message")
+@routes.put("/v1/queues/{queue}/message", expect_handler=expect_within(_message_limit))
 async def enqueue(request: web.Request) -> web.Response:
     queues = request.app[QUEUES]
     limit = queues.limits.max_message_bytes
@@ -200,7 +204,7 @@ async def enqueue(request: web.Request) -> web.Response:
         raise PayloadTooLarge(
             f"message body is {request.content_length} bytes; the limit is {limit}"
         )
-    body = await read_raw(request)
+    body = await read_raw(request, limit)
     # Looked up after the body arrived: a slow body must not carry a queue
     # resolved before a delete into the old queue number.
     info = await request.app[CATALOG].queue(request.match_info["queue"])
