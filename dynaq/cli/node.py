@@ -38,9 +38,23 @@ def add_parsers(sub: Any) -> None:
     outbox_cli.add_parser(sub)
 
 
-def _config(path: str | None) -> Config:
+def _config(path: str | None, workers: int | None = None) -> Config:
+    """The node's configuration (``--workers`` applied), checked as far as it can be
+    before anything starts: what is wrong with it is exit 2, ``bad configuration``,
+    whichever part (file, ``DYNAQ_*``, flag) holds it."""
+    from dynaq.core.access import access_policy
+    from dynaq.node.builders import check_backend
+
     try:
-        return load_config(path)
+        config = load_config(path)
+        if workers is not None:
+            config = dataclasses.replace(
+                config, http=dataclasses.replace(config.http, workers=workers)
+            )
+            check_ranges(config)
+        check_backend(config)
+        access_policy(config.auth, config.http.host)  # the tokens parse
+        return config
     except (OSError, DynaqError, ValueError) as exc:
         print(f"dynaq: bad configuration: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -73,11 +87,6 @@ def _serve(config: Config, args: argparse.Namespace) -> None:
         die_with_parent(role.parent)
         run_loop(run_node(config, worker=role, crash_at=crash_at), config.http.event_loop)
         return
-    if args.workers is not None:
-        config = dataclasses.replace(
-            config, http=dataclasses.replace(config.http, workers=args.workers)
-        )
-        check_ranges(config)
     # One process owns the data directory: the node, or the supervisor of its
     # workers (they open the store under its lock). Workers return above.
     with DataDirLock(config.data.dir):
@@ -150,7 +159,7 @@ def run(args: argparse.Namespace) -> None:
         return
     if args.command == "outbox":
         raise SystemExit(outbox_cli.run(args))
-    config = _config(args.config)
+    config = _config(args.config, getattr(args, "workers", None))
     setup_logging(config.log.level, config.log.format, config.node.name)
     try:
         if args.command == "migrate":

@@ -90,9 +90,22 @@ def build_store(
             pool_size=r.pool_size,
             request_timeout_s=r.request_timeout_s,
         )
-    raise InvalidInput(
-        f"unknown storage backend {backend!r}; use 'embedded', 'cassandra', 'riak' or 'memory'"
-    )
+    check_backend(config)
+    raise AssertionError(backend)  # check_backend refused it
+
+
+STORAGE_BACKENDS = ("embedded", "cassandra", "riak", "memory")
+
+
+def check_backend(config: Config) -> None:
+    """:class:`InvalidInput` unless ``storage.backend`` names a backend dynaq has."""
+    backend = config.storage.backend
+    if backend not in STORAGE_BACKENDS:
+        raise InvalidInput(
+            f"unknown storage backend {backend!r}; use "
+            + ", ".join(repr(b) for b in STORAGE_BACKENDS[:-1])
+            + f" or {STORAGE_BACKENDS[-1]!r}"
+        )
 
 
 def build_metrics(config: Config, clock: Clock) -> Telemetry:

@@ -232,9 +232,41 @@ def test_a_node_others_can_reach_refuses_to_start_without_tokens(tmp_path: Path)
         env=env,
         timeout=60,
     )
-    assert out.returncode == 1, out.stderr
-    assert "no client tokens" in out.stderr
+    assert out.returncode == 2, out.stderr
+    assert "bad configuration" in out.stderr and "no client tokens" in out.stderr
     assert "DYNAQ_AUTH_TOKENS" in out.stderr and "DYNAQ_AUTH_ALLOW_ANONYMOUS" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra_env", "args", "says"),
+    [
+        ({}, ["--workers", "-1"], "http.workers must be in 0..16"),
+        ({"DYNAQ_STORAGE_BACKEND": "mysql"}, [], "unknown storage backend 'mysql'"),
+        ({"DYNAQ_AUTH_TOKENS": "garbage"}, [], "auth.tokens[0]"),
+    ],
+)
+def test_every_configuration_error_is_exit_2_before_anything_starts(
+    tmp_path: Path, extra_env: dict[str, str], args: list[str], says: str
+) -> None:
+    """Wherever the mistake is (the file, a DYNAQ_* variable, a flag), the node says
+    ``bad configuration`` and exits 2, as for any other setting, and leaves no data."""
+    env = {
+        "DYNAQ_HTTP_PORT": str(free_port()),
+        "DYNAQ_DATA_DIR": str(tmp_path / "d"),
+        "DYNAQ_STATS_TYPE": "none",
+        "PATH": "/usr/bin:/bin",
+        **extra_env,
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "dynaq", "server", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("dynaq: bad configuration: ") and says in out.stderr
+    assert not (tmp_path / "d").exists()
 
 
 def test_tokens_from_the_environment_guard_a_real_node(tmp_path: Path) -> None:
