@@ -17,7 +17,7 @@ A subscription may carry a filter policy (SNS's grammar on attributes,
 queue that matches none of a publish gets nothing (and no entry in the
 answer). A subscription with ``raw`` off gets each message wrapped in SNS's
 JSON envelope ``{"Type": "Notification", "MessageId", "TopicArn", "Topic",
-"Subject"?, "Message", "Timestamp", "MessageAttributes": {name: {"Type",
+"Subject"?, "Message", "Timestamp", "MessageAttributes"?: {name: {"Type",
 "Value"}}}`` (``MessageId`` one per published message, the same in every
 queue; ``Timestamp`` ISO 8601; ``Message`` is the body as text, or base64 with
 ``"MessageEncoding": "base64"`` when it is not UTF-8). An enveloped copy carries
@@ -248,7 +248,7 @@ def _envelope(topic: str, arn: str, message_id: str, m: NewMessage, now_ms: int)
         types = json.loads(attrs.get(TYPES_ATTRIBUTE, "{}"))
     except ValueError:
         types = {}
-    out["MessageAttributes"] = {
+    shown = {
         k: {
             "Type": str(types.get(k, "String")) if isinstance(types, dict) else "String",
             "Value": v,
@@ -256,4 +256,6 @@ def _envelope(topic: str, arn: str, message_id: str, m: NewMessage, now_ms: int)
         for k, v in attrs.items()
         if not k.startswith(HIDDEN_ATTRIBUTE_PREFIXES)
     }
+    if shown:  # as SNS: no MessageAttributes member for a publish that had none
+        out["MessageAttributes"] = shown
     return json.dumps(out).encode()
