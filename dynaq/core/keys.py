@@ -65,10 +65,11 @@ GROWTH_PREFIXES = (BATCH_HEADER, BATCH_BLOCK)
 store refuses them (opening a batch, adding items) and keeps its reserve for
 deletes, acks and the small records that run the node (config, leases, marks);
 an overwrite of one (a batch ack) may use the reserve."""
-ADDED_PREFIXES = (DEDUP, DEDUP_BUCKETED)
-"""Records written once, in the store batch of the messages they come with (dedup
-records): each put counts as growth, as a message's does, without a read to tell
-a new key from an old one."""
+ADDED_PREFIXES = (DEDUP, DEDUP_BUCKETED, DELAYED)
+"""Records written once, as messages are (delayed messages), or in the store batch
+of the messages they come with (dedup records): each put counts as growth, as a
+message's does, without a read to tell a new key from an old one. A full store
+refuses a delayed send as it refuses any other."""
 
 _QID = struct.Struct(">I")
 _MSG = struct.Struct(">cIQ")

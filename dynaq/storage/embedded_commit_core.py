@@ -26,7 +26,7 @@ from typing import Any
 import lmdb
 
 from dynaq.errors import DynaqError, InsufficientStorage, StorageError
-from dynaq.storage.base import MESSAGE_PREFIX, Put
+from dynaq.storage.base import MESSAGE_PREFIX, Delete, Put
 from dynaq.storage.embedded_reserve import Reserve
 
 VERSION = struct.Struct(">Q")
@@ -41,6 +41,9 @@ DELETE = 4
 
 # Per-entry cost beyond key and value (node header, version) when estimating a write.
 _ENTRY_OVERHEAD = 24
+_MOVE_ALLOWANCE = 256
+"""What a move may add to each record it moves (a dead letter's ``origin``) and still
+count as no growth."""
 
 
 @dataclass(slots=True)
@@ -267,6 +270,17 @@ def growth_bytes(
             key.startswith(growth_prefixes) and txn.get(key) is None
         ):
             total += len(key) + len(value) + _ENTRY_OVERHEAD
+    if total and req.kind == BATCH:
+        # A move (a delayed message made visible, a dead letter, a redrive page, a
+        # transaction's consume and produce) frees what it deletes in the same
+        # batch: only its net growth counts, so moves go on in a full store, as
+        # deletes do, instead of leaving due or dead-lettered messages stuck.
+        for op in req.payload:
+            if type(op) is Delete and op.key.startswith(added_prefixes):
+                old = txn.get(op.key)
+                if old is not None:
+                    total -= len(op.key) + len(old) + _ENTRY_OVERHEAD + _MOVE_ALLOWANCE
+        total = max(total, 0)
     return total
 
 
