@@ -58,15 +58,23 @@ async def cancel_all(tasks: Iterable[asyncio.Task[Any] | None]) -> None:
 
 
 async def every(
-    interval_s: float, round_: Callable[[], Awaitable[Any]], *, clock: Clock, what: str
+    interval_s: float,
+    round_: Callable[[], Awaitable[Any]],
+    *,
+    clock: Clock,
+    what: str,
+    first_after_s: float | None = None,
 ) -> None:
-    """Run ``round_`` every ``interval_s`` seconds of ``clock`` until cancelled.
+    """Run ``round_`` every ``interval_s`` seconds of ``clock`` until cancelled, the
+    first time after ``first_after_s`` (default: one interval).
 
     A round that raises is logged and the loop goes on at the next interval:
     periodic upkeep must survive a store that is briefly unavailable.
     """
+    wait_s = interval_s if first_after_s is None else first_after_s
     while True:
-        await clock.sleep(interval_s)
+        await clock.sleep(wait_s)
+        wait_s = interval_s
         try:
             await round_()
         except Exception:

@@ -57,8 +57,18 @@ class DataDirLock:
                 f"data directory {str(self.path.parent)!r} is in use by another dynaq "
                 f"process{who}; give each node its own data.dir (DYNAQ_DATA_DIR)"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        # The pid tells a second process who holds the lock. Written in place at a
+        # fixed width (no truncate, which would free the file's block, so a node
+        # restarted on a full disk still starts). A disk with no room even for
+        # that cannot hold a new store either (LMDB would die of SIGBUS on it).
+        try:
+            os.pwrite(fd, f"{os.getpid():<20}\n".encode(), 0)
+        except OSError as exc:
+            os.close(fd)
+            raise CannotStart(
+                f"cannot start in data directory {str(self.path.parent)!r}: "
+                f"{exc.strerror or exc}"
+            ) from None
         self._fd = fd
 
     def release(self) -> None:

@@ -279,6 +279,8 @@ class Catalog(TopicCatalog):
                     f"queue {name!r} was deleted moments ago; it can be created again "
                     f"in {wait_ms / 1000:.0f} s"
                 )
+        if isinstance(record, Tombstone):
+            await self._unsubscribe_deleted(name)
         number = await self._next_queue_number(name)
         info = QueueInfo(name, number, initial, self._clock.wall_ms())
         if item is None:
@@ -387,6 +389,7 @@ class Catalog(TopicCatalog):
             return
         record = decode_queue_record(tomb.name, item.value, self._defaults)
         if isinstance(record, Tombstone) and record.number == tomb.number and not record.purged:
+            await self._unsubscribe_deleted(tomb.name)
             done = Tombstone(tomb.name, tomb.number, record.deleted_ms, purged=True)
             await self._store.put_if_version(key, encode_tombstone(done), item.version)
         self.tombstones.pop(tomb.name, None)

@@ -65,6 +65,18 @@ class TopicCatalog(ABC):
         self._topics = {name: decode_topic(name, raw) for name, raw in records}
         self._topic_versions.clear()
 
+    @abstractmethod
+    async def _scan_prefix(self, prefix: bytes) -> list[tuple[str, bytes]]:
+        """Every config record under ``prefix``: (name, encoded record)."""
+
+    async def _unsubscribe_deleted(self, queue: str) -> None:
+        """Remove the deleted ``queue`` from every topic in the store (read afresh): a
+        delete cut short by a crash, between its tombstone and its unsubscribes, may
+        have left it subscribed, and a queue created again under the name must not
+        inherit the old one's subscriptions."""
+        self._cache_topics(await self._scan_prefix(keys.CONFIG_TOPIC))
+        await self._unsubscribe_everywhere(queue)
+
     async def _unsubscribe_everywhere(self, queue: str) -> None:
         """Remove a deleted ``queue`` from every topic this node knows it subscribed to."""
         for topic in list(self._topics.values()):

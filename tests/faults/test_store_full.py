@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import os
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -180,3 +181,36 @@ async def test_a_full_file_system_answers_507_and_drains(tmp_path: Path) -> None
             {"DYNAQ_DATA_DIR": str(fs / "data")},
             embedded_min_free_disk_mb=2,
         )
+
+
+async def test_a_node_on_a_disk_with_no_room_at_all_says_so_in_one_line(tmp_path: Path) -> None:
+    """A disk with no room even for the lock file's pid cannot hold a new store (LMDB
+    would die of SIGBUS on it): the node refuses to start, in one line, exit 1."""
+    async with _tmpfs(tmp_path / "fs", 1) as fs:
+
+        def fill() -> None:
+            with (fs / "filler").open("wb") as f, contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+
+        await asyncio.to_thread(fill)
+        env = {
+            **os.environ,
+            "DYNAQ_DATA_DIR": str(fs / "data"),
+            "DYNAQ_HTTP_PORT": "0",
+            "DYNAQ_STATS_TYPE": "none",
+        }
+        out = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "dynaq", "server"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"dynaq: cannot start in data directory '{fs / 'data'}': No space left on device"
+    ]

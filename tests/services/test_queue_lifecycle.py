@@ -183,3 +183,39 @@ async def test_a_write_that_lands_after_the_purge_is_swept_by_a_later_round(
         assert not a.catalog.tombstones
     finally:
         await a.stop()
+
+
+async def test_a_delete_cut_short_after_its_tombstone_leaves_no_subscription(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash between a delete's tombstone and its unsubscribes left the queue on its
+    topics; the purge of the tombstone now removes it, and a queue created again
+    under the name never inherits the old one's subscriptions."""
+    store, clock = MemoryStore(), ManualClock()
+    a = await _node(tmp_path, "a", store, clock)
+    try:
+        for q in ("q", "other"):
+            await a.catalog.create_queue(q)
+        await a.catalog.create_topic("t")
+        await a.catalog.subscribe("t", "q")
+        await a.catalog.subscribe("t", "other")
+
+        async def crash(queue: str) -> None:
+            raise RuntimeError("the node died here")
+
+        monkeypatch.setattr(a.catalog, "_unsubscribe_everywhere", crash)
+        with pytest.raises(RuntimeError):
+            await a.catalog.delete_queue("q")
+    finally:
+        await a.stop()
+    monkeypatch.undo()
+    b = await _node(tmp_path, "b", store, clock)
+    try:
+        assert "q" in (await b.catalog.topic("t", fresh=True)).queues  # the crash's leftover
+        clock.advance(b.catalog.recreate_after_s + 1)
+        await b.catalog.create_queue("q")  # before or after its purge: no old subscription
+        assert list((await b.catalog.topic("t", fresh=True)).queues) == ["other"]
+        got = await b.topics.publish("t", [NewMessage(b"after")])
+        assert sorted(got) == ["other"]
+    finally:
+        await b.stop()

@@ -107,7 +107,9 @@ def _as_sqs(exc: DynaqError) -> SqsError:
         return SqsError("QueueNameExists", exc.message, query_code="QueueAlreadyExists")
     if isinstance(exc, Forbidden):
         return SqsError("AccessDenied", exc.message, status=403, query_code="AccessDenied")
-    if isinstance(exc, NotServing):
+    if isinstance(exc, NotServing) or (exc.status >= 500 and getattr(exc, "retriable", False)):
+        # A node draining, a full store (507 elsewhere; SQS has no such status), a
+        # store briefly away: SDKs retry ServiceUnavailable, and the message says why.
         return SqsError("ServiceUnavailable", exc.message, status=503)
     if exc.status < 500:
         return invalid(exc.message)

@@ -37,6 +37,8 @@ from dynaq.tasks import cancel_and_wait, every
 log = logging.getLogger(__name__)
 
 _CHUNK = 1000
+_FIRST_SWEEP_AFTER_S = 5.0
+"""How soon after the node starts its first sweep runs (it has just taken its slice)."""
 
 
 class RetentionSweeper:
@@ -69,7 +71,15 @@ class RetentionSweeper:
 
     def start(self) -> None:
         self._task = asyncio.create_task(
-            every(self.interval_s, self.sweep, clock=self._clock, what="retention sweep"),
+            # The first sweep soon after start, not an interval later: a node
+            # restarted more often than the interval would otherwise never sweep.
+            every(
+                self.interval_s,
+                self.sweep,
+                clock=self._clock,
+                what="retention sweep",
+                first_after_s=min(self.interval_s, _FIRST_SWEEP_AFTER_S),
+            ),
             name="retention-sweeper",
         )
 
