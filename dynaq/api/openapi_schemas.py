@@ -33,11 +33,15 @@ def _tag(what: str) -> Obj:
     }
 
 
-def _new_message(body_schema: Obj) -> Obj:
+def _new_message(body_schema: Obj, queue: bool = False) -> Obj:
+    """A message object; ``queue``: a transaction's enqueue item, which names its queue.
+    Any other member is refused (422), as the parser refuses it."""
+    where: Obj = {"queue": ref("Name")} if queue else {}
     return {
         "type": "object",
-        "required": ["body"],
+        "required": ["queue", "body"] if queue else ["body"],
         "properties": {
+            **where,
             "body": body_schema,
             "encoding": nullable({"enum": ["utf-8", "base64"]}),
             "attributes": nullable(
@@ -59,6 +63,7 @@ def _new_message(body_schema: Obj) -> Obj:
                 }
             ),
         },
+        "additionalProperties": False,
         "not": {
             "required": ["group", "delay_s"],
             "properties": {"group": {"type": "string"}, "delay_s": {"type": "number"}},
@@ -129,6 +134,7 @@ def schemas(limits: SpecLimits) -> Obj:
         "maxItems": n,
         "items": {"type": "string", "pattern": "^[A-Za-z0-9_-]{22}$"},
     }
+    text = {"type": "string", "description": "UTF-8 text, or base64 with encoding=base64."}
     seconds = {"type": "number", "minimum": 0, "maximum": MAX_VISIBILITY_S}
     return {
         "Error": {
@@ -156,10 +162,10 @@ def schemas(limits: SpecLimits) -> Obj:
             "description": "A message id in a request: an integer or a decimal string.",
             "oneOf": [ref("MessageIdInt"), ref("MessageId")],
         },
-        "NewMessage": _new_message(
-            {"type": "string", "description": "UTF-8 text, or base64 with encoding=base64."}
-        ),
+        "NewMessage": _new_message(text),
         "NewMessageMsgpack": _new_message(bin_),
+        "TxnEnqueue": _new_message(text, queue=True),
+        "TxnEnqueueMsgpack": _new_message(bin_, queue=True),
         "EnqueueRequest": {
             "type": "object",
             "required": ["messages"],
@@ -171,6 +177,7 @@ def schemas(limits: SpecLimits) -> Obj:
                     "items": ref("NewMessage"),
                 }
             },
+            "additionalProperties": False,
         },
         "EnqueueRequestMsgpack": {
             "type": "object",
@@ -183,6 +190,7 @@ def schemas(limits: SpecLimits) -> Obj:
                     "items": ref("NewMessageMsgpack"),
                 }
             },
+            "additionalProperties": False,
         },
         "ReceiveRequest": {
             "type": "object",
@@ -191,17 +199,20 @@ def schemas(limits: SpecLimits) -> Obj:
                 "visibility_timeout_s": nullable(seconds),
                 "wait_time_s": nullable({"type": "number", "minimum": 0, "maximum": MAX_WAIT_S}),
             },
+            "additionalProperties": False,
         },
         "DeleteRequest": {
             "type": "object",
             "anyOf": [{"required": ["ids"]}, {"required": ["receipts"]}],
             "properties": {"ids": ids_in, "receipts": receipts_in},
+            "additionalProperties": False,
         },
         "VisibilityRequest": {
             "type": "object",
             "required": ["visibility_timeout_s"],
             "anyOf": [{"required": ["ids"]}, {"required": ["receipts"]}],
             "properties": {"ids": ids_in, "receipts": receipts_in, "visibility_timeout_s": seconds},
+            "additionalProperties": False,
         },
         "RefusedReceipt": {
             "type": "object",

@@ -8,7 +8,7 @@ TAG = "v2"
 _RECEIPT = {"type": "string", "pattern": "^[A-Za-z0-9_-]{22}$"}
 
 
-def _request(limits: SpecLimits, new_message: str) -> Obj:
+def _request(limits: SpecLimits, enqueue: str) -> Obj:
     n = limits.max_batch
     delete = {
         "type": "object",
@@ -16,17 +16,12 @@ def _request(limits: SpecLimits, new_message: str) -> Obj:
         "properties": {"queue": ref("Name"), "receipt": _RECEIPT},
         "additionalProperties": False,
     }
-    enqueue = {
-        "allOf": [ref(new_message)],
-        "required": ["queue", "body"],
-        "properties": {"queue": ref("Name")},
-    }
     return {
         "type": "object",
         "description": f"At least one item, at most {n} deletes and enqueues in all.",
         "properties": {
             "delete": {"type": "array", "maxItems": n, "items": delete},
-            "enqueue": {"type": "array", "maxItems": n, "items": enqueue},
+            "enqueue": {"type": "array", "maxItems": n, "items": ref(enqueue)},
         },
         "additionalProperties": False,
     }
@@ -108,8 +103,8 @@ def paths(limits: SpecLimits) -> Obj:
                     **errors(404, 413, 415, 422, 503),
                 },
                 body=body(
-                    json=_request(limits, "NewMessage"),
-                    msgpack=_request(limits, "NewMessageMsgpack"),
+                    json=_request(limits, "TxnEnqueue"),
+                    msgpack=_request(limits, "TxnEnqueueMsgpack"),
                 ),
                 description=(
                     "Deletes the messages the receipts name and enqueues the outputs in one "

@@ -16,7 +16,8 @@ from aiohttp import web
 from dynaq.api.auth import require, require_batch_tags
 from dynaq.api.codec import read_body, respond, sends_msgpack, wants_msgpack
 from dynaq.api.keys import CATALOG, QUEUES
-from dynaq.api.params import body_object, new_message
+from dynaq.api.message_params import MESSAGE_MEMBERS, new_message, refuse_unknown
+from dynaq.api.params import body_object
 from dynaq.core.access import WRITE
 from dynaq.core.receipts import decode_receipt
 from dynaq.errors import InvalidInput
@@ -25,7 +26,9 @@ from dynaq.services.queue_records import check_name
 from dynaq.services.queues import TxnDelete, TxnEnqueue
 
 TRANSACTIONS_PATH = "/v2/transactions"
-_MEMBERS = frozenset({"delete", "enqueue"})
+_MEMBERS = ("delete", "enqueue")
+_DELETE_MEMBERS = ("queue", "receipt")
+_ENQUEUE_MEMBERS = ("queue", *MESSAGE_MEMBERS)
 
 routes = web.RouteTableDef()
 
@@ -37,9 +40,11 @@ def _items(body: Mapping[str, Any], name: str) -> list[Any]:
     return items
 
 
-def _queue_name(item: Any, where: str) -> str:
+def _queue_name(item: Any, where: str, members: tuple[str, ...]) -> str:
+    """The ``queue`` member of an item whose members are all among ``members``."""
     if not isinstance(item, Mapping):
         raise InvalidInput(f"{where} must be an object")
+    refuse_unknown(item, members, where)
     name = item.get("queue")
     if not isinstance(name, str):
         raise InvalidInput(f"{where}.queue must be a string")
@@ -48,10 +53,7 @@ def _queue_name(item: Any, where: str) -> str:
 
 @routes.post(TRANSACTIONS_PATH)
 async def transact(request: web.Request) -> web.Response:
-    body = body_object(await read_body(request))
-    unknown = sorted(str(k) for k in body if k not in _MEMBERS)
-    if unknown:
-        raise InvalidInput(f"unknown member {unknown[0]!r}: a transaction has delete and enqueue")
+    body = body_object(await read_body(request), _MEMBERS)
     deletes_in, enqueues_in = _items(body, "delete"), _items(body, "enqueue")
     service = request.app[QUEUES]
     limit = service.limits.max_batch
@@ -75,10 +77,7 @@ async def transact(request: web.Request) -> web.Response:
     deletes: list[TxnDelete] = []
     for i, item in enumerate(deletes_in):
         where = f"delete[{i}]"
-        name = _queue_name(item, where)
-        extra = sorted(str(k) for k in item if k not in ("queue", "receipt"))
-        if extra:
-            raise InvalidInput(f"{where}: unknown member {extra[0]!r}")
+        name = _queue_name(item, where, _DELETE_MEMBERS)
         receipt = item.get("receipt")
         if not isinstance(receipt, str):
             raise InvalidInput(f"{where}.receipt must be a string")
@@ -87,8 +86,9 @@ async def transact(request: web.Request) -> web.Response:
     enqueues: list[TxnEnqueue] = []
     for i, item in enumerate(enqueues_in):
         where = f"enqueue[{i}]"
-        name = _queue_name(item, where)
-        enqueues.append(TxnEnqueue(await info(name), new_message(item, binary, where)))
+        name = _queue_name(item, where, _ENQUEUE_MEMBERS)
+        message = new_message(item, binary, where, _ENQUEUE_MEMBERS)
+        enqueues.append(TxnEnqueue(await info(name), message))
     require_batch_tags(request, [e.message for e in enqueues])
     outcome = await service.transactions.run(deletes, enqueues)
     out_binary = wants_msgpack(request)

@@ -20,11 +20,14 @@ from dynaq.api.codec import (
     wants_msgpack,
 )
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS
+from dynaq.api.message_params import SEND_MEMBERS, new_messages
 from dynaq.api.params import (
+    DELETE_MEMBERS,
+    RECEIVE_MEMBERS,
+    VISIBILITY_MEMBERS,
     body_object,
     ids_and_receipts,
     max_messages,
-    new_messages,
     optional_seconds,
     required_seconds,
 )
@@ -117,7 +120,7 @@ async def describe_queue(request: web.Request) -> web.Response:
 @routes.post("/v2/queues/{queue}/messages")
 async def enqueue_batch(request: web.Request) -> web.Response:
     # The body first: a slow body must not carry a queue looked up before a delete.
-    body = body_object(await read_body(request))
+    body = body_object(await read_body(request), SEND_MEMBERS)
     info = await request.app[CATALOG].queue(request.match_info["queue"])
     q = _queues(request)
     messages = new_messages(body, sends_msgpack(request), q.limits.max_batch)
@@ -130,7 +133,7 @@ async def enqueue_batch(request: web.Request) -> web.Response:
 @routes.post("/v2/queues/{queue}/messages/receive")
 async def receive_batch(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
-    body = body_object(await read_body(request, SMALL_BODY_BYTES))
+    body = body_object(await read_body(request, SMALL_BODY_BYTES), RECEIVE_MEMBERS)
     n = max_messages(body)
     vt = optional_seconds(body, "visibility_timeout_s")
     wait = optional_seconds(body, "wait_time_s")
@@ -162,7 +165,7 @@ def _refused(binary: bool, stale: list[int], receipts: dict[int, str]) -> list[d
 async def delete_batch(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
     q = _queues(request)
-    body = body_object(await read_body(request, SMALL_BODY_BYTES))
+    body = body_object(await read_body(request, SMALL_BODY_BYTES), DELETE_MEMBERS)
     ids, receipts = ids_and_receipts(body, q.limits.max_batch)
     removed = await q.delete(info, ids) if ids else []
     binary = wants_msgpack(request)
@@ -179,7 +182,7 @@ async def delete_batch(request: web.Request) -> web.Response:
 async def change_visibility(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
     q = _queues(request)
-    body = body_object(await read_body(request, SMALL_BODY_BYTES))
+    body = body_object(await read_body(request, SMALL_BODY_BYTES), VISIBILITY_MEMBERS)
     ids, receipts = ids_and_receipts(body, q.limits.max_batch)
     vt = required_seconds(body, "visibility_timeout_s")
     changed = await q.change_visibility(info, ids, vt) if ids else []
@@ -196,7 +199,7 @@ async def change_visibility(request: web.Request) -> web.Response:
 @routes.post("/v2/topics/{topic}/messages")
 async def publish_batch(request: web.Request) -> web.Response:
     topic = request.match_info["topic"]
-    body = body_object(await read_body(request))
+    body = body_object(await read_body(request), SEND_MEMBERS)
     await request.app[CATALOG].topic(topic)
     q = _queues(request)
     messages = new_messages(body, sends_msgpack(request), q.limits.max_batch)
