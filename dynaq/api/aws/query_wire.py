@@ -7,6 +7,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qsl
 from xml.sax.saxutils import escape
 
 from aiohttp import web
@@ -125,3 +126,15 @@ def ok(action: str, result: str = "") -> web.Response:
         f"</{action}Response>"
     )
     return web.Response(text=body, content_type="text/xml")
+
+
+def query_form(request: web.Request, body: bytes) -> dict[str, str]:
+    """The Query protocol's parameters, from the body as decoded (``Content-Encoding``
+    undone by :func:`read_raw`; aiohttp's own form parser would read the bytes as sent)."""
+    if request.content_type not in ("", "application/x-www-form-urlencoded"):
+        return {}  # as aiohttp's parser: no form, no Action (InvalidAction)
+    try:
+        text = body.decode(request.charset or "utf-8")
+        return dict(parse_qsl(text, keep_blank_values=True, strict_parsing=False))
+    except (UnicodeDecodeError, ValueError):
+        raise invalid("the body is not a form") from None

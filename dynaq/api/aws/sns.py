@@ -17,7 +17,6 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
-from urllib.parse import parse_qsl
 
 from aiohttp import web
 
@@ -30,6 +29,7 @@ from dynaq.api.aws.query_wire import (
     message_attributes,
     not_found,
     ok,
+    query_form,
     xml,
 )
 from dynaq.api.aws.sigv4 import AccessKey
@@ -119,18 +119,6 @@ async def endpoint(request: web.Request) -> web.StreamResponse:
         return exc.response()
 
 
-def _form(request: web.Request, body: bytes) -> dict[str, str]:
-    """The Query protocol's parameters, from the body as decoded (``Content-Encoding``
-    undone by :func:`read_raw`; aiohttp's own form parser would read the bytes as sent)."""
-    if request.content_type not in ("", "application/x-www-form-urlencoded"):
-        return {}  # as aiohttp's parser: no form, no Action (InvalidAction)
-    try:
-        text = body.decode(request.charset or "utf-8")
-        return dict(parse_qsl(text, keep_blank_values=True, strict_parsing=False))
-    except (UnicodeDecodeError, ValueError):
-        raise invalid("the body is not a form") from None
-
-
 async def _dispatch(request: web.Request) -> web.StreamResponse:
     try:
         body = await read_raw(request)
@@ -142,7 +130,7 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
         key = await authenticate(request, body, settings)
     except SqsError as exc:
         raise QueryError(exc.code, exc.message, exc.status) from None
-    form = _form(request, body)
+    form = query_form(request, body)
     name = form.get("Action", "")
     handler = ACTIONS.get(name)
     if handler is None:
