@@ -64,7 +64,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max", type=int, default=10, help="at most this many (default 10)")
     p.add_argument("--visibility-timeout", type=number, default=None, help="seconds")
     p.add_argument(
-        "--wait", type=number, default=0.0, help="long-poll up to this many seconds (0..20)"
+        "--wait",
+        type=number,
+        default=None,
+        help="long-poll up to this many seconds (0..20; default: the queue's receive_wait_s)",
     )
     p.add_argument("--delete", action="store_true", help="delete (acknowledge) what was received")
     common(p)
@@ -261,7 +264,7 @@ def send(args: argparse.Namespace, c: Client) -> int:
 
 
 def receive(args: argparse.Namespace, c: Client) -> int:
-    got = c.receive(args.name, args.max, args.visibility_timeout, wait_time_s=args.wait or None)
+    got = c.receive(args.name, args.max, args.visibility_timeout, wait_time_s=args.wait)
     deleted = c.delete(args.name, [m.id for m in got]) if args.delete and got else 0
     if args.json:
         emit_json(

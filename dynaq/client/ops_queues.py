@@ -116,9 +116,10 @@ def receive(
     body: dict[str, Any] = {"max_messages": max_messages}
     if visibility_timeout_s is not None:
         body["visibility_timeout_s"] = visibility_timeout_s
-    if wait_time_s:
+    if wait_time_s is not None:
         # As given: the node checks its range (0..20 s), and refuses one outside it
-        # with InvalidInput, as it does a negative one (never clamped here).
+        # with InvalidInput, as it does a negative one (never clamped here). An
+        # explicit 0 does not wait, whatever the queue's receive_wait_s (None: it).
         body["wait_time_s"] = wait_time_s
 
     def read(got: Any, addr: str) -> list[ReceivedMessage]:

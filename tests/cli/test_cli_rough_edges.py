@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dynaq.client import Client
+from dynaq.client import Client, QueueSettings
 from dynaq.errors import InvalidInput
 from dynaq.testing.process import NodeProcess, node_process
 from tests.cli.helpers import Run, env_for
@@ -166,3 +166,21 @@ def test_a_definitions_file_with_a_non_finite_setting_changes_nothing(
     dynaq("definitions", "import", str(f), code=2)
     assert "visibility_timeout_s: inf is not a finite number; nothing was changed" in (dynaq.stderr)
     dynaq("queue", "show", "edges-inf", code=3)
+
+
+def test_an_explicit_zero_wait_does_not_long_poll(dynaq: Run, node: NodeProcess) -> None:
+    """As SQS's WaitTimeSeconds=0: a receive that asks for no wait answers at once,
+    whatever the queue's receive_wait_s; one that names no wait takes the queue's."""
+    import time
+
+    with Client(node.url, token=ADMIN) as c:
+        c.create_queue("polled", QueueSettings(receive_wait_s=2))
+        started = time.monotonic()
+        assert c.receive("polled", 1, wait_time_s=0) == []
+        assert time.monotonic() - started < 1.0
+        started = time.monotonic()
+        assert c.receive("polled", 1) == []
+        assert time.monotonic() - started >= 1.8
+    started = time.monotonic()
+    dynaq("queue", "receive", "polled", "--wait", "0")
+    assert time.monotonic() - started < 1.5 + 1.0  # the CLI's own start, no poll
