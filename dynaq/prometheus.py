@@ -33,16 +33,27 @@ group commit of the embedded store, fsync included).
 Counters and gauges are kept in dicts (an ``incr`` costs what the statsd
 side's does) and turned into samples only when scraped; gauge providers
 (queue depths) are called then too.
+
+A node of several worker processes (``http.workers``) answers a scrape with
+every worker's figures: the worker the connection reached gathers the others'
+own text (:mod:`dynaq.api.worker_metrics`) and :func:`merge_workers` joins them,
+each sample labelled ``worker="<member name>"``. Every family is labelled so,
+none is shown once for the node: each worker's figures are its own (its
+counters and latencies, its slice, its depth bookkeeping, the last processor
+report it took), none is read from the shared store alike by all of them.
+``dynaq_worker_scrape_ok{worker}`` says which workers are in the scrape.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from dynaq.metrics import GaugeProvider
@@ -186,3 +197,63 @@ class PrometheusMetrics:
 
     async def stop(self) -> None:
         pass
+
+
+WORKER_LABEL = "worker"
+SCRAPE_OK = "dynaq_worker_scrape_ok"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerText:
+    """One worker's own exposition for a merged scrape, or why it is not in it."""
+
+    worker: str
+    text: bytes | None
+    missing: str = ""
+    """Why ``text`` is ``None`` (one line: it becomes a comment of the scrape)."""
+
+
+class _Merged(Collector):
+    def __init__(self, families: Sequence[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families
+
+
+def merge_workers(parts: Sequence[WorkerText]) -> bytes:
+    """One exposition of every worker's: each sample gets ``worker="<name>"``, each
+    family one HELP and TYPE, in the order the workers (then their families) come;
+    then ``dynaq_worker_scrape_ok{worker}`` (1: in this scrape, 0: left out). A worker
+    left out (no text, or text that does not parse) is named in a comment line."""
+    merged: dict[tuple[str, str], Metric] = {}
+    notes: list[str] = []
+    scrape_ok = GaugeMetricFamily(
+        SCRAPE_OK,
+        "1 when the worker's figures are in this scrape, 0 when it did not answer in time",
+        labels=[WORKER_LABEL],
+    )
+    for part in parts:
+        families: list[Metric] = []
+        missing = part.missing or "no answer"
+        if part.text is not None:
+            try:
+                families = list(text_string_to_metric_families(part.text.decode()))
+            except (ValueError, UnicodeDecodeError) as exc:
+                missing, part = f"its figures do not parse ({exc})", WorkerText(part.worker, None)
+        if part.text is None:
+            notes.append(f"# dynaq: worker {part.worker} left out of this scrape: {missing}")
+            scrape_ok.add_metric([part.worker], 0.0)
+            continue
+        scrape_ok.add_metric([part.worker], 1.0)
+        for fam in families:
+            out = merged.get((fam.name, fam.type))
+            if out is None:
+                out = Metric(fam.name, fam.documentation, fam.type, fam.unit)
+                merged[(fam.name, fam.type)] = out
+            out.samples.extend(
+                s._replace(labels={**s.labels, WORKER_LABEL: part.worker}) for s in fam.samples
+            )
+    text = generate_latest(_Merged([*merged.values(), scrape_ok]))
+    head = "".join(" ".join(n.split()) + "\n" for n in notes)  # one line each
+    return head.encode() + text

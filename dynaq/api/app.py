@@ -18,6 +18,7 @@ from dynaq.api import (
     transactions,
     v1,
     v2,
+    worker_metrics,
 )
 from dynaq.api import processors as processor_routes
 from dynaq.api import streams as stream_routes
@@ -91,6 +92,7 @@ def build_app(
     metrics: Telemetry | None = None,
     sqs: SqsSettings | None = None,
     processors: ProcessorRegistry | None = None,
+    worker_scrape: worker_metrics.WorkerScrape | None = None,
 ) -> web.Application:
     """``access``: client tokens (``None``: every client is let in); ``peer_verifier``:
     the cluster's MAC check for ``/internal/`` (``None``: those routes refuse everything);
@@ -129,6 +131,8 @@ def build_app(
     app.router.add_get("/health", health)
     app.router.add_get(OPENAPI_PATH, openapi.serve)
     app.router.add_get("/metrics", serve_metrics)
+    if worker_scrape is not None:  # several workers: /metrics shows them all
+        worker_metrics.install(app, worker_scrape)
     app.router.add_routes(_expecting(internal.routes))
     app.router.add_routes(_expecting(v1.routes))
     app.router.add_routes(_expecting(v2.routes))

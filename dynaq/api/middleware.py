@@ -18,6 +18,7 @@ from dynaq.api.auth import ACCESS, check_access
 from dynaq.api.codec import json_response
 from dynaq.api.internal import check_peer, is_internal
 from dynaq.api.keys import METRICS
+from dynaq.api.worker_metrics import WORKER_SCRAPE
 from dynaq.errors import DynaqError, NotFound, Unauthorized
 
 log = logging.getLogger(__name__)
@@ -106,4 +107,7 @@ async def serve_metrics(request: web.Request) -> web.Response:
     text = request.app[METRICS].exposition()
     if text is None:
         raise NotFound("Prometheus metrics are off (stats.prometheus = false)")
+    scrape = request.app.get(WORKER_SCRAPE)
+    if scrape is not None:  # a node of several workers: every worker's figures
+        text = await scrape.merged(text)
     return web.Response(body=text, content_type="text/plain", charset="utf-8", headers={})

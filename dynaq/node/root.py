@@ -44,7 +44,7 @@ from dynaq.node.builders import (
 )
 from dynaq.node.claims import listen
 from dynaq.node.streams import build_streams
-from dynaq.node.workers import WorkerRole, worker_config
+from dynaq.node.workers import WorkerRole, worker_config, worker_scrape
 from dynaq.services.batches import BatchService
 from dynaq.services.batches.hooks import batch_acks, batch_failures, completion_publisher
 from dynaq.services.catalog import Catalog
@@ -179,6 +179,9 @@ class Node:
             metrics=self.metrics,
             sqs=build_sqs(config, self.access, self.clock),
             processors=ProcessorRegistry(self.store, self.clock, self.metrics),
+            worker_scrape=worker_scrape(
+                self.worker, self.view, None if self.peer_auth is None else self.peer_auth[0]
+            ),
         )
         if isinstance(self.store, LmdbStore):
             metrics = self.metrics

@@ -42,7 +42,10 @@ import json
 import os
 from dataclasses import dataclass
 
+from dynaq.api.worker_metrics import WorkerScrape
 from dynaq.config import Config
+from dynaq.core.membership import MembershipView
+from dynaq.core.peer_auth import PeerSigner
 from dynaq.errors import InvalidInput
 
 ROLE_ENV = "DYNAQ_WORKER_ROLE"
@@ -160,3 +163,15 @@ def worker_config(config: Config, role: WorkerRole) -> Config:
 def worker_name(node: str, index: int) -> str:
     """The ring member name of worker ``index`` of ``node``."""
     return f"{node}-w{index}"
+
+
+def worker_scrape(
+    role: WorkerRole | None, view: MembershipView, signer: PeerSigner | None
+) -> WorkerScrape | None:
+    """A worker of several: its scrape of the others, so that ``/metrics`` on the
+    node's port shows every worker whichever one answers (None for one worker)."""
+    if role is None or len(role.peer_ports) < 2 or signer is None:
+        return None
+    node = view.me.name.removesuffix(f"-w{role.index}")
+    names = [worker_name(node, i) for i in range(len(role.peer_ports))]
+    return WorkerScrape(signer, view, names)
