@@ -66,8 +66,7 @@ class DataDirLock:
         except OSError as exc:
             os.close(fd)
             raise CannotStart(
-                f"cannot start in data directory {str(self.path.parent)!r}: "
-                f"{exc.strerror or exc}"
+                f"cannot start in data directory {str(self.path.parent)!r}: {exc.strerror or exc}"
             ) from None
         self._fd = fd
 
