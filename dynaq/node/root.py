@@ -137,6 +137,7 @@ class Node:
             idle_rescan_s=config.queues.idle_rescan_s,
             dedup_window_s=config.queues.dedup_window_s,
             task_retention_s=config.queues.task_retention_s,
+            sole_writer=store is None and isinstance(self.store, LmdbStore) and worker is None,
         )
         self.topics = TopicService(
             self.store,

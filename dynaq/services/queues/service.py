@@ -76,7 +76,10 @@ class QueueService:
         idle_rescan_s: float = 1.0,
         dedup_window_s: float = 300.0,
         task_retention_s: float = DEFAULT_TASK_RETENTION_S,
+        sole_writer: bool = False,
     ) -> None:
+        """``sole_writer``: no other process writes this store's messages (an embedded
+        store of a one-worker node: its data directory lock keeps others out)."""
         self._store = store
         self._catalog = catalog
         self._view = view
@@ -86,7 +89,15 @@ class QueueService:
         self.states = QueueStates(view, clock)
         self.hints = HintRouter(view, catalog, self.states, clock)
         self.writer = Writer(
-            store, clock, ids, metrics, self.states, self.hints, limits, dedup_window_s
+            store,
+            clock,
+            ids,
+            metrics,
+            self.states,
+            self.hints,
+            limits,
+            dedup_window_s,
+            sole_writer=sole_writer,
         )
         self.receiver = Receiver(
             store,

@@ -77,6 +77,8 @@ class Writer:
         hints: HintRouter,
         limits: Limits,
         dedup_window_s: float,
+        *,
+        sole_writer: bool = False,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -87,6 +89,9 @@ class Writer:
         self.limits = limits
         self.dedup = Dedup(store, clock, dedup_window_s)
         self._finishing: set[asyncio.Task[Any]] = set()
+        # With no other writer, a group lane read once (since start) stays known:
+        # every later id there is this writer's own, drawn above it.
+        self._observed: dict[int, set[int]] | None = {} if sole_writer else None
         self.refresh_ids: Callable[[], Awaitable[None]] | None = None
         """Persists a new id high-water mark (the node's :class:`IdFloor`), called when
         drawing ids stalls against the mark."""
@@ -151,6 +156,8 @@ class Writer:
     def forget(self, number: int) -> None:
         """A queue is gone: drop its per-queue state (no state outlives its queue)."""
         self.dedup.forget(number)
+        if self._observed is not None:
+            self._observed.pop(number, None)
 
     async def prepare(
         self, info: QueueInfo, messages: Sequence[NewMessage], claim: DedupClaim | None = None
@@ -251,6 +258,9 @@ class Writer:
         see it, so a send that follows an acknowledged one always sorts after it.
         """
         lanes = sorted({group_lane(g) for g in groups})
+        seen = None if self._observed is None else self._observed.setdefault(info.number, set())
+        if seen is not None:
+            lanes = [lane for lane in lanes if lane not in seen]
         if not lanes:
             return
         lasts = await self._store.last_keys(
@@ -265,6 +275,8 @@ class Writer:
         for lane, last in zip(lanes, lasts, strict=True):
             if last is not None:
                 self.ids.observe(lane, keys.message_id(last))
+        if seen is not None:
+            seen.update(lanes)
 
     def note_written(self, w: PreparedWrite) -> None:
         """Account for a prepared write once it is durable."""
