@@ -143,7 +143,7 @@ class Cursor:
                 if RECORD.size + length > len(buf):  # one record bigger than a chunk
                     buf += self._file.read(RECORD.size + length - len(buf))
             used, n, done = self._parse(buf, parts)
-            if used == 0:
+            if used == 0 and not done:  # (done: the first record is past a stop, as `until`)
                 raise StreamUnavailable(f"stream {self.stream.name!r}: unreadable record")
             self._pos += used
             entries += n

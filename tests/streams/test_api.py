@@ -382,3 +382,27 @@ async def test_a_schema_the_validator_cannot_compile_is_refused_when_declared(
         body = await r.json()
         assert r.status == 422, body
         assert body["error"].startswith("schema cannot be compiled for validation:"), body
+
+
+async def test_a_stop_on_until_ends_reads_cleanly(
+    node: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    """``until`` below the first entry is nothing to send (204), and a live listener
+    whose next entry is the first past ``until`` ends its answer there: both used to
+    be taken for an unreadable record (a 503, or one written into the open body)."""
+    url = node.url
+    await declare(http, url, "stops", TRADES)
+    await append(http, url, "stops", [{"ts": 1000 + 10 * i, "price": 1} for i in range(3)])
+    for params in ({"until": 999}, {"until": 0, "n": 2}):
+        status, body, _ = await read(http, url, "stops", nowait="true", **params)
+        assert status == 204, (params, body)
+    status, body, _ = await read(http, url, "stops", nowait="true", until=1015, format="array")
+    assert status == 200 and [e["index"] for e in json.loads(body)] == [0, 1]
+    async with http.get(f"{url}/v2/streams/stops", params={"until": "1500"}) as r:
+        assert r.status == 200
+        first = await asyncio.wait_for(r.content.readuntil(b"\n" * 1), 10)
+        assert json.loads(first.split(b"\t")[0])["index"] == 0
+        await append(http, url, "stops", [{"ts": 1400, "price": 2}])
+        await append(http, url, "stops", [{"ts": 2000, "price": 3}])
+        rest = await asyncio.wait_for(r.content.read(), 10)  # ends, and cleanly
+    assert [i for i, _, _ in jsonl(first + rest)] == [0, 1, 2, 3]
