@@ -77,6 +77,27 @@ async def test_close_before_acks_reports_completion_on_last_ack(
     assert await _close(http, b) is True
 
 
+async def test_an_ack_request_with_one_bad_id_changes_nothing(
+    http: aiohttp.ClientSession,
+) -> None:
+    """Acks across batches are checked whole first: one bad id (an unknown block, an
+    index beyond its block) refuses the request and acks nothing, so the completion
+    a good id would cause is reported by the call that makes it, not lost."""
+    b = await _open(http, user_key="whole")
+    (good,) = await _add(http, b, 1)
+    assert await _close(http, b) is False
+    other = await _open(http)
+    (past,) = await _add(http, other, 1)
+    beyond = past.rsplit(":", 1)[0] + ":5"
+    unknown = f"{other}:00000000-0000-0000-0000-000000000000:0"
+    for bad, status in ((unknown, 404), (beyond, 422)):
+        r = await http.post(f"{EXACT}/items/ack", json={"batchItemIds": [good, bad]})
+        await _json(r, status)
+        assert not (await _json(await http.get(f"{EXACT}/{b}")))["isComplete"]
+    done = await _ack(http, [good])
+    assert [(d["batchId"], d["userKey"]) for d in done] == [(b, "whole")]
+
+
 async def test_closed_batch_refuses_items_and_empty_batch_completes_on_close(
     http: aiohttp.ClientSession,
 ) -> None:

@@ -226,6 +226,18 @@ class CombinerPool:
         by_batch: dict[int, list[ItemRef]] = {}
         for r in refs:
             by_batch.setdefault(r.batch_id, []).append(r)
+        if len(by_batch) > 1:
+            # Checked whole before any of it is applied, as a decr is: each batch's
+            # acks commit on their own, so one bad id used to fail the request after
+            # the other batches' acks had landed, and a completion they caused was
+            # answered to nobody. (One batch's acks are checked whole by its round.)
+            for batch_id, batch_refs in by_batch.items():
+                wanted = list(dict.fromkeys(r.block for r in batch_refs))
+                error = self._check(
+                    batch_id, batch_refs, await self._settler.read_blocks(batch_id, wanted)
+                )
+                if error is not None:
+                    raise error
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[list[Completion]]] = []
         for batch_id, batch_refs in by_batch.items():
