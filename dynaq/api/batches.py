@@ -219,6 +219,9 @@ async def estimated_decr(request: web.Request) -> web.Response:
     for i, a in enumerate(acks):
         if not isinstance(a, dict):
             raise InvalidInput(f"acks[{i}] must be an object {{batchId, by}}")
+        extra = sorted(map(str, set(a) - {"batchId", "by"}))
+        if extra:  # a misspelt "by" would count one, silently
+            raise InvalidInput(f"acks[{i}]: unknown member {extra[0]!r}; expected batchId, by")
         by = a.get("by", 1)
         if isinstance(by, bool) or not isinstance(by, int):
             raise InvalidInput(f"acks[{i}].by must be a positive integer")

@@ -439,3 +439,12 @@ async def test_decr_that_fails_midway_answers_what_it_completed_and_what_to_retr
             assert (await _json(await http.get(f"{EST}/{b}")))["pending"] == 1
     finally:
         await n.stop()
+
+
+async def test_a_decr_entry_with_an_unknown_member_counts_nothing(
+    http: aiohttp.ClientSession,
+) -> None:
+    """A misspelt ``by`` would count one, silently: the entry is refused whole."""
+    batch = (await (await http.post(ESTIMATED, json={})).json())["batchId"]
+    r = await http.post(f"{ESTIMATED}/decr", json={"acks": [{"batchId": batch, "bye": 5}]})
+    assert r.status == 422 and "unknown member 'bye'" in (await r.json())["error"]
