@@ -49,10 +49,10 @@ from dynaq.outbox.barriers import KeyBarriers
 from dynaq.outbox.events import Event, LeaderRefreshed
 from dynaq.outbox.schema import (
     OutboxRecord,
+    Prepared,
     Queries,
-    draw_message_ids,
+    prepare_rows,
     record_from_row,
-    to_message,
 )
 from dynaq.tasks import cancel_all
 
@@ -85,8 +85,6 @@ class Outcome(enum.Enum):
     PARK = "park"
 
 
-_Prepared = tuple[NewMessage, str]
-"""A row's message and its message id (the envelope's MessageId)."""
 _Pending = tuple[OutboxRecord, NewMessage, str]
 
 
@@ -117,7 +115,7 @@ class Term:
         self._max_bytes = max_message_bytes
         self._prefix = f"outbox.{config.table}."
         self.leader_id = leader_id
-        self._barriers: KeyBarriers[_Prepared | BadRecord] = KeyBarriers()
+        self._barriers: KeyBarriers[Prepared | BadRecord] = KeyBarriers()
         self._changed = asyncio.Condition()
         self._force_remark = False
         self._pending: list[_Pending] = []
@@ -215,7 +213,7 @@ class Term:
             recs = sorted(map(record_from_row, rows), key=lambda r: r.id)
             # Rows become messages now, while earlier ones are being published,
             # so that work is not done on the critical path once room opens up.
-            for rec, msg in self._prepare(recs):
+            for rec, msg in prepare_rows(recs, self._cfg.table, self._max_bytes):
                 if len(bars.in_flight) >= cfg.max_in_flight:  # A4
                     await self._wait_for(
                         lambda: len(bars.in_flight) < cfg.max_in_flight or self._force_remark
@@ -247,27 +245,14 @@ class Term:
         if self._skip:
             self._skip = {i: n for i, n in self._skip.items() if n > mark_no}
 
-    def _prepare(
-        self, recs: list[OutboxRecord]
-    ) -> list[tuple[OutboxRecord, _Prepared | BadRecord]]:
-        """Each row's message and message id, or why it can never be published."""
-        out: list[tuple[OutboxRecord, _Prepared | BadRecord]] = []
-        ids = draw_message_ids(len(recs))
-        for rec, mid in zip(recs, ids, strict=True):
-            try:
-                out.append((rec, (to_message(rec, self._cfg.table, self._max_bytes), mid)))
-            except BadRecord as exc:
-                out.append((rec, exc))
-        return out
-
-    def _dispatch_unless_done(self, rec: OutboxRecord, msg: _Prepared | BadRecord) -> bool:
+    def _dispatch_unless_done(self, rec: OutboxRecord, msg: Prepared | BadRecord) -> bool:
         """Dispatch ``rec`` unless it was published under the previous leader id."""
         if self._skip.pop(rec.id, None) is not None:
             return False
         self._dispatch(rec, msg)
         return True
 
-    def _dispatch(self, rec: OutboxRecord, msg: _Prepared | BadRecord) -> None:
+    def _dispatch(self, rec: OutboxRecord, msg: Prepared | BadRecord) -> None:
         self._barriers.take(rec)  # A6 + A7
         if isinstance(msg, BadRecord):
             self._complete([rec], Outcome.PARK, str(msg))

@@ -212,3 +212,20 @@ def to_message(rec: OutboxRecord, table: str, max_message_bytes: int | None) -> 
         group=_tag("h:", rec.key),
         dedup_id=_tag("h:", f"{table}:{rec.id}"),
     )
+
+
+Prepared = tuple[NewMessage, str]
+"""A row's message and its message id (the envelope's MessageId)."""
+
+
+def prepare_rows(
+    recs: list[OutboxRecord], table: str, max_bytes: int | None
+) -> list[tuple[OutboxRecord, Prepared | BadRecord]]:
+    """Each row's message and message id, or why it can never be published."""
+    out: list[tuple[OutboxRecord, Prepared | BadRecord]] = []
+    for rec, mid in zip(recs, draw_message_ids(len(recs)), strict=True):
+        try:
+            out.append((rec, (to_message(rec, table, max_bytes), mid)))
+        except BadRecord as exc:
+            out.append((rec, exc))
+    return out

@@ -38,6 +38,9 @@ def check_name(kind: str, name: str) -> str:
 
 DEFAULT_RETENTION_S = 4 * 86_400.0
 MAX_WAIT_S = 20.0
+"""Longest long poll (SQS's limit)."""
+MAX_VISIBILITY_S = 43_200
+"""Longest visibility timeout (SQS's limit, 12 h)."""
 MIN_MESSAGE_BYTES = 1024
 MAX_MESSAGE_BYTES = 1 << 20
 MAX_TAGS = 50
@@ -157,8 +160,10 @@ def check_settings(s: QueueSettings) -> QueueSettings:
             f"min_partitions ({s.min_partitions}) must not be greater than "
             f"max_partitions ({s.max_partitions})"
         )
-    if s.visibility_timeout_s > 12 * 3600:
-        raise InvalidInput("visibility_timeout must be at most 43200 seconds (12 hours)")
+    if s.visibility_timeout_s > MAX_VISIBILITY_S:
+        raise InvalidInput(
+            f"visibility_timeout must be at most {MAX_VISIBILITY_S} seconds (12 hours)"
+        )
     if s.max_partitions > _MAX_PARTITIONS:
         raise InvalidInput(f"max_partitions must be at most {_MAX_PARTITIONS} (one per lane)")
     if s.max_partition_age_s > _MAX_PARTITION_AGE_S:
@@ -279,3 +284,9 @@ def decode_topic(name: str, raw: bytes) -> TopicInfo:
 def history_stream(topic: str) -> str:
     """The stream that keeps a topic's history (stream names allow the dot)."""
     return f"topic.{topic}"
+
+
+def check_visibility(visibility_timeout_s: float) -> None:
+    """A visibility timeout a receive or a change may ask for: 0..12 h."""
+    if not 0 <= visibility_timeout_s <= MAX_VISIBILITY_S:
+        raise InvalidInput(f"visibility timeout must be in 0..{MAX_VISIBILITY_S} seconds")

@@ -21,8 +21,8 @@
 * :mod:`.crash_point` -- the test hook that kills the node at a named step.
 """
 
+from dynaq.services.queue_records import MAX_WAIT_S
 from dynaq.services.queues.handover import PeerHints
-from dynaq.services.queues.receive import MAX_WAIT_S
 from dynaq.services.queues.service import DeleteListener, QueueService
 from dynaq.services.queues.transactions import (
     Enqueued,

@@ -22,6 +22,7 @@ from dynaq.core.partitions import Partition, QueueState
 from dynaq.errors import InvalidInput, NotServing
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import Catalog, QueueInfo
+from dynaq.services.queue_records import MAX_WAIT_S, check_visibility
 from dynaq.services.queues.lane_probe import LaneProbe, probe_lane
 from dynaq.services.queues.receive_budget import ReceiveBudget
 from dynaq.services.queues.state import QueueStates
@@ -42,17 +43,6 @@ _MAX_EXAMINED = 8192
 the scan stops there and the next receive goes on from the cursor, so a long
 blocked backlog costs each receive a bounded slice of the event loop."""
 _MAINTAIN_EVERY_S = 1.0
-
-MAX_WAIT_S = 20.0
-"""Longest long poll (SQS's limit)."""
-
-MAX_VISIBILITY_S = 43_200
-"""Longest visibility timeout (SQS's limit, 12 h)."""
-
-
-def check_visibility(visibility_timeout_s: float) -> None:
-    if not 0 <= visibility_timeout_s <= MAX_VISIBILITY_S:
-        raise InvalidInput(f"visibility timeout must be in 0..{MAX_VISIBILITY_S} seconds")
 
 
 class Receiver:

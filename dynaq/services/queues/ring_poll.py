@@ -30,7 +30,8 @@ from dynaq.clock import Clock
 from dynaq.core.membership import Member, MembershipView
 from dynaq.core.messages import Message
 from dynaq.errors import InvalidInput, NotServing
-from dynaq.services.queues.receive import MAX_WAIT_S, Receiver
+from dynaq.services.queue_records import MAX_WAIT_S
+from dynaq.services.queues.receive import Receiver
 from dynaq.tasks import cancel_all
 
 ROUND_S = 2.0

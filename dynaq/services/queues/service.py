@@ -36,12 +36,13 @@ from dynaq.core.membership import Member, MembershipView
 from dynaq.core.messages import Message, NewMessage, decode
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import Catalog, QueueInfo
+from dynaq.services.queue_records import check_visibility
 from dynaq.services.queues.dead_letters import DeadLetters
 from dynaq.services.queues.delays import DelayMover
 from dynaq.services.queues.deletes import BeforeDelete, DeleteListener, Deleter
 from dynaq.services.queues.handover import Handover, HintRouter, PeerHints, PeerVisibility
 from dynaq.services.queues.receipts import ReceiptActions
-from dynaq.services.queues.receive import Receiver, check_visibility
+from dynaq.services.queues.receive import Receiver
 from dynaq.services.queues.retention import RetentionSweeper
 from dynaq.services.queues.ring_poll import RingPoll
 from dynaq.services.queues.state import QueueStates
