@@ -20,9 +20,9 @@ from dynaq.client import ops, ops_queues, ops_tasks, ops_topics
 from dynaq.client._batches_async import AsyncBatches
 from dynaq.client._processors import AsyncProcessors
 from dynaq.client._streams_async import AsyncStreams
-from dynaq.client._sync import IDLE_REUSE_S, may_retry, one_message
+from dynaq.client._sync import IDLE_REUSE_S
 from dynaq.client.consumer import Consumer
-from dynaq.client.ops import Call, Op
+from dynaq.client.ops import Call, Op, may_retry, one_message
 from dynaq.client.policy import Endpoints, RetryPolicy, moves_on, tls_context
 from dynaq.client.producer import Producer
 from dynaq.client.types import (

@@ -19,13 +19,12 @@ from dynaq.client import ops, ops_queues, ops_tasks, ops_topics
 from dynaq.client._batches_sync import SyncBatches
 from dynaq.client._processors import SyncProcessors
 from dynaq.client._streams_sync import SyncStreams
-from dynaq.client.ops import Call, Op, Retry
+from dynaq.client.ops import Call, Op, may_retry, one_message
 from dynaq.client.policy import Endpoints, RetryPolicy, host_port, moves_on, tls_context
 from dynaq.client.types import (
     BrowsePage,
     Health,
     MessageLike,
-    NewMessage,
     PartitionRange,
     PeekedMessage,
     QueueInfo,
@@ -38,7 +37,7 @@ from dynaq.client.types import (
     TxnResult,
 )
 from dynaq.client.wire import MSGPACK, parse_lazily
-from dynaq.errors import ClientError, DynaqError, NotServing, Unreachable
+from dynaq.errors import ClientError, DynaqError, Unreachable
 
 T = TypeVar("T")
 
@@ -46,28 +45,6 @@ IDLE_REUSE_S = 20.0
 """A kept-alive connection idle longer than this is replaced before use: nodes
 close idle connections after ``http.keepalive_timeout_s`` (60 s), and a request
 sent on one the node just closed would be lost without knowing if it arrived."""
-
-
-def one_message(
-    body: bytes | str,
-    attributes: Mapping[str, str] | None,
-    group: str | None,
-    dedup_id: str | None,
-) -> MessageLike:
-    """What :meth:`Client.send` enqueues: the bare body when nothing else is set
-    (its cheapest wire path, see :func:`dynaq.client.ops.wire_messages`)."""
-    if attributes is None and group is None and dedup_id is None:
-        return body
-    return NewMessage(body, attributes, group, dedup_id)
-
-
-def may_retry(call: Call[Any], exc: DynaqError) -> bool:
-    """Whether ``call`` may be sent again after ``exc`` (see :mod:`dynaq.client.ops`)."""
-    if not exc.retriable:
-        return False
-    if call.retry is Retry.ALWAYS or isinstance(exc, NotServing):
-        return True
-    return isinstance(exc, Unreachable) and not exc.sent
 
 
 class Client(SyncStreams, SyncBatches, SyncProcessors):

@@ -39,7 +39,7 @@ from dynaq.client.types import (
     RingMember,
 )
 from dynaq.client.wire import MSGPACK, pack
-from dynaq.errors import UnexpectedResponse
+from dynaq.errors import DynaqError, NotServing, UnexpectedResponse, Unreachable
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -242,3 +242,25 @@ def snapshot_page(
             "GET", f"/v2/queues/{quoted(queue)}/snapshot?{query}", lambda got: dict(got), node=node
         )
     )
+
+
+def one_message(
+    body: bytes | str,
+    attributes: Mapping[str, str] | None,
+    group: str | None,
+    dedup_id: str | None,
+) -> MessageLike:
+    """What :meth:`Client.send` enqueues: the bare body when nothing else is set
+    (its cheapest wire path, see :func:`dynaq.client.ops.wire_messages`)."""
+    if attributes is None and group is None and dedup_id is None:
+        return body
+    return NewMessage(body, attributes, group, dedup_id)
+
+
+def may_retry(call: Call[Any], exc: DynaqError) -> bool:
+    """Whether ``call`` may be sent again after ``exc`` (see :mod:`dynaq.client.ops`)."""
+    if not exc.retriable:
+        return False
+    if call.retry is Retry.ALWAYS or isinstance(exc, NotServing):
+        return True
+    return isinstance(exc, Unreachable) and not exc.sent
