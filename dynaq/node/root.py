@@ -44,7 +44,7 @@ from dynaq.node.builders import (
 )
 from dynaq.node.claims import listen
 from dynaq.node.streams import build_streams
-from dynaq.node.workers import WorkerRole, worker_config, worker_scrape
+from dynaq.node.workers import WorkerRole, worker_config, worker_dedup_lock, worker_scrape
 from dynaq.services.batches import BatchService
 from dynaq.services.batches.hooks import batch_acks, batch_failures, completion_publisher
 from dynaq.services.catalog import Catalog
@@ -138,6 +138,7 @@ class Node:
             dedup_window_s=config.queues.dedup_window_s,
             task_retention_s=config.queues.task_retention_s,
             sole_writer=store is None and isinstance(self.store, LmdbStore) and worker is None,
+            dedup_lock=worker_dedup_lock(config, worker),
         )
         self.topics = TopicService(
             self.store,

@@ -41,12 +41,14 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from dynaq.api.worker_metrics import WorkerScrape
 from dynaq.config import Config
 from dynaq.core.membership import MembershipView
 from dynaq.core.peer_auth import PeerSigner
 from dynaq.errors import InvalidInput
+from dynaq.services.queues.dedup_lock import DedupFileLock
 
 ROLE_ENV = "DYNAQ_WORKER_ROLE"
 MAX_WORKERS = 16
@@ -175,3 +177,11 @@ def worker_scrape(
     node = view.me.name.removesuffix(f"-w{role.index}")
     names = [worker_name(node, i) for i in range(len(role.peer_ports))]
     return WorkerScrape(signer, view, names)
+
+
+def worker_dedup_lock(config: Config, role: WorkerRole | None) -> DedupFileLock | None:
+    """A worker of several: the lock its node's workers share for dedup checks, so
+    two of them never both store a copy of one dedup id (None for one worker)."""
+    if role is None:
+        return None
+    return DedupFileLock(Path(config.data.dir) / "dedup.lock")

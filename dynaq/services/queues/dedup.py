@@ -25,6 +25,7 @@ from dynaq.clock import Clock
 from dynaq.core import keys
 from dynaq.core.messages import NewMessage
 from dynaq.services.catalog import QueueInfo
+from dynaq.services.queues.dedup_lock import DedupFileLock
 from dynaq.storage.base import Store
 
 InFlight = dict[int, dict[str, asyncio.Event]]
@@ -108,10 +109,18 @@ class DedupClaim:
 class Dedup:
     """The dedup window of every queue on this node: checks, records and the guard."""
 
-    def __init__(self, store: Store, clock: Clock, window_s: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        window_s: float,
+        across_processes: DedupFileLock | None = None,
+    ) -> None:
+        """``across_processes``: the node's workers' shared lock (several workers)."""
         self._store = store
         self._clock = clock
         self.window_s = window_s
+        self._across = across_processes
         self._locks: dict[int, asyncio.Lock] = {}
         self._in_flight: InFlight = {}
 
@@ -133,14 +142,21 @@ class Dedup:
         that never unlocks (a transaction) holds them until its write ends. On
         leaving, the claim's ids leave the in-flight table (the write landed,
         failed or was cancelled). Two racing enqueues with the same id on one
-        node never both store a copy. (Across nodes a race within milliseconds
-        can still enqueue twice: documented.) Batches without dedup ids never
-        wait.
+        node never both store a copy, whichever of its workers they reach.
+        (Across nodes a race within milliseconds can still enqueue twice:
+        documented.) Batches without dedup ids never wait.
         """
         claim = DedupClaim(self._in_flight)
         if all(m.dedup_id is None for m in messages):
             yield claim
             return
+        slots: list[int] = []
+        if self._across is not None:
+            # Another worker of this node may check the same ids: hold their slots
+            # from before the check until the write has landed (see dedup_lock).
+            ids = [m.dedup_id for m in messages if m.dedup_id is not None]
+            slots = sorted({s for i in infos for s in self._across.slots_for(i.number, ids)})
+            await self._across.acquire(slots)
         try:
             for number in sorted({i.number for i in infos}):
                 lock = self._locks.setdefault(number, asyncio.Lock())
@@ -150,6 +166,8 @@ class Dedup:
         finally:  # stored, failed or cancelled: the ids leave, then the locks
             claim.landed()
             claim.unlock()
+            if self._across is not None:
+                self._across.release(slots)
 
     async def check(
         self, number: int, wanted: list[str], claim: DedupClaim | None = None

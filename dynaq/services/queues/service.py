@@ -38,6 +38,7 @@ from dynaq.metrics import Metrics
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queue_records import check_visibility
 from dynaq.services.queues.dead_letters import DeadLetters
+from dynaq.services.queues.dedup_lock import DedupFileLock
 from dynaq.services.queues.delays import DelayMover
 from dynaq.services.queues.deletes import BeforeDelete, DeleteListener, Deleter
 from dynaq.services.queues.handover import Handover, HintRouter, PeerHints, PeerVisibility
@@ -78,9 +79,11 @@ class QueueService:
         dedup_window_s: float = 300.0,
         task_retention_s: float = DEFAULT_TASK_RETENTION_S,
         sole_writer: bool = False,
+        dedup_lock: DedupFileLock | None = None,
     ) -> None:
         """``sole_writer``: no other process writes this store's messages (an embedded
-        store of a one-worker node: its data directory lock keeps others out)."""
+        store of a one-worker node: its data directory lock keeps others out);
+        ``dedup_lock``: the lock a node's workers share for their dedup checks."""
         self._store = store
         self._catalog = catalog
         self._view = view
@@ -99,6 +102,7 @@ class QueueService:
             limits,
             dedup_window_s,
             sole_writer=sole_writer,
+            dedup_lock=dedup_lock,
         )
         self.receiver = Receiver(
             store,

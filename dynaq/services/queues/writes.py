@@ -26,6 +26,7 @@ from dynaq.errors import IdClockStalled, InvalidInput, PayloadTooLarge
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.queues.dedup import Dedup, DedupClaim
+from dynaq.services.queues.dedup_lock import DedupFileLock
 from dynaq.services.queues.handover import HintRouter
 from dynaq.services.queues.state import QueueStates
 from dynaq.storage.base import Put, Store
@@ -79,6 +80,7 @@ class Writer:
         dedup_window_s: float,
         *,
         sole_writer: bool = False,
+        dedup_lock: DedupFileLock | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -87,7 +89,7 @@ class Writer:
         self._states = states
         self._hints = hints
         self.limits = limits
-        self.dedup = Dedup(store, clock, dedup_window_s)
+        self.dedup = Dedup(store, clock, dedup_window_s, dedup_lock)
         self._finishing: set[asyncio.Task[Any]] = set()
         # With no other writer, a group lane read once (since start) stays known:
         # every later id there is this writer's own, drawn above it.
