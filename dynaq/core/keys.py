@@ -20,6 +20,8 @@ PROCESSOR = b"c/p/"
 """Processors' last status reports (JSON, by name; :mod:`dynaq.services.processors`)."""
 QUEUE_NUMBER_SEQ = b"c/seq/queue"
 PURGE = b"c/purge/"
+PARKED_INFLIGHT = b"c/parked/"
+"""A lone node's in-flight table per queue, between a graceful stop and the next start."""
 MESSAGE = MESSAGE_PREFIX
 DEDUP = b"d/"
 """Dedup records of earlier releases (one per id, swept by scanning); read, never written."""

@@ -37,6 +37,7 @@ from dynaq.core.messages import Message, NewMessage, decode
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queue_records import check_visibility
+from dynaq.services.queues import parking
 from dynaq.services.queues.dead_letters import DeadLetters
 from dynaq.services.queues.dedup_lock import DedupFileLock
 from dynaq.services.queues.delays import DelayMover
@@ -81,11 +82,11 @@ class QueueService:
         sole_writer: bool = False,
         dedup_lock: DedupFileLock | None = None,
     ) -> None:
-        """``sole_writer``: no other process writes this store's messages (an embedded
-        store of a one-worker node: its data directory lock keeps others out);
+        """``sole_writer``: no other process writes this store (embedded, one worker);
         ``dedup_lock``: the lock a node's workers share for their dedup checks."""
         self._store = store
         self._catalog = catalog
+        self._sole_writer = sole_writer
         self._view = view
         self._peer_visibility: PeerVisibility | None = None
         self._clock = clock
@@ -197,8 +198,10 @@ class QueueService:
     # lifecycle ------------------------------------------------------------
 
     async def start(self) -> None:
-        """Load config, count stored messages, resume interrupted purges."""
+        """Load config and parked in-flight state, count messages, resume purges."""
         await self._catalog.reload()
+        if self._sole_writer:
+            await parking.restore(self._store, self._catalog, self.states, self._clock)
         numbers = [
             info.number
             for info in map(self._catalog.cached_queue, self._catalog.queue_names())
@@ -232,6 +235,8 @@ class QueueService:
         await self.tasks.stop()
         await self.upkeep.stop()
         await self.writer.wait_finishing()
+        if self._sole_writer:  # no peer to hand in-flight messages to: keep them
+            await parking.park(self._store, self._catalog, self.states, self._clock)
 
     async def wait_for_purges(self) -> None:
         """Wait until every pending purge finished (for tests and shutdown)."""
