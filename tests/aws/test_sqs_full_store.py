@@ -33,9 +33,12 @@ async def test_a_send_to_a_full_store_is_service_unavailable(tmp_path: Path) -> 
         )
         url = (await asyncio.to_thread(sqs.create_queue, QueueName="full"))["QueueUrl"]
         info = await node.catalog.queue("full")
-        with pytest.raises(InsufficientStorage):
-            for _ in range(10_000):  # bounded: a 2 MiB map fills in a few hundred
-                await node.queues.enqueue(info, [NewMessage(os.urandom(300)) for _ in range(20)])
+        for size in (20, 1):  # batches, then single messages: no room left for one
+            with pytest.raises(InsufficientStorage):
+                for _ in range(10_000):  # bounded: a 2 MiB map fills in a few hundred
+                    await node.queues.enqueue(
+                        info, [NewMessage(os.urandom(300)) for _ in range(size)]
+                    )
         with pytest.raises(ClientError) as refused:
             await asyncio.to_thread(sqs.send_message, QueueUrl=url, MessageBody="x" * 300)
         err = refused.value.response

@@ -50,12 +50,15 @@ async def test_moves_go_on_in_a_full_store_and_delayed_sends_are_refused(tmp_pat
         await node.queues.enqueue(src, [NewMessage(f"dead-{i}".encode()) for i in range(40)])
         assert len(await node.queues.receive("src", 100)) == 40  # in flight for 1 s
         fill = await node.catalog.queue("fill")
-        with pytest.raises(InsufficientStorage):
-            for _ in range(10_000):  # bounded: a 2 MiB map fills in a few hundred
-                await node.queues.enqueue(fill, [NewMessage(os.urandom(300)) for _ in range(20)])
+        for size in (20, 1):  # batches, then single messages: no room left for one
+            with pytest.raises(InsufficientStorage):
+                for _ in range(10_000):  # bounded: a 2 MiB map fills in a few hundred
+                    await node.queues.enqueue(
+                        fill, [NewMessage(os.urandom(300)) for _ in range(size)]
+                    )
         # A delayed send adds a message as any other does: refused, not let past the limit.
         with pytest.raises(InsufficientStorage):
-            await node.queues.enqueue(later, [NewMessage(b"x" * 300, delay_s=1)] * 20)
+            await node.queues.enqueue(later, [NewMessage(b"x" * 300, delay_s=1)])
         # Due delayed messages still become visible, and dead letters still move.
         assert sorted(await _drain(node, "later", 40)) == sorted(
             f"later-{i}".encode() for i in range(40)
