@@ -265,7 +265,11 @@ def test_every_operation(case: AnyCase, api_node: NodeProcess) -> None:
 
 
 def test_stateful(api_node: NodeProcess) -> None:
-    base: type[APIStateMachine] = schema.as_state_machine()
+    # Processor reports age while the machine runs (their listing says which are
+    # alive), so a replayed step could draw from a different listing: hypothesis
+    # then fails the run as flaky. The stateless cases above cover those routes.
+    stable = schema.exclude(path_regex="^/v2/processors")
+    base: type[APIStateMachine] = stable.as_state_machine()
 
     class Machine(base):  # type: ignore[valid-type, misc]
         def before_call(self, case: AnyCase) -> None:
