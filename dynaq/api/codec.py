@@ -153,6 +153,18 @@ expect_continue = expect_within()
 """The ``expect_handler`` for any route whose body limit is the app's ``client_max_size``."""
 
 
+def caller_waiting(request: web.Request) -> Callable[[], bool]:
+    """Whether ``request``'s client is still connected: a long poll asks before it
+    serves, so a client that hung up (a timeout shorter than its wait) does not
+    leave messages invisible for a visibility timeout."""
+
+    def waiting() -> bool:
+        transport = request.transport
+        return transport is not None and not transport.is_closing()
+
+    return waiting
+
+
 def sends_msgpack(request: web.Request) -> bool:
     """Whether the request body is msgpack (by Content-Type; the answer follows Accept)."""
     return request.content_type in MSGPACK_TYPES

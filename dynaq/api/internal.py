@@ -149,9 +149,10 @@ async def receive_here(request: web.Request) -> web.Response:
         body = msgpack.unpackb(await read_raw(request))
         queue, n = str(body["queue"]), int(body["max_messages"])
         vt = float(body["visibility_timeout_s"])
+        per_group = int(body.get("per_group", 1))
     except (ValueError, TypeError, LookupError, AttributeError, msgpack.UnpackException) as exc:
         raise InvalidInput(f"malformed forwarded receive: {exc}") from None
-    messages = await request.app[QUEUES].receiver.receive(queue, n, vt)
+    messages = await request.app[QUEUES].receiver.receive(queue, n, vt, per_group=per_group)
     answer = {"messages": [message_to_wire(m) for m in messages]}
     return web.Response(body=msgpack.packb(answer), content_type="application/msgpack")
 

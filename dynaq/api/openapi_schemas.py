@@ -198,6 +198,7 @@ def schemas(limits: SpecLimits) -> Obj:
                 "max_messages": {"type": "integer", "minimum": 1, "maximum": n, "default": 1},
                 "visibility_timeout_s": nullable(seconds),
                 "wait_time_s": nullable({"type": "number", "minimum": 0, "maximum": MAX_WAIT_S}),
+                "max_per_group": {"type": "integer", "minimum": 1, "maximum": n, "default": 1},
             },
             "additionalProperties": False,
         },

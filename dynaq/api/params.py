@@ -75,7 +75,7 @@ def query_int(query: Mapping[str, str], name: str, default: int, lo: int, hi: in
     return int(text)
 
 
-RECEIVE_MEMBERS = ("max_messages", "visibility_timeout_s", "wait_time_s")
+RECEIVE_MEMBERS = ("max_messages", "visibility_timeout_s", "wait_time_s", "max_per_group")
 DELETE_MEMBERS = ("ids", "receipts")
 VISIBILITY_MEMBERS = ("ids", "receipts", "visibility_timeout_s")
 
@@ -156,11 +156,11 @@ def required_seconds(body: Mapping[str, Any], name: str) -> float:
     return value
 
 
-def max_messages(body: Mapping[str, Any]) -> int:
-    """The ``max_messages`` member of a receive (default 1)."""
-    n = body.get("max_messages", 1)
+def max_messages(body: Mapping[str, Any], name: str = "max_messages") -> int:
+    """The ``max_messages`` member of a receive (default 1), or another count."""
+    n = body.get(name, 1)
     if isinstance(n, bool) or not isinstance(n, int):
-        raise InvalidInput("max_messages must be an integer")
+        raise InvalidInput(f"{name} must be an integer")
     return n
 
 

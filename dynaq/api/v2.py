@@ -14,6 +14,7 @@ from dynaq.api.auth import require_batch_tags
 from dynaq.api.codec import (
     SMALL_BODY_BYTES,
     body_to_json,
+    caller_waiting,
     read_body,
     respond,
     sends_msgpack,
@@ -33,6 +34,7 @@ from dynaq.api.params import (
 )
 from dynaq.core.messages import Message
 from dynaq.core.receipts import decode_receipt, encode_receipt, encode_receipts
+from dynaq.errors import InvalidInput
 from dynaq.services.queues import QueueService
 
 routes = web.RouteTableDef()
@@ -135,11 +137,15 @@ async def receive_batch(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
     body = body_object(await read_body(request, SMALL_BODY_BYTES), RECEIVE_MEMBERS)
     n = max_messages(body)
+    per_group = max_messages(body, "max_per_group")
+    if not 1 <= per_group <= n:
+        raise InvalidInput("max_per_group must be an integer in 1..max_messages")
     vt = optional_seconds(body, "visibility_timeout_s")
     wait = optional_seconds(body, "wait_time_s")
     if wait is None:
         wait = info.settings.receive_wait_s  # the queue's default long poll
-    messages = await _queues(request).receive(info.name, n, vt, wait_time_s=wait)
+    queues = _queues(request)
+    messages = await queues.receive(info.name, n, vt, wait, caller_waiting(request), per_group)
     binary = wants_msgpack(request)
     if all(m.delivery for m in messages):  # every receive draws a delivery: one pass
         receipts = encode_receipts([(m.id, m.delivery) for m in messages])

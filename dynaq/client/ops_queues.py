@@ -110,10 +110,13 @@ def receive(
     visibility_timeout_s: float | None,
     wait_time_s: float | None,
     node: str | None,
+    max_per_group: int = 1,
 ) -> Op[list[ReceivedMessage]]:
     finite("visibility_timeout_s", visibility_timeout_s)
     finite("wait_time_s", wait_time_s)
     body: dict[str, Any] = {"max_messages": max_messages}
+    if max_per_group != 1:
+        body["max_per_group"] = max_per_group
     if visibility_timeout_s is not None:
         body["visibility_timeout_s"] = visibility_timeout_s
     if wait_time_s is not None:

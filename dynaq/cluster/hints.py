@@ -117,7 +117,12 @@ class HttpPeerHints:
         return [int(i) for i in answer["changed"]]
 
     async def receive_from(
-        self, owner: Member, queue: str, max_messages: int, visibility_timeout_s: float
+        self,
+        owner: Member,
+        queue: str,
+        max_messages: int,
+        visibility_timeout_s: float,
+        per_group: int = 1,
     ) -> list[Message]:
         """Receive from ``owner``'s slice (no waiting); the messages stay in flight there."""
         body = {
@@ -125,6 +130,8 @@ class HttpPeerHints:
             "max_messages": max_messages,
             "visibility_timeout_s": visibility_timeout_s,
         }
+        if per_group != 1:  # a peer of an earlier version reads no such member
+            body["per_group"] = per_group
         answer = await self._call(owner, RECEIVE_PATH, body)
         return [message_from_wire(m) for m in answer["messages"]]
 

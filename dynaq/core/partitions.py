@@ -30,54 +30,15 @@ import asyncio
 import bisect
 import heapq
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Set as AbstractSet
 
 from dynaq.core.delete_record import DeleteRecord
 from dynaq.core.ids import LANE_SHIFT, lane_of
 from dynaq.core.inflight import InFlight, next_delivery
 from dynaq.core.keyspace import LaneRange, partition_ranges
+from dynaq.core.partition import Partition
 
 _heappush = heapq.heappush
-
-
-@dataclass(eq=False, slots=True)
-class Partition:
-    """A lane range of one queue on this node."""
-
-    lanes: LaneRange
-    created_at: float
-    last_used: float = float("-inf")
-    locked_until: float = float("-inf")
-    cursor: int | None = None
-    rewind: int | None = None
-    wakes: int = 0
-    idle: bool = False
-    idle_since: float = 0.0
-    last_pass_count: int = 0
-    pass_count: int = 0
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    def due(self, now: float, idle_rescan_s: float) -> bool:
-        """Whether a scan may find something."""
-        return not self.idle or now - self.idle_since >= idle_rescan_s
-
-    def wake(self) -> None:
-        self.idle = False
-        self.wakes += 1
-
-    def rewind_to(self, message_id: int) -> None:
-        """Make the next scan start no later than ``message_id`` (a group's next message)."""
-        self.wake()
-        if self.rewind is None or message_id < self.rewind:
-            self.rewind = message_id
-
-    def take_start(self) -> int:
-        """Where the next scan begins: the cursor, or earlier if a rewind was asked for."""
-        start = self.lanes.bottom_id if self.cursor is None else self.cursor
-        if self.rewind is not None:
-            start = max(self.lanes.bottom_id, min(start, self.rewind))
-            self.rewind = None
-        return start
 
 
 class QueueState:
@@ -85,8 +46,9 @@ class QueueState:
 
     def __init__(self, slice_: LaneRange, count: int, now: float) -> None:
         self.inflight: dict[int, InFlight] = {}
-        # group -> the one message of that group in flight (served, not deleted)
-        self.group_head: dict[str, int] = {}
+        # group -> its messages in flight (served, not deleted): one, or those one
+        # receive took together in order (SQS FIFO receives)
+        self.group_inflight: dict[str, set[int]] = {}
         # Set whenever something may have become visible; long polls wait on it.
         self.signal = asyncio.Event()
         # Deletes that land while a store read is in flight: that read's
@@ -229,7 +191,11 @@ class QueueState:
             )
             f.first_received_ms = wall_ms
             if group is not None:
-                self.group_head[group] = message_id
+                members = self.group_inflight.get(group)
+                if members is None:
+                    self.group_inflight[group] = {message_id}
+                else:
+                    members.add(message_id)
         else:
             f.deadline = deadline
             f.receive_count += 1
@@ -299,10 +265,30 @@ class QueueState:
         self._heap = [(f.deadline, m) for m, f in self.inflight.items()]
         heapq.heapify(self._heap)
 
-    def group_blocked(self, group: str, message_id: int) -> bool:
-        """Whether ``message_id`` must wait: another message of its group is in flight."""
-        head = self.group_head.get(group)
-        return head is not None and head != message_id
+    def group_blocked(
+        self, group: str, message_id: int, now: float, taken: AbstractSet[int] = frozenset()
+    ) -> bool:
+        """Whether ``message_id`` must wait for another message of its group in
+        flight: one still invisible, or an earlier one (served again first). Those
+        in ``taken`` (served by the asking receive, in order) do not count."""
+        members = self.group_inflight.get(group)
+        if not members:
+            return False
+        inflight = self.inflight
+        return any(
+            m != message_id and m not in taken and (m < message_id or inflight[m].deadline > now)
+            for m in members
+        )
+
+    def _group_forget(self, group: str, message_id: int) -> bool:
+        """Drop ``message_id`` from its group's in-flight set; True if it was there."""
+        members = self.group_inflight.get(group)
+        if members is None or message_id not in members:
+            return False
+        members.discard(message_id)
+        if not members:
+            del self.group_inflight[group]
+        return True
 
     def forget_all(self, message_ids: Iterable[int]) -> None:
         """:meth:`forget` each of ``message_ids`` (deletes of a whole request)."""
@@ -319,14 +305,13 @@ class QueueState:
     def forget(self, message_id: int) -> bool:
         """The message was deleted; return whether it was in flight.
 
-        Deleting a group's head unblocks the group: its partition rewinds so
-        the next message of the group (a larger id) is found by the next scan.
+        Deleting a group's message may unblock the group: its partition rewinds
+        so the next message of the group (a larger id) is found by the next scan.
         """
         f = self.inflight.pop(message_id, None)
         if f is None:
             return False
-        if f.group is not None and self.group_head.get(f.group) == message_id:
-            del self.group_head[f.group]
+        if f.group is not None and self._group_forget(f.group, message_id):
             p = self.partition_of_lane(f.lane)
             if p is not None:
                 p.rewind_to(message_id + 1)
@@ -388,5 +373,5 @@ class QueueState:
         """Forget in-flight messages whose lanes moved to another node."""
         for mid in [m for m, f in self.inflight.items() if f.lane not in slice_]:
             f = self.inflight.pop(mid)
-            if f.group is not None and self.group_head.get(f.group) == mid:
-                del self.group_head[f.group]
+            if f.group is not None:
+                self._group_forget(f.group, mid)

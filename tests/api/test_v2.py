@@ -213,6 +213,23 @@ async def test_long_poll_returns_when_a_message_arrives(http: aiohttp.ClientSess
     assert 0.25 < time.monotonic() - t0 < 5
 
 
+async def test_abandoned_long_poll_takes_nothing(http: aiohttp.ClientSession) -> None:
+    """A client that hangs up during its long poll (its own timeout was shorter
+    than the wait) leaves the next message visible for the next receive, instead
+    of a poll nobody reads taking it for a whole visibility timeout."""
+    await _create(http)
+    poll = {"max_messages": 1, "wait_time_s": 5, "visibility_timeout_s": 600}
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(post_json(http, "/v2/queues/q1/messages/receive", poll), 0.3)
+    await asyncio.sleep(0.2)  # the node sees the connection closed
+    status, _ = await post_json(http, "/v2/queues/q1/messages", {"messages": [{"body": "x"}]})
+    assert status == 200
+    await asyncio.sleep(0.2)  # the abandoned poll wakes up (and must serve nothing)
+    status, body = await post_json(http, "/v2/queues/q1/messages/receive", {"max_messages": 1})
+    assert status == 200 and [m["body"] for m in body["messages"]] == ["x"]
+    assert body["messages"][0]["receive_count"] == 1
+
+
 async def test_long_poll_times_out_empty(http: aiohttp.ClientSession, clock: ManualClock) -> None:
     """The long poll's deadline is on the node's clock: it answers empty once the
     clock passes it, and not before."""
@@ -244,3 +261,20 @@ async def test_well_formed_sqs_types_are_kept(http: aiohttp.ClientSession) -> No
     assert status == 200, sent
     _, got = await post_json(http, "/v2/queues/typed/messages/receive", {"max_messages": 1})
     assert got["messages"][0]["attributes"] == attrs
+
+
+async def test_receive_takes_a_run_of_a_group_with_max_per_group(
+    http: aiohttp.ClientSession,
+) -> None:
+    await _create(http, "runs")
+    msgs = [{"body": f"m{i}", "group": "g"} for i in range(4)]
+    status, _ = await post_json(http, "/v2/queues/runs/messages", {"messages": msgs})
+    assert status == 200
+    path = "/v2/queues/runs/messages/receive"
+    for bad in (0, 11, "2", True):
+        status, body = await post_json(http, path, {"max_messages": 10, "max_per_group": bad})
+        assert status == 422 and "max_per_group" in body["error"], bad
+    status, body = await post_json(http, path, {"max_messages": 10, "max_per_group": 3})
+    assert [m["body"] for m in body["messages"]] == ["m0", "m1", "m2"]
+    status, body = await post_json(http, path, {"max_messages": 10, "max_per_group": 10})
+    assert body["messages"] == []  # the group waits for its run

@@ -294,8 +294,8 @@ def test_fifo_order_groups_and_content_deduplication(sqs: Any) -> None:
         sqs.send_message(QueueUrl=url, MessageBody="no group")
     seen = []
     for _ in range(3):
-        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
-        assert len(got) == 1  # one in flight per group
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1)["Messages"]
+        assert "Messages" not in sqs.receive_message(QueueUrl=url)  # the group waits
         seen.append(got[0]["Body"])
         sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
     assert seen == ["o0", "o1", "o2"]
@@ -648,3 +648,48 @@ def test_fifo_dedup_scope_per_group_is_refused_not_ignored(sqs: Any) -> None:
     with pytest.raises(ClientError) as refused:
         sqs.create_queue(QueueName="hq-plain", Attributes={"DeduplicationScope": "queue"})
     assert _code(refused.value) == "InvalidAttributeName"
+
+
+def test_receive_abandoned_by_its_client_takes_nothing(sqs: Any, node: NodeProcess) -> None:
+    """An SDK whose read timeout is shorter than its WaitTimeSeconds hangs up and
+    retries; the node's poll for the connection it closed must not take the next
+    message (it would stay invisible for the whole visibility timeout)."""
+    from botocore.exceptions import ReadTimeoutError
+
+    url = sqs.create_queue(QueueName="abandoned-poll")["QueueUrl"]
+    impatient = boto3.client(
+        "sqs",
+        endpoint_url=node.url,
+        region_name="us-east-1",
+        aws_access_key_id="AKIDADMIN",
+        aws_secret_access_key="admin-secret",
+        config=Config(retries={"max_attempts": 1}, read_timeout=0.5),
+    )
+    with pytest.raises(ReadTimeoutError):
+        impatient.receive_message(QueueUrl=url, WaitTimeSeconds=5, VisibilityTimeout=600)
+    time.sleep(0.2)
+    sqs.send_message(QueueUrl=url, MessageBody="next")
+    time.sleep(0.3)
+    got = sqs.receive_message(QueueUrl=url, AttributeNames=["ApproximateReceiveCount"])
+    assert [(m["Body"], m["Attributes"]["ApproximateReceiveCount"]) for m in got["Messages"]] == [
+        ("next", "1")
+    ]
+
+
+def test_fifo_receive_returns_a_run_of_one_group_in_order(sqs: Any) -> None:
+    """As SQS: one ReceiveMessage may return several messages of one group, in
+    order; the group then waits until all of them are deleted or visible again."""
+    url = sqs.create_queue(
+        QueueName="runs.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    )["QueueUrl"]
+    for i in range(7):
+        sqs.send_message(QueueUrl=url, MessageBody=f"m{i}", MessageGroupId="g")
+    first = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=5)["Messages"]
+    assert [m["Body"] for m in first] == ["m0", "m1", "m2", "m3", "m4"]
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+    sqs.delete_message_batch(
+        QueueUrl=url,
+        Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(first)],
+    )
+    rest = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in rest] == ["m5", "m6"]

@@ -50,6 +50,7 @@ from dynaq.api.aws.sqs_wire import (
     to_dynaq_attributes,
     wire_attributes,
 )
+from dynaq.api.codec import caller_waiting
 from dynaq.api.keys import QUEUES
 from dynaq.core.access import READ, WRITE
 from dynaq.core.messages import Message, NewMessage
@@ -297,6 +298,9 @@ async def receive_message(call: Call) -> dict[str, Any]:
             n,
             timeout,
             info.settings.receive_wait_s if wait is None else float(wait),
+            caller_waiting(call.request),
+            # SQS may return several messages of one group together, in order.
+            per_group=n if info.settings.fifo else 1,
         )
         if attempt is not None and messages:
             now = settings.clock.monotonic()

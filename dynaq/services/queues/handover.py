@@ -44,7 +44,12 @@ class PeerVisibility(Protocol):
     async def slice_stats(self, owner: Member, queue: str) -> dict[str, Any]: ...
 
     async def receive_from(
-        self, owner: Member, queue: str, max_messages: int, visibility_timeout_s: float
+        self,
+        owner: Member,
+        queue: str,
+        max_messages: int,
+        visibility_timeout_s: float,
+        per_group: int = 1,
     ) -> list[Message]: ...
 
     async def watch(self, owner: Member, queue: str, wait_s: float) -> bool: ...

@@ -18,13 +18,16 @@ from dynaq.core import keys
 from dynaq.core.ids import lane_of, lane_start
 from dynaq.core.membership import MembershipView
 from dynaq.core.messages import Message, decode
-from dynaq.core.partitions import Partition, QueueState
+from dynaq.core.partition import Partition
+from dynaq.core.partitions import QueueState
 from dynaq.errors import InvalidInput, NotServing
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queue_records import MAX_WAIT_S, check_visibility
 from dynaq.services.queues.lane_probe import LaneProbe, probe_lane
 from dynaq.services.queues.receive_budget import ReceiveBudget
+from dynaq.services.queues.receive_request import ReceiveTake, StillWanted, always_wanted
+from dynaq.services.queues.serve_expired import DEAD_LETTER_HOLD_S, serve_expired
 from dynaq.services.queues.state import QueueStates
 from dynaq.storage.base import Store
 from dynaq.tasks import wait_event
@@ -34,8 +37,6 @@ log = logging.getLogger(__name__)
 DeadLetterSink = Callable[[QueueInfo, QueueState, list[tuple[int, bytes]]], Awaitable[int]]
 """Moves messages a receive found over their queue's receive limit (they are held
 invisible meanwhile); see :mod:`dynaq.services.queues.dead_letters`."""
-DEAD_LETTER_HOLD_S = 30.0
-"""How long a message chosen for dead-lettering stays invisible while it moves."""
 
 _MAX_SCAN_PAGE = 4096
 _MAX_EXAMINED = 8192
@@ -92,6 +93,8 @@ class Receiver:
         max_messages: int,
         visibility_timeout_s: float | None = None,
         wait_time_s: float = 0.0,
+        wanted: StillWanted = always_wanted,
+        per_group: int = 1,
     ) -> list[Message]:
         """Serve up to ``max_messages`` visible messages and make them invisible.
 
@@ -100,7 +103,11 @@ class Receiver:
         ``max_receive_bytes`` (it always takes at least one); those it did not
         take stay visible, in their place. With ``wait_time_s`` > 0 (long polling, at most
         20 s) an empty receive waits until something may be visible or the
-        time is up. Returns ``[]`` when nothing is visible.
+        time is up. Returns ``[]`` when nothing is visible. It takes up to
+        ``per_group`` messages of one group, in order (see :mod:`.receive_request`).
+        A long poll whose
+        caller has gone (``wanted()`` false) stops before it serves anything more:
+        messages arriving after a client hung up stay visible for the next one.
         """
         self.check_batch_size(max_messages)
         if not self.in_ring:
@@ -120,7 +127,7 @@ class Receiver:
         while not self.draining:  # a draining node handed its in-flight messages over
             st = self._states.state(info)
             st.signal.clear()
-            out = await self._receive_once(info, st, max_messages, vt)
+            out = await self._receive_once(info, st, max_messages, vt, per_group)
             left = give_up - self._clock.monotonic()
             if out or left <= 0:
                 break
@@ -135,6 +142,8 @@ class Receiver:
             if nxt is not None:
                 pause = min(pause, max(0.0, nxt - self._clock.monotonic()) + 0.001)
             await wait_event(st.signal, self._clock, pause)
+            if not wanted():
+                break
             info = await self._catalog.queue(queue)
         if out:
             self._metrics.incr(f"{info.name}.received.count", len(out))
@@ -164,7 +173,7 @@ class Receiver:
         return nxt is not None and nxt <= self._clock.monotonic()
 
     async def _receive_once(
-        self, info: QueueInfo, st: QueueState, max_messages: int, vt: float
+        self, info: QueueInfo, st: QueueState, max_messages: int, vt: float, per_group: int = 1
     ) -> list[Message]:
         now = self._clock.monotonic()
         self._maintain(info, st, now)
@@ -172,7 +181,8 @@ class Receiver:
         limit = None if rp is None or self.dead_letter is None else rp.max_receive_count
         doomed: list[tuple[int, bytes]] = []
         budget = ReceiveBudget(self._max_receive_bytes, self._message_bytes.get(info.number, 0.0))
-        out = await self._receive_now(info, st, max_messages, vt, limit, doomed, budget)
+        take = ReceiveTake(per_group)
+        out = await self._receive_now(info, st, max_messages, vt, limit, doomed, budget, take)
         if budget.count:
             self._message_bytes[info.number] = budget.mean
         if doomed and self.dead_letter is not None:
@@ -193,11 +203,13 @@ class Receiver:
         limit: int | None,
         doomed: list[tuple[int, bytes]],
         budget: ReceiveBudget,
+        take: ReceiveTake,
     ) -> list[Message]:
-        out = await self._serve_expired(info, st, max_messages, vt, limit, doomed, budget)
         # With a visibility timeout of 0 a message just served is visible again to the
-        # scan below: one receive serves (and counts) each message once.
-        served = {m.id for m in out} if out else None
+        # scans below: one receive serves (and counts) each message once (``take``).
+        out = await serve_expired(
+            self._store, self._clock, info, st, max_messages, vt, limit, doomed, budget, take
+        )
         busy: list[Partition] = []
         for p in st.serving_order(self._clock.monotonic(), self._idle_rescan_s):
             if len(out) >= max_messages or budget.spent:
@@ -208,7 +220,7 @@ class Receiver:
             async with p.lock:
                 out.extend(
                     await self._scan_partition(
-                        info, st, p, max_messages - len(out), vt, limit, doomed, budget, served
+                        info, st, p, max_messages - len(out), vt, limit, doomed, budget, take
                     )
                 )
         if not out and busy:
@@ -217,7 +229,9 @@ class Receiver:
             p = busy[0]
             async with p.lock:
                 out.extend(
-                    await self._scan_partition(info, st, p, max_messages, vt, limit, doomed, budget)
+                    await self._scan_partition(
+                        info, st, p, max_messages, vt, limit, doomed, budget, take
+                    )
                 )
         return out
 
@@ -234,53 +248,6 @@ class Receiver:
         elif st.merge_stale(now, s.min_partitions, s.max_partition_age_s):
             log.debug("partition merged", extra={"queue": info.name, "partitions": st.count})
 
-    async def _serve_expired(
-        self,
-        info: QueueInfo,
-        st: QueueState,
-        want: int,
-        vt: float,
-        limit: int | None,
-        doomed: list[tuple[int, bytes]],
-        budget: ReceiveBudget,
-    ) -> list[Message]:
-        now = self._clock.monotonic()
-        expired = list(st.expired(now, budget.rows(want)))
-        if not expired:
-            return []
-        token = st.begin_read()
-        try:
-            items = await self._store.get_many([keys.message(info.number, m) for m in expired])
-        except BaseException:
-            # A failed read (or a cancelled receive) serves none of them: back on
-            # the heap, so the next receive serves them at once, not a scan later.
-            st.requeue_expired(expired)
-            raise
-        finally:
-            st.end_read(token)
-        now, wall_ms = self._clock.monotonic(), self._clock.wall_ms()
-        out: list[Message] = []
-        for n, (mid, item) in enumerate(zip(expired, items, strict=True)):
-            if budget.spent:
-                # Not taken: back on the heap, first in line for the next receive.
-                st.requeue_expired(expired[n:])
-                break
-            if item is None or st.deleted_since(mid, token):
-                st.forget(mid)  # deleted through another node
-            elif st.is_invisible(mid, now):
-                continue  # a concurrent receive took it first
-            elif limit is not None and _over_limit(st, mid, limit):
-                st.hold(mid, now, DEAD_LETTER_HOLD_S)
-                doomed.append((mid, item.value))
-            else:
-                msg = decode(mid, item.value)
-                f = st.mark_served(mid, now, vt, msg.group, msg.attributes, wall_ms)
-                msg.receive_count, msg.delivery = f.receive_count, f.delivery
-                msg.first_received_ms = f.first_received_ms
-                out.append(msg)
-                budget.take(len(item.value))
-        return out
-
     async def _scan_partition(
         self,
         info: QueueInfo,
@@ -291,9 +258,9 @@ class Receiver:
         limit: int | None,
         doomed: list[tuple[int, bytes]],
         budget: ReceiveBudget,
-        served: set[int] | None = None,
+        take: ReceiveTake,
     ) -> list[Message]:
-        """Serve up to ``want`` visible messages of ``p`` but those in ``served``."""
+        """Serve up to ``want`` visible messages of ``p`` but those ``take`` holds."""
         bottom, top = p.lanes.bottom_id, p.lanes.top_id + 1
         wakes = p.wakes  # a wake-up during this scan must not be lost to idling
         start = first_start = p.take_start()
@@ -309,6 +276,9 @@ class Receiver:
             # Rows are read whole: no more of them than the budget should take.
             page_size = budget.rows(page_size)
             page += 1
+            # Per group: the last message of it this page served (or found already
+            # served by this receive); only its very next one may join the run.
+            run: dict[str, int] = {}
             token = st.begin_read()
             try:
                 rows = await self._store.scan(
@@ -327,9 +297,12 @@ class Receiver:
                     if st.deleted_since(last, token):
                         continue
                     f = st.inflight.get(last)
-                    if f is not None and (f.deadline > now or (served and last in served)):
+                    if f is not None and (f.deadline > now or last in take.ids):
                         if f.group is not None:
-                            blocked.add(f.group)
+                            if last in take.ids:
+                                run[f.group] = last
+                            else:
+                                blocked.add(f.group)
                         continue
                     if f is not None and limit is not None and f.receive_count >= limit:
                         st.hold(last, now, DEAD_LETTER_HOLD_S)
@@ -337,7 +310,11 @@ class Receiver:
                         continue
                     msg = decode(last, v)
                     g = msg.group
-                    if g is not None and (g in blocked or st.group_blocked(g, last)):
+                    if g is not None and (
+                        g in blocked
+                        or (g in take.by_group and (g not in run or take.group_full(g)))
+                        or st.group_blocked(g, last, now, take.ids)
+                    ):
                         blocked.add(g)  # later messages of the group wait their turn
                         continue
                     if g is not None and partial is not None and lane_of(last) == partial:
@@ -356,6 +333,9 @@ class Receiver:
                     msg.receive_count, msg.delivery = f.receive_count, f.delivery
                     msg.first_received_ms = f.first_received_ms
                     out.append(msg)
+                    take.took(last, g)
+                    if g is not None:
+                        run[g] = last
                     budget.take(len(v))
                     if len(out) >= want or budget.spent:
                         break
@@ -388,9 +368,3 @@ class Receiver:
             p.last_used = self._clock.monotonic()
             p.locked_until = p.last_used + vt
         return out
-
-
-def _over_limit(st: QueueState, message_id: int, limit: int) -> bool:
-    """Whether the message was served ``limit`` times already (its next serve is one too many)."""
-    f = st.inflight.get(message_id)
-    return f is not None and f.receive_count >= limit

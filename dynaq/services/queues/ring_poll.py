@@ -12,7 +12,7 @@ reached would miss messages that land in another node's slice. A ring poll:
    did not fire loses nothing;
 3. when a watch fires, receives from that node; messages are only ever served
    for a caller that is still waiting, so no message is left invisible by a
-   poll that has already answered.
+   poll that has already answered, or whose client has hung up.
 
 Messages served by a peer stay that peer's: their receipts, visibility
 changes and deletes go to it (:mod:`.receipts`). A peer that does not answer
@@ -32,6 +32,7 @@ from dynaq.core.messages import Message
 from dynaq.errors import InvalidInput, NotServing
 from dynaq.services.queue_records import MAX_WAIT_S
 from dynaq.services.queues.receive import Receiver
+from dynaq.services.queues.receive_request import StillWanted, always_wanted
 from dynaq.tasks import cancel_all
 
 ROUND_S = 2.0
@@ -42,7 +43,12 @@ class PeerReceive(Protocol):
     """Receives and watches on another node of the ring."""
 
     async def receive_from(
-        self, owner: Member, queue: str, max_messages: int, visibility_timeout_s: float
+        self,
+        owner: Member,
+        queue: str,
+        max_messages: int,
+        visibility_timeout_s: float,
+        per_group: int = 1,
     ) -> list[Message]: ...
 
     async def watch(self, owner: Member, queue: str, wait_s: float) -> bool: ...
@@ -63,25 +69,31 @@ class RingPoll:
         max_messages: int,
         visibility_timeout_s: float | None,
         wait_time_s: float,
+        wanted: StillWanted = always_wanted,
+        per_group: int = 1,
     ) -> list[Message]:
         if not 0 <= wait_time_s <= MAX_WAIT_S:
             raise InvalidInput(f"wait time must be in 0..{MAX_WAIT_S:g} seconds")
         give_up = self._clock.monotonic() + wait_time_s
-        out = await self._receiver.receive(queue, max_messages, visibility_timeout_s)
+        out = await self._receiver.receive(
+            queue, max_messages, visibility_timeout_s, per_group=per_group
+        )
         if out:
             return out
         vt = await self._receiver.visibility_of(queue, visibility_timeout_s)
         others = [m for m in self._view.members if m.name != self._view.me.name]
         random.shuffle(others)  # spread first looks over the peers
         for m in others:
-            out = await self._ask(peers, m, queue, max_messages, vt)
+            out = await self._ask(peers, m, queue, max_messages, vt, per_group)
             if out:
                 return out
         while not self._receiver.draining:
             left = give_up - self._clock.monotonic()
             if left <= 0:
                 break
-            out = await self._round(peers, others, queue, max_messages, vt, min(left, ROUND_S))
+            out = await self._round(
+                peers, others, queue, max_messages, vt, min(left, ROUND_S), wanted, per_group
+            )
             if out:
                 return out
         return []
@@ -94,6 +106,8 @@ class RingPoll:
         max_messages: int,
         vt: float,
         wait_s: float,
+        wanted: StillWanted,
+        per_group: int,
     ) -> list[Message]:
         watches: dict[asyncio.Task[bool], Member | None] = {
             asyncio.create_task(self._receiver.watch(queue, wait_s)): None
@@ -107,10 +121,14 @@ class RingPoll:
                     node = watches.pop(task)
                     if task.cancelled() or task.exception() is not None or not task.result():
                         continue
+                    if not wanted():
+                        return []
                     if node is None:
-                        out = await self._receiver.receive(queue, max_messages, vt)
+                        out = await self._receiver.receive(
+                            queue, max_messages, vt, per_group=per_group
+                        )
                     else:
-                        out = await self._ask(peers, node, queue, max_messages, vt)
+                        out = await self._ask(peers, node, queue, max_messages, vt, per_group)
                     if out:
                         return out
             return []
@@ -119,9 +137,9 @@ class RingPoll:
 
     @staticmethod
     async def _ask(
-        peers: PeerReceive, node: Member, queue: str, max_messages: int, vt: float
+        peers: PeerReceive, node: Member, queue: str, max_messages: int, vt: float, per_group: int
     ) -> list[Message]:
         try:
-            return await peers.receive_from(node, queue, max_messages, vt)
+            return await peers.receive_from(node, queue, max_messages, vt, per_group)
         except NotServing:
             return []  # that node is down, joining or leaving: the others still serve

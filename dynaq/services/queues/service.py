@@ -45,6 +45,7 @@ from dynaq.services.queues.deletes import BeforeDelete, DeleteListener, Deleter
 from dynaq.services.queues.handover import Handover, HintRouter, PeerHints, PeerVisibility
 from dynaq.services.queues.receipts import ReceiptActions
 from dynaq.services.queues.receive import Receiver
+from dynaq.services.queues.receive_request import StillWanted, always_wanted
 from dynaq.services.queues.retention import RetentionSweeper
 from dynaq.services.queues.ring_poll import RingPoll
 from dynaq.services.queues.state import QueueStates
@@ -305,6 +306,8 @@ class QueueService:
         max_messages: int,
         visibility_timeout_s: float | None = None,
         wait_time_s: float = 0.0,
+        wanted: StillWanted = always_wanted,
+        per_group: int = 1,
     ) -> list[Message]:
         """Serve up to ``max_messages`` visible messages (see :meth:`Receiver.receive`).
 
@@ -312,13 +315,11 @@ class QueueService:
         a receive that does not wait serves this node's slice only (unless
         :attr:`ring_receive_nowait`: then it asks the others once when empty).
         """
-        peers = self._peer_visibility
+        peers, args = self._peer_visibility, (max_messages, visibility_timeout_s, wait_time_s)
         ring = wait_time_s > 0 or self.ring_receive_nowait
         if ring and peers is not None and len(self._view.members) > 1:
-            return await self.ring_poll.receive(
-                peers, queue, max_messages, visibility_timeout_s, wait_time_s
-            )
-        return await self.receiver.receive(queue, max_messages, visibility_timeout_s, wait_time_s)
+            return await self.ring_poll.receive(peers, queue, *args, wanted, per_group)
+        return await self.receiver.receive(queue, *args, wanted, per_group)
 
     async def peek(self, queue: QueueRef, ids: Iterable[int]) -> list[Message]:
         """Return the stored messages among ``ids`` without locking them."""
