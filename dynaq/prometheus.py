@@ -22,7 +22,14 @@ any other ``a.b.count``                ``dynaq_a_b_total`` (counter) / ``dynaq_a
 =====================================  =============================================
 
 Every figure of one queue (or processor) is a label value of one family, never
-part of a family's name: queues ``a-b``, ``a.b`` and ``a_b`` are three series.
+part of a family's name: queues ``a-b``, ``a.b`` and ``a_b`` are three series,
+and a queue named ``batches``, ``batches.exact``, ``outbox.x`` or ``a.sent`` is
+a queue like any other (:func:`family` reads a name from its end). Every sample
+of a family has the same label names.
+
+Gauges are of what exists now: the providers' (depth, slice) are computed at each
+scrape for the queues that exist, and a pushed one (fill) goes when its queue is
+deleted (no longer in ``dynaq_queue_depth``). Counters stay until the node stops.
 
 Histograms (seconds): ``dynaq_http_request_duration_seconds{method, route,
 status}`` -- ``route`` is the route's template (``/v2/queues/{queue}/messages``),
@@ -70,35 +77,61 @@ HISTOGRAMS = {
     ),
     "store_commit_duration_seconds": ("One store commit (group commit, fsync included)", ()),
 }
-QUEUE_COUNTERS = {"sent", "received", "deleted", "delayed", "redriven", "purged", "expired"}
-QUEUE_COUNTERS |= {"dead_lettered"}
+QUEUE_COUNTERS = frozenset(
+    {"sent", "received", "deleted", "delayed", "redriven", "purged", "expired", "dead_lettered"}
+)
 QUEUE_GAUGES = {"depth": "depth", "fill": "fill_percent", "approximate_depth": "approximate_depth"}
-SLICE_GAUGES = {"visible", "in_flight", "delayed", "oldest_age_s"}
-PROCESSOR_GAUGES = {"lag", "attempts", "delivered", "handled_errors"}
+SLICE_GAUGES = frozenset({"visible", "in_flight", "delayed", "oldest_age_s"})
+PROCESSOR_GAUGES = frozenset({"lag", "attempts", "delivered", "handled_errors"})
+BATCH_MODES = frozenset({"exact", "estimated"})
+NON_QUEUE_EVENTS = frozenset(
+    {"opened", "completed", "reaped", "retried", "dropped", "added", "acked"}  # batches.*
+    | {"published", "publish_failed", "parked", "acquired", "refreshed", "revoked", "fenced"}
+)
+"""The last word of every counter that is not a queue's (batches, the outbox relay):
+disjoint from :data:`QUEUE_COUNTERS`, which is what keeps :func:`family` unambiguous
+(``tests/api/test_metrics_probe_fixes.py`` checks it)."""
+LIVE_QUEUES = "dynaq_queue_depth"
+"""The family whose provider reports every existing queue at every scrape (the
+depth bookkeeping, :meth:`~dynaq.services.queues.state.QueueStates.gauges`): its
+``queue`` labels are the queues that exist."""
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
 _CACHE_MAX = 10_000
 """Most names (or label sets) remembered: queue names come and go."""
 
-Key = tuple[str, tuple[tuple[str, str], ...]]
+Labels = tuple[tuple[str, str], ...]
+Key = tuple[str, Labels]
 
 
 def family(name: str, counter: bool) -> Key:
-    """The Prometheus family and labels a statsd-style ``name`` stands for."""
+    """The Prometheus family and labels a statsd-style ``name`` stands for.
+
+    Decided from the end of the name alone: a queue's figure is its last word
+    (``<queue>.<figure>.count``, ``<queue>.slice.<figure>``), a processor's too
+    (``processors.<name>.<figure>.count``), and those vocabularies are disjoint
+    from each other and from the other counters' (:data:`NON_QUEUE_EVENTS`), so
+    whatever precedes the figure is the queue's (or processor's) name, whole:
+    no legal name (``batches``, ``batches.exact``, ``outbox.x``, ``a.sent``, ...)
+    can move a figure to another family or out of its label. Only names no queue
+    or processor can produce reach the fixed ``batches`` branch or the unlabelled
+    fallback (``dynaq_`` + the name, ``.`` as ``_``)."""
+    counted = name.endswith(".count")
     base = name.removesuffix(".count")
-    parts = base.split(".")
-    if parts[0] == "batches" and len(parts) == 3 and parts[1] in ("exact", "estimated"):
-        return f"dynaq_batches_{parts[2]}", (("mode", parts[1]),)
-    if parts[0] == "processors" and len(parts) >= 3 and parts[-1] in PROCESSOR_GAUGES:
-        return f"dynaq_processor_{parts[-1]}", (("processor", ".".join(parts[1:-1])),)
-    if parts[0] not in ("batches", "outbox") and len(parts) >= 2:
-        queue, _, what = base.rpartition(".")  # queue names may hold dots
+    owner, _, what = base.rpartition(".")
+    if owner and counted:  # ``<owner>.<what>.count``
         if counter and what in QUEUE_COUNTERS:
-            return f"dynaq_queue_{what}", (("queue", queue),)
+            return f"dynaq_queue_{what}", (("queue", owner),)
         if not counter and what in QUEUE_GAUGES:
-            return f"dynaq_queue_{QUEUE_GAUGES[what]}", (("queue", queue),)
-        owner, _, kind = queue.rpartition(".")
-        if not counter and kind == "slice" and owner and what in SLICE_GAUGES:
-            return f"dynaq_queue_slice_{what}", (("queue", owner),)
+            return f"dynaq_queue_{QUEUE_GAUGES[what]}", (("queue", owner),)
+        if not counter and what in PROCESSOR_GAUGES and owner.startswith("processors."):
+            return f"dynaq_processor_{what}", (("processor", owner.removeprefix("processors.")),)
+    elif owner and not counter and what in SLICE_GAUGES:  # ``<queue>.slice.<what>``
+        queue, _, kind = owner.rpartition(".")
+        if queue and kind == "slice":
+            return f"dynaq_queue_slice_{what}", (("queue", queue),)
+    parts = base.split(".")
+    if counter and len(parts) == 3 and parts[0] == "batches" and parts[1] in BATCH_MODES:
+        return f"dynaq_batches_{parts[2]}", (("mode", parts[1]),)
     return "dynaq_" + _BAD.sub("_", base), ()
 
 
@@ -117,13 +150,21 @@ class _Figures(Collector):
 def _families(
     values: Mapping[Key, float], kind: type[CounterMetricFamily] | type[GaugeMetricFamily]
 ) -> Iterator[Metric]:
-    by_name: dict[str, list[tuple[tuple[tuple[str, str], ...], float]]] = {}
+    """One family per name, every sample of it with the same label names (and so one
+    series per label set: ``values`` has one value per key). A sample whose label
+    names differ from its family's would be a :func:`family` bug: it is logged and
+    left out rather than served as a second, unqueryable kind of series."""
+    by_name: dict[str, list[tuple[Labels, float]]] = {}
     for (name, labels), value in values.items():
         by_name.setdefault(name, []).append((labels, value))
     for name, samples in sorted(by_name.items()):
+        samples.sort()
         label_names = [k for k, _ in samples[0][0]]
         fam = kind(name, f"dynaq {name.removeprefix('dynaq_')}", labels=label_names)
         for labels, value in samples:
+            if [k for k, _ in labels] != label_names:
+                log.warning("metric %s%s left out: not %s's labels", name, labels, label_names)
+                continue
             fam.add_metric([v for _, v in labels], value)
         yield fam
 
@@ -144,6 +185,7 @@ class PrometheusMetrics:
         }
         self.registry.register(_Figures(self))
         self._counter_keys: dict[str, Key] = {}
+        self._gauge_keys: dict[str, Key] = {}
         self._children: dict[tuple[str, tuple[tuple[str, str], ...]], Histogram] = {}
 
     def incr(self, name: str, count: int = 1) -> None:
@@ -156,7 +198,13 @@ class PrometheusMetrics:
         self._counters[key] = self._counters.get(key, 0) + count
 
     def gauge(self, name: str, value: float) -> None:
-        self._gauges[family(name, counter=False)] = value
+        # Every receive sets its queue's fill: map its name once, not on each call.
+        key = self._gauge_keys.get(name)
+        if key is None:
+            if len(self._gauge_keys) >= _CACHE_MAX:
+                self._gauge_keys.clear()
+            key = self._gauge_keys[name] = family(name, counter=False)
+        self._gauges[key] = value
 
     def add_gauge_provider(self, provider: GaugeProvider) -> None:
         self._providers.append(provider)
@@ -180,14 +228,34 @@ class PrometheusMetrics:
         child.observe(seconds)
 
     def snapshot(self) -> tuple[dict[Key, float], dict[Key, float]]:
-        gauges = dict(self._gauges)
+        """The counters, and the gauges: the providers' as they are now, and the last
+        value of each pushed one (:meth:`gauge`) of a queue that still exists."""
+        provided: dict[Key, float] = {}
+        complete = True
         for provider in self._providers:
             try:
                 for name, value in provider().items():
-                    gauges[family(name, counter=False)] = value
+                    provided[family(name, counter=False)] = value
             except Exception:  # a metrics bug must never fail a scrape
+                complete = False
                 log.exception("gauge provider failed")
-        return dict(self._counters), gauges
+        if complete and self._providers:
+            self._forget_deleted_queues(provided)
+        return dict(self._counters), {**self._gauges, **provided}
+
+    def _forget_deleted_queues(self, provided: Mapping[Key, float]) -> None:
+        # A pushed gauge (a receive's fill) is a last value that nothing would ever
+        # update again once its queue is deleted: drop it with the queue, as the
+        # providers' (depth, slice) drop theirs. Counters stay: they are totals since
+        # the node started, and one dropped on a wrong guess would lose increments.
+        live = {labels[0][1] for name, labels in provided if name == LIVE_QUEUES and labels}
+        gone = [
+            key
+            for key in self._gauges
+            if key[1] and key[1][0][0] == "queue" and key[1][0][1] not in live
+        ]
+        for key in gone:
+            del self._gauges[key]
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

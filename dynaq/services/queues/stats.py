@@ -13,9 +13,9 @@ queue asked about in the last minute (a count reads many keys: queues nobody
 watches cost nothing), never inside a request (a lane-by-lane read is too slow on a remote
 store for a GET): a request reads the last figures, whose ``computed_ms`` says
 how old they are, and only a queue never computed yet is computed on demand.
-Every refresh also sends this node's figures for those queues to statsd as
-gauges (``<queue>.slice.visible`` ...): summed over the nodes they give the
-ring's.
+The last figures of those queues are also gauges, read at every statsd flush
+and Prometheus scrape (``<queue>.slice.visible`` ...; see :meth:`SliceStatistics.gauges`):
+summed over the nodes they give the ring's.
 """
 
 from __future__ import annotations
@@ -99,7 +99,6 @@ class SliceStatistics:
         self._clock = clock
         self._view = view
         self._states = states
-        self._metrics = metrics
         self._queues = queues
         self._cache: dict[int, SliceStats] = {}
         self._asked: dict[int, float] = {}
@@ -107,6 +106,7 @@ class SliceStatistics:
         self.dead_lettered: dict[int, int] = {}
         """Messages dead-lettered from each queue (by number) by this node since it
         started (the :class:`~dynaq.services.queues.dead_letters.DeadLetters` count)."""
+        metrics.add_gauge_provider(self.gauges)
 
     def start(self) -> None:
         self._task = asyncio.create_task(
@@ -119,7 +119,7 @@ class SliceStatistics:
         self._task = None
 
     async def refresh(self) -> None:
-        """Recompute every queue's figures and send them to statsd."""
+        """Recompute the figures of every queue watched lately (:meth:`gauges` reads them)."""
         live = {info.number: info for info in self._queues()}
         for number in [n for n in self._cache if n not in live]:
             del self._cache[number]
@@ -128,15 +128,29 @@ class SliceStatistics:
         for info in live.values():
             if now - self._asked.get(info.number, float("-inf")) > IDLE_REFRESH_S:
                 continue  # nobody is looking: no load on the store (a count reads many keys)
-            stats = await self._compute(info)
-            self._cache[info.number] = stats
+            self._cache[info.number] = await self._compute(info)
+
+    def gauges(self) -> dict[str, float]:
+        """This node's last figures of each existing queue watched in the last
+        :data:`IDLE_REFRESH_S` (so refreshed every :data:`REFRESH_S`), as gauges
+        (``<queue>.slice.visible`` ...), read at every statsd flush and Prometheus
+        scrape: a deleted queue's go with it, and each is a figure of the last
+        refresh (a purged queue's show it empty from then on: no age for a message
+        that is gone), never one left over from an earlier one."""
+        out: dict[str, float] = {}
+        now = self._clock.monotonic()
+        for info in self._queues():
+            stats = self._cache.get(info.number)
+            if stats is None or now - self._asked.get(info.number, float("-inf")) > IDLE_REFRESH_S:
+                continue  # not kept fresh: no figure rather than a stale one
             name = f"{info.name}.slice"
-            self._metrics.gauge(f"{name}.visible", max(0, stats.stored - stats.in_flight))
-            self._metrics.gauge(f"{name}.in_flight", stats.in_flight)
-            self._metrics.gauge(f"{name}.delayed", stats.delayed)
-            if stats.oldest_ms is not None:
-                age_s = max(0.0, (stats.computed_ms - stats.oldest_ms) / 1000)
-                self._metrics.gauge(f"{name}.oldest_age_s", age_s)
+            out[f"{name}.visible"] = max(0, stats.stored - stats.in_flight)
+            out[f"{name}.in_flight"] = stats.in_flight
+            out[f"{name}.delayed"] = stats.delayed
+            oldest = stats.oldest_ms
+            age_ms = 0 if oldest is None else max(0, stats.computed_ms - oldest)
+            out[f"{name}.oldest_age_s"] = age_ms / 1000  # 0 when empty, as the API says
+        return out
 
     async def of(self, info: QueueInfo) -> SliceStats:
         """The last figures for ``info`` (computed now if there are none yet, or if nobody

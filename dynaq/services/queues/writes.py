@@ -281,7 +281,13 @@ class Writer:
             seen.update(lanes)
 
     def note_written(self, w: PreparedWrite) -> None:
-        """Account for a prepared write once it is durable."""
+        """Account for a prepared write once it is durable: every message it adds,
+        visible or delayed, counts as sent (``<queue>.sent``) here and only here (the
+        delay mover making a delayed one visible later counts nothing); the delayed
+        ones count in ``<queue>.delayed`` as well."""
+        sent = len(w.written) + w.delayed
+        if sent:
+            self._metrics.incr(f"{w.info.name}.sent.count", sent)
         if w.delayed:
             self._metrics.incr(f"{w.info.name}.delayed.count", w.delayed)
         if not w.written:
@@ -296,7 +302,6 @@ class Writer:
             for mid in w.grouped:
                 st.note_group_written(mid)
         self._hints.enqueued(info, lanes, w.grouped)
-        self._metrics.incr(f"{info.name}.sent.count", len(w.written))
 
     def check_for_queue(self, info: QueueInfo, messages: Sequence[NewMessage]) -> None:
         """Refuse messages ``info``'s own settings do not take (body size, FIFO groups)."""
