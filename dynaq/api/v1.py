@@ -30,12 +30,21 @@ def _message_json(m: Message) -> dict[str, str]:
     return {"id": str(m.id), **body_to_json(m.body)}
 
 
+def _query_once(request: web.Request, name: str) -> str | None:
+    """Query parameter ``name``, or None when absent; refused (422) when given twice,
+    even with equal values: no copy is silently preferred to another."""
+    values = request.query.getall(name, [])
+    if len(values) > 1:
+        raise InvalidInput(f"query parameter {name} is given {len(values)} times; give it once")
+    return values[0] if values else None
+
+
 def _new_message(request: web.Request, body: bytes) -> NewMessage:
     """A raw-body message; ``?batch_item_id=`` (or ``X-Dynaq-Batch-Item``) tags it
     with a batch item, acked when the message is deleted (a dynaq extension)."""
     given = [
         v
-        for v in (request.query.get("batch_item_id"), request.headers.get("X-Dynaq-Batch-Item"))
+        for v in (_query_once(request, "batch_item_id"), request.headers.get("X-Dynaq-Batch-Item"))
         if v is not None
     ]
     for item in given:
@@ -126,19 +135,35 @@ async def unsubscribe(request: web.Request) -> web.Response:
     return json_response({"Queues": list(info.queues)})
 
 
-@routes.put("/v1/topics/{topic}/message")
+def _message_limit(request: web.Request) -> int:
+    return request.app[QUEUES].limits.max_message_bytes
+
+
+def _refuse_declared_oversize(request: web.Request) -> int:
+    """The message size limit; 413 when ``Content-Length`` already says the body is
+    over it, before a byte of the body is read (``Expect: 100-continue`` is refused
+    the same way, by the route's ``expect_within(_message_limit)``)."""
+    limit = _message_limit(request)
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(
+            f"message body is {request.content_length} bytes; the limit is {limit}"
+        )
+    return limit
+
+
+@routes.put("/v1/topics/{topic}/message", expect_handler=expect_within(_message_limit))
 async def publish(request: web.Request) -> web.Response:
+    """One message to every subscribed queue. Bounded like the queue route: the body
+    (decoded from its ``Content-Encoding``) is at most the message size limit, refused
+    from its ``Content-Length`` before it is read and cut off once decoding passes it."""
     topic = request.match_info["topic"]
+    limit = _refuse_declared_oversize(request)
     await request.app[CATALOG].topic(topic)  # 404 before reading a body for nothing
-    body = await read_raw(request)
+    body = await read_raw(request, limit)
     message = _new_message(request, body)
     require_batch_tags(request, [message])
     result = await request.app[TOPICS].publish(topic, [message])
     return json_response({q: str(ids[0]) for q, ids in result.items()})
-
-
-def _message_limit(request: web.Request) -> int:
-    return request.app[QUEUES].limits.max_message_bytes
 
 
 # queues ------------------------------------------------------------------------
@@ -198,12 +223,7 @@ async def delete_queue(request: web.Request) -> web.Response:
 @routes.put("/v1/queues/{queue}/message", expect_handler=expect_within(_message_limit))
 async def enqueue(request: web.Request) -> web.Response:
     queues = request.app[QUEUES]
-    limit = queues.limits.max_message_bytes
-    if request.content_length is not None and request.content_length > limit:
-        # Refused before a byte of the body is read.
-        raise PayloadTooLarge(
-            f"message body is {request.content_length} bytes; the limit is {limit}"
-        )
+    limit = _refuse_declared_oversize(request)
     body = await read_raw(request, limit)
     # Looked up after the body arrived: a slow body must not carry a queue
     # resolved before a delete into the old queue number.

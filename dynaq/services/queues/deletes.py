@@ -14,11 +14,20 @@ Guarantees:
   the messages that existed (and had attributes).
 * A message this node has in flight costs no read for its attributes; others
   are read in one batch, and only when some listener needs them.
+* Concurrent deletes of one message through this :class:`Deleter` (one node's
+  process) behave as if they ran one after another: exactly one reports the
+  message deleted and runs the after-delete work (depth, metrics, listeners);
+  the others report it absent. A store cannot be relied on for this: Cassandra
+  reads whether a key exists, then deletes it unconditionally, so two deletes
+  racing there both find it. Deletes of different ids never wait for each other.
+  Across nodes (or worker processes) the race remains on Cassandra
+  (``docs/storage-cassandra.md``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+import asyncio
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from dynaq.core import keys
@@ -50,6 +59,37 @@ class BeforeDelete:
     listener: DeleteListener
 
 
+class _Deleting:
+    """One delete's hold on the ids it is deleting (see :meth:`Deleter.delete`).
+
+    Cheap when nobody waits (the usual case): the future exists only once a
+    concurrent delete of one of its ids waits for it.
+    """
+
+    __slots__ = ("_done", "finished", "removed")
+
+    def __init__(self) -> None:
+        self._done: asyncio.Future[None] | None = None
+        self.finished = False
+        """Whether the delete is over, its after-delete work included."""
+        self.removed: Collection[int] = ()
+        """The ids it found and deleted; final once :attr:`finished`."""
+
+    async def wait(self) -> None:
+        """Return once the delete is over (at once if it is)."""
+        if self.finished:
+            return
+        if self._done is None:
+            self._done = asyncio.get_running_loop().create_future()
+        # Shielded: a waiter given up (cancelled) must not cancel the others' future.
+        await asyncio.shield(self._done)
+
+    def finish(self) -> None:
+        self.finished = True
+        if self._done is not None:
+            self._done.set_result(None)
+
+
 class Deleter:
     """Deletes messages by id and tells the listeners, the hints and the figures."""
 
@@ -62,6 +102,8 @@ class Deleter:
         self._metrics = metrics
         self._after_delete: list[DeleteListener] = []
         self._before_delete: list[DeleteListener] = []
+        # (queue number, message id) -> the delete of it under way here.
+        self._deleting: dict[tuple[int, int], _Deleting] = {}
 
     def add_listener(self, listener: DeleteListener | BeforeDelete) -> None:
         """Be told about every deleted message with attributes: after the delete is
@@ -78,17 +120,58 @@ class Deleter:
             self._after_delete.append(listener)
 
     async def delete(self, info: QueueInfo, ids: Iterable[int]) -> list[int]:
-        """Delete messages; return the ids that existed (and were removed).
+        """Delete messages; return the ids that existed (and were removed by this call).
 
         :class:`BeforeDelete` listeners run first; if one raises, nothing is
-        deleted and the error propagates.
+        deleted and the error propagates. An id another delete on this node is
+        deleting meanwhile is waited for: if that one removed it, it is not
+        removed (nor counted, nor told to the listeners) again here; if that one
+        failed or found it absent, this call deletes it itself.
         """
         ids = list(dict.fromkeys(ids))
-        if not ids:
-            return []
+        removed: list[int] = []
+        number = info.number
+        deleting = self._deleting
+        while ids:
+            # Hold the ids nobody here is deleting, delete them, then wait for the
+            # others' deletes. Never waiting while holding ids is what keeps two
+            # deletes of overlapping id lists from waiting for each other forever.
+            mine = _Deleting()
+            free: list[int] = []
+            busy: dict[int, _Deleting] | None = None
+            for i in ids:
+                other = deleting.setdefault((number, i), mine)
+                if other is mine:
+                    free.append(i)
+                else:
+                    if busy is None:
+                        busy = {}
+                    busy[i] = other
+            try:
+                if free:
+                    removed += await self._delete_held(info, free, mine)
+            finally:
+                for i in free:
+                    del deleting[(number, i)]
+                mine.finish()
+            if busy is None:
+                break
+            gone: dict[int, set[int]] = {}  # id(other) -> what it removed
+            for other in busy.values():
+                if id(other) not in gone:
+                    await other.wait()
+                    gone[id(other)] = set(other.removed)
+            ids = [i for i, other in busy.items() if i not in gone[id(other)]]
+        return removed
+
+    async def _delete_held(self, info: QueueInfo, ids: list[int], mine: _Deleting) -> list[int]:
+        """Delete ``ids`` (held by ``mine``); return those that existed."""
         attrs = await self.before_deleting(info, ids)
         existed = await self._store.write_batch([Delete(keys.message(info.number, i)) for i in ids])
         removed = [i for i, e in zip(ids, existed, strict=True) if e]
+        # Final before the after-delete work: should it raise, the delete is still
+        # durable and a waiting delete must not report (or count) these again.
+        mine.removed = removed
         await self.after_deleted(info, ids, removed, attrs)
         return removed
 
