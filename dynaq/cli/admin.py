@@ -12,11 +12,14 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from dynaq.cli.output import USAGE, exit_code
 from dynaq.client import Client
-from dynaq.errors import DynaqError
+from dynaq.errors import DynaqError, Forbidden, NotFound
+
+T = TypeVar("T")
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8081"
 
@@ -58,6 +61,23 @@ def _seconds(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds above 0")
     return value
+
+
+def readable(names: Iterable[str], fetch: Callable[[str], T]) -> list[tuple[str, T]]:
+    """``(name, fetch(name))`` for each name whose details the token may read, in order.
+
+    A listing (``GET /v1/queues``, ``/v1/topics``) is open to any valid token, its
+    items' details are not: an item the token may not read (403) is left out
+    quietly, as is one deleted between the listing and its details (404), so a token
+    limited to ``queue/jobs-*`` lists the ``jobs-*`` queues. Any other error is raised.
+    """
+    out: list[tuple[str, T]] = []
+    for name in names:
+        try:
+            out.append((name, fetch(name)))
+        except (Forbidden, NotFound):
+            continue
+    return out
 
 
 def client_for(args: argparse.Namespace) -> Client:

@@ -44,10 +44,17 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=ack)
 
 
+def with_string_ids(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its ``batch_id`` as a decimal string: in ``--json`` every id is a
+    string, as in the API's JSON (a batch id is an int63, past what a JavaScript or
+    jq number holds exactly)."""
+    return {k: str(v) if k == "batch_id" else v for k, v in data.items()}
+
+
 def open_batch(args: argparse.Namespace, c: Client) -> int:
     batch_id = c.open_batch(args.mode, args.user_key)
     if args.json:
-        emit_json({"batch_id": batch_id, "mode": args.mode})
+        emit_json(with_string_ids({"batch_id": batch_id, "mode": args.mode}))
     else:
         print(batch_id)
     return OK
@@ -56,7 +63,7 @@ def open_batch(args: argparse.Namespace, c: Client) -> int:
 def show(args: argparse.Namespace, c: Client) -> int:
     info = c.describe_batch(args.batch_id, args.mode)
     if args.json:
-        emit_json(asdict(info))
+        emit_json(with_string_ids(asdict(info)))
     else:
         pairs(asdict(info))
     return OK
@@ -65,7 +72,7 @@ def show(args: argparse.Namespace, c: Client) -> int:
 def close(args: argparse.Namespace, c: Client) -> int:
     complete = c.close_batch(args.batch_id, args.mode)
     if args.json:
-        emit_json({"batch_id": args.batch_id, "complete": complete})
+        emit_json(with_string_ids({"batch_id": args.batch_id, "complete": complete}))
     else:
         print(f"batch {args.batch_id} closed; complete: {'yes' if complete else 'no'}")
     return OK
@@ -74,7 +81,7 @@ def close(args: argparse.Namespace, c: Client) -> int:
 def delete(args: argparse.Namespace, c: Client) -> int:
     items = c.delete_batch(args.batch_id, args.mode)
     if args.json:
-        emit_json({"batch_id": args.batch_id, "items_removed": items})
+        emit_json(with_string_ids({"batch_id": args.batch_id, "items_removed": items}))
     else:
         print(f"batch {args.batch_id} deleted ({items} items)")
     return OK
@@ -83,7 +90,12 @@ def delete(args: argparse.Namespace, c: Client) -> int:
 def add_items(args: argparse.Namespace, c: Client) -> int:
     blocks = c.add_items(args.batch_id, args.items)
     if args.json:
-        emit_json({"blocks": [{"id": b.id, "upto": b.upto} for b in blocks]})
+        emit_json(
+            {
+                "batch_id": str(args.batch_id),
+                "blocks": [{"id": b.id, "upto": b.upto} for b in blocks],
+            }
+        )
     else:
         table(
             [(b.id, b.upto, f"{b.batch_id}:{b.id}:0") for b in blocks],
@@ -95,7 +107,7 @@ def add_items(args: argparse.Namespace, c: Client) -> int:
 def ack(args: argparse.Namespace, c: Client) -> int:
     done = c.ack_items(args.item_ids)
     if args.json:
-        emit_json({"completed": [asdict(d) for d in done]})
+        emit_json({"completed": [with_string_ids(asdict(d)) for d in done]})
     else:
         print(
             f"acked {len(args.item_ids)}; completed batches: {' '.join(str(d.batch_id) for d in done) or '-'}"

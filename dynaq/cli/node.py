@@ -1,7 +1,8 @@
 """The node-running commands: ``server``, ``migrate``, ``version``, ``outbox init-db``.
 
 With :mod:`dynaq.node`, the only place that reads the node's environment:
-config is loaded from ``--config`` with ``DYNAQ_*`` overrides.
+config is loaded from ``--config`` (or the file ``DYNAQ_CONFIG`` names) with
+``DYNAQ_*`` overrides.
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ from dynaq.outbox import cli as outbox_cli
 def add_parsers(sub: Any) -> None:
     """Add the node commands to the ``dynaq`` parser's subcommands."""
     server = sub.add_parser("server", help="run a node in the foreground")
-    server.add_argument("--config", "-c", help="TOML config file (DYNAQ_* env vars override it)")
+    server.add_argument(
+        "--config",
+        "-c",
+        help="TOML config file (default: $DYNAQ_CONFIG; DYNAQ_* env vars override it)",
+    )
     server.add_argument(
         "--workers",
         type=int,
@@ -33,17 +38,17 @@ def add_parsers(sub: Any) -> None:
         "0 = one per core)",
     )
     mig = sub.add_parser("migrate", help="create or upgrade the store, then exit")
-    mig.add_argument("--config", "-c", help="TOML config file")
+    mig.add_argument("--config", "-c", help="TOML config file (default: $DYNAQ_CONFIG)")
     sub.add_parser("version", help="print the version")
     outbox_cli.add_parser(sub)
 
 
 def _config(path: str | None, workers: int | None = None) -> Config:
-    """The node's configuration (``--workers`` applied), checked as far as it can be
-    before anything starts: what is wrong with it is exit 2, ``bad configuration``,
-    whichever part (file, ``DYNAQ_*``, flag) holds it."""
-    from dynaq.core.access import access_policy
-    from dynaq.node.builders import check_backend
+    """The node's configuration (``--config``, else the file ``DYNAQ_CONFIG`` names;
+    ``--workers`` applied), checked as far as it can be before anything starts: what
+    is wrong with it is exit 2, ``bad configuration``, whichever part (file,
+    ``DYNAQ_*``, flag) holds it."""
+    from dynaq.node.builders import check_config
 
     try:
         config = load_config(path)
@@ -52,8 +57,7 @@ def _config(path: str | None, workers: int | None = None) -> Config:
                 config, http=dataclasses.replace(config.http, workers=workers)
             )
             check_ranges(config)
-        check_backend(config)
-        access_policy(config.auth, config.http.host)  # the tokens parse
+        check_config(config)
         return config
     except (OSError, DynaqError, ValueError) as exc:
         print(f"dynaq: bad configuration: {exc}", file=sys.stderr)

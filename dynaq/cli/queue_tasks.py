@@ -17,6 +17,7 @@ from typing import Any
 from dynaq.cli.admin import common, number
 from dynaq.cli.output import OK, REFUSED, emit_json
 from dynaq.client import Client, TaskInfo
+from dynaq.errors import DynaqError, QueueNotFound
 
 _POLL_S = 0.5
 
@@ -60,7 +61,26 @@ def purge(args: argparse.Namespace, c: Client) -> int:
 
 
 def redrive(args: argparse.Namespace, c: Client) -> int:
-    return _follow(args, c, c.redrive(args.name, args.to, args.rate))
+    try:
+        started = c.redrive(args.name, args.to, args.rate)
+    except QueueNotFound as exc:
+        raise _missing_queue(c, args, exc) from None
+    return _follow(args, c, started)
+
+
+def _missing_queue(c: Client, args: argparse.Namespace, exc: QueueNotFound) -> QueueNotFound:
+    """The node's 404 for a redrive, naming the queue that is missing: the node's
+    answer does not say whether the dead-letter queue or ``--to`` is the one."""
+    if args.to is not None:
+        try:
+            c.describe_queue(args.name)  # admin on it (the redrive's grant) reads it
+        except QueueNotFound:
+            pass
+        except DynaqError:
+            return exc  # cannot tell: the node's own words
+        else:
+            return QueueNotFound(f"the --to queue {args.to!r} does not exist ({exc})")
+    return QueueNotFound(f"the dead-letter queue {args.name!r} does not exist ({exc})")
 
 
 def cancel_task(args: argparse.Namespace, c: Client) -> int:

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from dynaq.cli import queue_tasks
-from dynaq.cli.admin import common, number
+from dynaq.cli.admin import common, number, readable
 from dynaq.cli.output import OK, USAGE, emit_json, json_body, pairs, table, text_body
 from dynaq.client import Client, NewMessage, QueueInfo, QueueSettings
 
@@ -141,7 +141,8 @@ def info_json(info: QueueInfo) -> dict[str, Any]:
 
 
 def list_queues(args: argparse.Namespace, c: Client) -> int:
-    infos = [c.describe_queue(name) for name in c.list_queues()]
+    # Only the queues this token may read (a 403 on one leaves it out: see readable).
+    infos = [info for _, info in readable(c.list_queues(), c.describe_queue)]
     if args.json:
         emit_json({"queues": [info_json(i) for i in infos]})
         return OK

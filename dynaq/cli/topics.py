@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dynaq.cli.admin import common
+from dynaq.cli.admin import common, readable
 from dynaq.cli.output import OK, emit_json, table
 from dynaq.client import Client
 
@@ -42,7 +42,8 @@ def add_parser(sub: Any) -> None:
 
 
 def list_topics(args: argparse.Namespace, c: Client) -> int:
-    topics = {name: c.topic_queues(name) for name in c.list_topics()}
+    # Only the topics this token may read (a 403 on one leaves it out: see readable).
+    topics = dict(readable(c.list_topics(), c.topic_queues))
     if args.json:
         emit_json({"topics": [{"name": n, "queues": q} for n, q in topics.items()]})
     else:

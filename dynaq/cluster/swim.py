@@ -72,12 +72,26 @@ def _is_loopback(addr: str) -> bool:
         return host == "localhost"
 
 
+def check_preset(preset: str) -> None:
+    """:class:`InvalidInput` naming ``gossip.preset`` unless it is one of :data:`PRESETS`
+    (checked at start-up even with gossip off: a typo is never silently accepted)."""
+    if preset not in PRESETS:
+        raise InvalidInput(f"gossip.preset must be one of {', '.join(PRESETS)}, not {preset!r}")
+
+
+def check_settings(s: SwimSettings) -> None:
+    """Every check :func:`kinship_config` makes of the settings themselves, without
+    building anything: the node's preflight runs it before anything starts."""
+    check_preset(s.preset)
+    if not s.secret and not _is_loopback(s.advertise or s.bind):
+        raise InvalidInput("gossip.key (a shared secret) is required when gossip leaves loopback")
+
+
 def kinship_config(
     name: str, http_addr: str, s: SwimSettings, scheme: str = "http"
 ) -> kinship.Config:
     """Build kinship's config; raises :class:`InvalidInput` naming the bad setting."""
-    if s.preset not in PRESETS:
-        raise InvalidInput(f"gossip.preset must be one of {', '.join(PRESETS)}, not {s.preset!r}")
+    check_settings(s)
     fields: dict[str, object] = {
         "name": name,
         "bind": s.bind,
@@ -90,11 +104,10 @@ def kinship_config(
         fields["advertise"] = s.advertise
     if s.secret:
         fields["keys"] = [derive_key(s.secret)]
-    elif _is_loopback(s.advertise or s.bind):
-        # Loopback only: nothing outside this machine can reach the port.
-        fields["insecure_plaintext"] = True
     else:
-        raise InvalidInput("gossip.key (a shared secret) is required when gossip leaves loopback")
+        # Loopback only (check_settings refused the rest): nothing outside this
+        # machine can reach the port.
+        fields["insecure_plaintext"] = True
     factory = {"lan": kinship.Config.lan, "wan": kinship.Config.wan, "local": kinship.Config.local}
     try:
         return factory[s.preset](**fields)

@@ -60,17 +60,34 @@ class Config:
 ENV_PREFIX = "DYNAQ_"
 
 
+CONFIG_ENV = "DYNAQ_CONFIG"
+"""Names the config file when ``--config`` does not (the flag wins)."""
+
+
 def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
-    """Read ``path`` (TOML, optional) and apply ``DYNAQ_*`` overrides from ``env``.
+    """Read ``path`` (TOML; when ``None``, the file ``DYNAQ_CONFIG`` names, if any) and
+    apply ``DYNAQ_*`` overrides from ``env`` (the process's environment when ``None``).
 
     Raises :class:`InvalidInput` naming the setting when a value has the wrong
-    type or a key is unknown, so a typo never silently falls back to a default.
+    type or a key is unknown, so a typo never silently falls back to a default,
+    and naming the file when it cannot be read (an empty ``DYNAQ_CONFIG`` too:
+    a variable meant to name a file never silently means "no file").
     """
+    environ = os.environ if env is None else env
+    origin = "--config"
+    if path is None and CONFIG_ENV in environ:
+        path, origin = environ[CONFIG_ENV], CONFIG_ENV
+        if not str(path).strip():
+            raise InvalidInput(f"{CONFIG_ENV} is set but empty (unset it, or name a TOML file)")
     raw: dict[str, Any] = {}
     if path is not None:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    environ = os.environ if env is None else env
+        try:
+            with open(path, "rb") as f:
+                raw = tomllib.load(f)
+        except OSError as exc:
+            raise InvalidInput(
+                f"config file {str(path)!r} ({origin}) cannot be read: {exc.strerror or exc}"
+            ) from None
     return config_from_mapping(raw, environ)
 
 
@@ -105,10 +122,10 @@ def config_from_mapping(raw: Mapping[str, Any], env: Mapping[str, str] | None = 
     return config
 
 
-# DYNAQ_* variables that belong to other programs: the CLI and client
-# (endpoint, token), a node's supervisor (its workers' role), the test harness
-# and benchmarks, and HAProxy's config.
-_OTHER_PROGRAMS = ("DYNAQ_ENDPOINT", "DYNAQ_TOKEN", "DYNAQ_CONFIG", "DYNAQ_WORKER_ROLE")
+# DYNAQ_* variables that are no setting: the CLI and client (endpoint, token),
+# the config file's name (read by load_config itself), a node's supervisor (its
+# workers' role), the test harness and benchmarks, and HAProxy's config.
+_OTHER_PROGRAMS = ("DYNAQ_ENDPOINT", "DYNAQ_TOKEN", CONFIG_ENV, "DYNAQ_WORKER_ROLE")
 _OTHER_PREFIXES = ("DYNAQ_TESTING_", "DYNAQ_BENCH_", "DYNAQ_LB_")
 
 
@@ -118,6 +135,9 @@ def _not_a_setting(key: str) -> bool:
     # HAProxy's DYNAQ_NODE_1..N (config/haproxy.cfg): backend addresses.
     return key.startswith("DYNAQ_NODE_") and key[len("DYNAQ_NODE_") :].isdecimal()
 
+
+STATS_TYPES = ("statsd", "none")
+"""What ``stats.type`` may be (Prometheus's ``/metrics`` is ``stats.prometheus``)."""
 
 _DAY_S = 86_400.0
 _RANGES: dict[str, tuple[float, float]] = {
@@ -246,6 +266,14 @@ def check_ranges(config: Config) -> None:
         raise InvalidInput(
             f"setting queues.task_retention_s must be at least aws.purge_interval_s "
             f"({config.aws.purge_interval_s:g}), got {q.task_retention_s:g}"
+        )
+    if not config.data.dir.strip():
+        # "" would put the store, the streams and the LOCK file in the current directory.
+        raise InvalidInput("setting data.dir must name a directory, got ''")
+    if config.stats.type not in STATS_TYPES:
+        raise InvalidInput(
+            f"setting stats.type must be statsd or none, got {config.stats.type!r} "
+            "(Prometheus is stats.prometheus, on by default)"
         )
     _, sep, port = config.stats.address.rpartition(":")
     if config.stats.type == "statsd" and (not sep or not port.isdecimal() or int(port) > 65_535):

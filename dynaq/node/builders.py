@@ -22,7 +22,7 @@ from dynaq.prometheus import PrometheusMetrics
 from dynaq.storage.base import Store
 
 if TYPE_CHECKING:
-    pass
+    from dynaq.cluster.swim import SwimSettings
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,36 @@ def check_backend(config: Config) -> None:
         )
 
 
+def check_config(config: Config) -> None:
+    """Every check of ``config`` that needs more than the config itself knows (the
+    backends, the gossip presets, the tokens the SQS keys name, the TLS files, what
+    several workers can do): :class:`InvalidInput` naming the setting, raised before
+    anything opens, binds or locks. The CLI runs it before a node starts, so every
+    configuration mistake is "bad configuration", exit 2, not a failure at start-up.
+    """
+    from dynaq.api.aws.sigv4 import parse_keys
+    from dynaq.api.tls import peer_ssl_context, server_ssl_context
+    from dynaq.cluster.swim import check_preset, check_settings
+    from dynaq.core.access import access_policy
+    from dynaq.node.workers import check_workers
+
+    check_backend(config)
+    access = access_policy(config.auth, config.http.host)  # the tokens parse
+    parse_keys(config.aws.keys, {} if access is None else {t.name: t for t in access.tokens})
+    server_ssl_context(config.http)  # the certificate and key load
+    # A typo in the preset is refused even with gossip off (it would bite when turned on).
+    check_preset(config.gossip.preset)
+    if gossip_enabled(config):
+        check_settings(swim_settings(config))
+        check_ring_store(config, store_given=False)
+        peer_ssl_context(config.http)
+    if config.outbox.enabled:
+        from dynaq.outbox.schema import quote_table
+
+        quote_table(config.outbox.table)  # a name PostgreSQL would refuse
+    check_workers(config)
+
+
 def build_metrics(config: Config, clock: Clock) -> Telemetry:
     """statsd (``stats.type``) and Prometheus (``stats.prometheus``), either, both or none."""
     s = config.stats
@@ -171,10 +201,17 @@ def build_membership(config: Config, view: MembershipView) -> Membership:
     """A SWIM membership when gossip is on (imported only then), else the ring of one."""
     if not gossip_enabled(config):
         return StaticMembership(view)
-    from dynaq.cluster.swim import SwimMembership, SwimSettings
+    from dynaq.cluster.swim import SwimMembership
+
+    return SwimMembership(view, swim_settings(config))
+
+
+def swim_settings(config: Config) -> SwimSettings:
+    """The SWIM agent's settings, from ``[gossip]``."""
+    from dynaq.cluster.swim import SwimSettings
 
     g = config.gossip
-    settings = SwimSettings(
+    return SwimSettings(
         bind=f"{g.host}:{g.port}",
         seeds=list(g.seeds),
         secret=g.key,
@@ -182,7 +219,6 @@ def build_membership(config: Config, view: MembershipView) -> Membership:
         preset=g.preset,
         advertise=g.advertise,
     )
-    return SwimMembership(view, settings)
 
 
 def build_writer_slots(

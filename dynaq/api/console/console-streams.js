@@ -13,7 +13,9 @@ function stopTail() {
 }
 
 async function streamsView() {
+  const gen = routeGen;
   const {streams} = await api("GET", "/v2/streams");
+  if (gen !== routeGen) return;  // the page was left while this refresh waited
   const rows = streams.map((s) => [{html: `<a href="#/stream/${encodeURIComponent(s.name)}">${esc(s.name)}</a>`},
     s.size, s.order_key === null ? "-" : s.order_key, s.segments, s.signature.slice(0, 12)]);
   if (!$("#streams-page")) {

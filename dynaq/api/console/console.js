@@ -5,8 +5,13 @@
 
 const $ = (sel) => document.querySelector(sel);
 const view = $("#view");
-let timer = null;
+let timer = null;      // the next refresh of the page shown (a setTimeout)
+let routeGen = 0;      // bumped by every route(): work of a page left behind stops
 let taskTimer = null;  // polls a purge or redrive task while its queue's page is open
+const REFRESH_MS = 2000;   // between the end of one refresh and the start of the next
+const FANOUT = 6;          // most detail requests one page has in flight at once
+const QUEUES_PAGE = 50;    // queues shown (and asked about) per page of the table
+let queuesFrom = 0;        // the first queue shown, by position in the listing
 
 function esc(s) {
   return String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
@@ -40,6 +45,43 @@ async function api(method, path, body) {
 
 function showError(e) { $("#error").textContent = e ? String(e.message || e) : ""; }
 
+function refreshEvery(gen, ms, fn) {
+  // The next refresh is scheduled only once the previous one ended, so refreshes
+  // never overlap however slow the node is, and none runs after its page (route
+  // number gen) is left.
+  if (gen !== routeGen) return;
+  const tick = async () => {
+    try { await fn(); } catch (e) { if (gen === routeGen) showError(e); }
+    if (gen === routeGen) timer = setTimeout(tick, ms);
+  };
+  timer = setTimeout(tick, ms);
+}
+
+async function settleAll(items, fn) {
+  // Promise.allSettled over items, with at most FANOUT calls of fn in flight.
+  const out = new Array(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      try { out[i] = {status: "fulfilled", value: await fn(items[i])}; }
+      catch (e) { out[i] = {status: "rejected", reason: e}; }
+    }
+  };
+  await Promise.all(Array.from({length: Math.min(FANOUT, items.length)}, worker));
+  return out;
+}
+
+async function readable(items, fn) {
+  // The details of each item the token may read: listings are open to any token,
+  // details are not, so a 403 leaves an item out quietly (as does a 404: deleted
+  // since the listing). Any other failure is the page's error.
+  const settled = await settleAll(items, fn);
+  const failed = settled.find((r) => r.status === "rejected" && r.reason.status !== 404 && r.reason.status !== 403);
+  if (failed) throw failed.reason;
+  return settled.map((r, i) => [items[i], r]).filter(([, r]) => r.status === "fulfilled").map(([item, r]) => [item, r.value]);
+}
+
 function table(headers, rows, id) {
   const head = headers.map((h) => `<th>${esc(h)}</th>`).join("");
   const body = rows.map((r) => "<tr>" + r.map((c) =>
@@ -72,12 +114,14 @@ async function clusterView() {
 const last = {};  // queue -> {t, sent} for rates from successive polls
 
 async function queuesView() {
+  const gen = routeGen;
   const {queues} = await api("GET", "/v1/queues");
-  // A queue deleted between the list and its details drops out of this refresh, not the table.
-  const settled = await Promise.allSettled(queues.map((q) => api("GET", "/v2/queues/" + encodeURIComponent(q))));
-  const failed = settled.find((r) => r.status === "rejected" && r.reason.status !== 404);
-  if (failed) throw failed.reason;
-  const infos = settled.filter((r) => r.status === "fulfilled").map((r) => r.value);
+  // Only the page of queues shown is asked about, a few at a time: a node with
+  // thousands of queues gets QUEUES_PAGE requests a refresh, not one per queue.
+  queuesFrom = Math.max(0, Math.min(queuesFrom, Math.floor(Math.max(queues.length - 1, 0) / QUEUES_PAGE) * QUEUES_PAGE));
+  const shown = queues.slice(queuesFrom, queuesFrom + QUEUES_PAGE);
+  const infos = (await readable(shown, (q) => api("GET", "/v2/queues/" + encodeURIComponent(q)))).map(([, i]) => i);
+  if (gen !== routeGen) return;  // the page was left while this refresh waited
   const now = Date.now();
   const rows = infos.map((i) => {
     const prev = last[i.name];
@@ -89,7 +133,13 @@ async function queuesView() {
     view.innerHTML = `<div id="queues-page"><h2>Queues</h2><div id="queues-table"></div>
       <form id="create"><label>New queue<input id="new-queue" required></label>
       <label>Visibility timeout (s)<input id="new-vt" type="number" value="30" min="0"></label>
-      <button>Create</button></form></div>`;
+      <button>Create</button></form>
+      <p id="queues-pager"><button type="button" id="queues-prev">Previous</button>
+      <span id="queues-range"></span> <button type="button" id="queues-next">Next</button></p></div>`;
+    // Routed again, so the page's refreshes stay one at a time.
+    const move = (by) => { queuesFrom = Math.max(0, queuesFrom + by); route(); };
+    $("#queues-prev").onclick = () => move(-QUEUES_PAGE);
+    $("#queues-next").onclick = () => move(QUEUES_PAGE);
     $("#create").onsubmit = async (ev) => {
       ev.preventDefault();
       try {
@@ -101,6 +151,10 @@ async function queuesView() {
     };
   }
   $("#queues-table").innerHTML = table(["queue", "depth", "in flight", "partitions", "visibility (s)", "drain /s"], rows, "queues");
+  $("#queues-range").textContent = queues.length
+    ? `queues ${queuesFrom + 1}–${queuesFrom + shown.length} of ${queues.length}` : "no queue";
+  $("#queues-prev").disabled = queuesFrom === 0;
+  $("#queues-next").disabled = queuesFrom + QUEUES_PAGE >= queues.length;
 }
 
 async function messagesTable(q) {
@@ -110,15 +164,15 @@ async function messagesTable(q) {
 }
 
 async function queueView(name) {
+  const gen = routeGen;
   const q = encodeURIComponent(name);
   const [info, topics, sources] = await Promise.all([api("GET", "/v2/queues/" + q), api("GET", "/v1/topics"),
     api("GET", "/v2/queues/" + q + "/dead_letter_sources")]);
-  const subs = [];
-  for (const t of topics.topics) {
-    const got = await api("GET", "/v1/topics/" + encodeURIComponent(t));
-    if (got.Queues.includes(name)) subs.push(t);
-  }
+  // The topics the token may read, a few at a time (a topic it may not read is left out).
+  const got = await readable(topics.topics, (t) => api("GET", "/v1/topics/" + encodeURIComponent(t)));
+  const subs = got.filter(([, t]) => t.Queues.includes(name)).map(([t]) => t);
   const messages = await messagesTable(q);
+  if (gen !== routeGen) return;  // the page was left while it loaded
   view.innerHTML = `<h2>Queue <span id="queue-name">${esc(name)}</span></h2>
     <p id="figures">depth <b>${info.depth}</b>, in flight <b>${info.in_flight}</b>, partitions ${info.partitions}</p>
     <form id="settings">
@@ -210,7 +264,8 @@ async function startTask(name, kind, body, depth) {
 }
 
 async function route() {
-  clearInterval(timer);
+  const gen = ++routeGen;
+  clearTimeout(timer);
   clearTimeout(taskTimer);
   stopTail();
   stopBatchPoll();
@@ -224,7 +279,7 @@ async function route() {
     } else if (hash === "#/streams") {
       view.innerHTML = "";
       await streamsView();
-      timer = setInterval(() => streamsView().catch(showError), 2000);  // live sizes
+      refreshEvery(gen, REFRESH_MS, streamsView);  // live sizes
     } else if (hash === "#/batches" || hash.startsWith("#/batches/")) {
       const [mode, id] = hash.slice(10).split("/").map(decodeURIComponent);
       batchesView(mode, id);  // polls the batch looked up, if any, until it completes
@@ -233,9 +288,14 @@ async function route() {
     } else {
       view.innerHTML = "";
       await queuesView();
-      timer = setInterval(() => queuesView().catch(showError), 2000);  // live figures
+      refreshEvery(gen, REFRESH_MS, queuesView);  // live figures
     }
-  } catch (e) { showError(e); }
+  } catch (e) {
+    if (gen !== routeGen) return;  // a page already left
+    // A page that failed shows its error alone, not under the page it replaced.
+    view.innerHTML = "";
+    showError(e);
+  }
 }
 
 $("#login-button").onclick = () => {
