@@ -1,4 +1,5 @@
-"""Node-to-node routes (never exposed through HAProxy): hints and the in-flight handover.
+"""Node-to-node routes (never exposed through HAProxy): hints, the in-flight handover,
+catalog news, forwarded receives and receipts.
 
 Every request under ``/internal/`` must carry a valid, fresh, unreplayed MAC
 (:mod:`dynaq.core.peer_auth`), checked by :func:`check_peer` (from the front middleware) before
@@ -9,6 +10,7 @@ ring member without the secret could not prove it is one.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import msgpack
@@ -17,6 +19,7 @@ from aiohttp import web
 from dynaq.api.codec import json_response, read_raw
 from dynaq.api.keys import CATALOG, QUEUES, VIEW
 from dynaq.core.hints import (
+    CATALOG_NEWS_PATH,
     HINTS_PATH,
     RECEIPT_DELETE_PATH,
     RECEIPT_HOLD_PATH,
@@ -31,7 +34,8 @@ from dynaq.core.peer_auth import (
     PeerVerifier,
 )
 from dynaq.core.peer_receive import RECEIVE_PATH, WATCH_PATH, message_to_wire
-from dynaq.errors import InvalidInput, Unauthorized
+from dynaq.errors import InvalidInput, QueueNotFound, TopicNotFound, Unauthorized
+from dynaq.services.catalog_topics import QUEUE_NEWS, TOPIC_NEWS
 
 PEER_VERIFIER = web.AppKey("peer_verifier", PeerVerifier)
 
@@ -71,9 +75,36 @@ async def receive_hints(request: web.Request) -> web.Response:
     message = decode_hints(await read_raw(request))
     service = request.app[QUEUES]
     for queue, hints in message.queues.items():
-        service.apply_hints(queue, hints.deleted, hints.lanes, hints.rewind)
+        service.hints.apply_hints(queue, hints.deleted, hints.lanes, hints.rewind)
     for queue, entries in message.handover.items():
-        service.apply_handover(queue, entries)
+        service.hints.apply_handover(queue, entries)
+    if message.released_by is not None:
+        service.handoff.note_released(message.released_by)
+    return json_response({"ok": True})
+
+
+@routes.post(CATALOG_NEWS_PATH)
+async def catalog_news(request: web.Request) -> web.Response:
+    """A peer changed one queue's or topic's config: re-read that record from the store
+    now (listeners fire; a deleted queue leaves the cache and is cached as missing),
+    so this node acts on the change before the peer acknowledges it. 200 once done,
+    whether or not the record still exists."""
+    try:
+        body = msgpack.unpackb(await read_raw(request))
+        kind, name = body["kind"], body["name"]
+    except (ValueError, TypeError, LookupError, AttributeError, msgpack.UnpackException) as exc:
+        raise InvalidInput(f"malformed catalog news: {exc}") from None
+    if not isinstance(name, str) or not name:
+        raise InvalidInput("malformed catalog news: name must be a non-empty string")
+    catalog = request.app[CATALOG]
+    if kind == QUEUE_NEWS:
+        with contextlib.suppress(QueueNotFound):
+            await catalog.queue(name, fresh=True)
+    elif kind == TOPIC_NEWS:
+        with contextlib.suppress(TopicNotFound):
+            await catalog.topic(name, fresh=True)
+    else:
+        raise InvalidInput(f"malformed catalog news: unknown kind {kind!r}")
     return json_response({"ok": True})
 
 

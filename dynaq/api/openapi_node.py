@@ -1,10 +1,10 @@
 """The OpenAPI paths of the node's own routes: ``/health``, ``/openapi.json`` and the
-internal hints route (:mod:`dynaq.api.internal`)."""
+internal hints and catalog news routes (:mod:`dynaq.api.internal`)."""
 
 from __future__ import annotations
 
 from dynaq.api.openapi_common import Obj, body, errors, operation, path_param, ref, response
-from dynaq.core.hints import HINTS_PATH
+from dynaq.core.hints import CATALOG_NEWS_PATH, HINTS_PATH
 
 
 def _obj(required: list[str], **props: Obj) -> Obj:
@@ -150,6 +150,30 @@ def paths() -> Obj:
                 body=body(msgpack=hints),
                 description="The body is msgpack whatever its Content-Type; any other shape "
                 "is a 422 and nothing is applied.",
+            )
+        },
+        CATALOG_NEWS_PATH: {
+            "post": operation(
+                "internalCatalogNews",
+                "A peer changed one queue's or topic's config (node to node only)",
+                "internal",
+                {
+                    "200": response(
+                        "The record was re-read from the store (whether or not it still exists).",
+                        json=_obj(["ok"], ok={"const": True}),
+                    ),
+                    **errors(413, 422),
+                },
+                body=body(
+                    msgpack=_obj(
+                        ["kind", "name"],
+                        kind={"enum": ["queue", "topic"]},
+                        name={"type": "string", "minLength": 1},
+                    )
+                ),
+                description="The body is msgpack whatever its Content-Type; any other shape "
+                "is a 422. Sent by the node that made the change before it answers its "
+                "client, so every live node acts on the change at once.",
             )
         },
     }

@@ -67,6 +67,8 @@ class HttpPeerHints:
         self._timeout_s = timeout_s
         # peer -> queue -> (deleted ids, lanes written, lane -> lowest group id written)
         self._pending: dict[Member, dict[str, tuple[list[int], set[int], dict[int, int]]]] = {}
+        # peer -> (this node's name, in-flight entries per queue) of lanes given to it
+        self._releases: dict[Member, tuple[str, dict[str, list[HandoverEntry]]]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -94,6 +96,15 @@ class HttpPeerHints:
             lane = lane_of(i)
             lowest[lane] = min(i, lowest.get(lane, i))
 
+    def released(self, owner: Member, me: str, queues: dict[str, list[HandoverEntry]]) -> None:
+        """Send ``owner`` the in-flight entries of lanes it takes from this node, then
+        the release marker it waits for (:mod:`dynaq.services.queues.slice_handoff`)."""
+        _, pending = self._releases.get(owner, (me, {}))
+        for queue, entries in queues.items():
+            pending.setdefault(queue, []).extend(entries)
+        self._releases[owner] = (me, pending)
+        self._wake.set()
+
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(timeout=self._timeout)
         self._task = asyncio.create_task(self._loop(), name="peer-hints")
@@ -101,7 +112,7 @@ class HttpPeerHints:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
-        if self._pending:
+        if self._pending or self._releases:
             await self.flush()
         if self._session is not None:
             await self._session.close()
@@ -224,9 +235,30 @@ class HttpPeerHints:
     async def flush(self) -> None:
         """Send everything pending now."""
         pending, self._pending = self._pending, {}
-        if not pending or self._session is None:
+        releases, self._releases = self._releases, {}
+        if self._session is None:
             return
-        await asyncio.gather(*(self._send(peer, queues) for peer, queues in pending.items()))
+        await asyncio.gather(
+            *(self._send(peer, queues) for peer, queues in pending.items()),
+            *(self._release(peer, me, queues) for peer, (me, queues) in releases.items()),
+        )
+
+    async def _release(self, peer: Member, me: str, queues: dict[str, list[HandoverEntry]]) -> None:
+        """The entries in chunks, in order; the marker rides on the last one, so the
+        peer serves only once it holds them all."""
+        assert self._session is not None
+        chunks = handover_chunks(queues) or [{}]
+        try:
+            for n, chunk in enumerate(chunks):
+                marker = me if n == len(chunks) - 1 else None
+                body = encode_hints(HintsMessage({}, chunk, marker))
+                status = await post_signed(self._session, self._signer, peer, body, self._ssl)
+                if status != 200:
+                    self._refused(peer, status)
+                    return
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            # The peer serves those lanes once its hold runs out (duplicates, never loss).
+            log.warning("lane handoff failed", extra={"peer": peer.name, "error": str(exc)})
 
     def _refused(self, peer: Member, status: int) -> None:
         """Say so once a minute per peer: a refusal (401: clocks apart, or secrets that

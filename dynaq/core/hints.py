@@ -39,6 +39,10 @@ with ``"deliveries": [int]`` (one per id: receipts) also ``"stale": [int]``."""
 RECEIPT_DELETE_PATH = "/internal/v1/receipts/delete"
 """A receipt-checked delete forwarded to the node that served the messages: msgpack
 ``{"queue": name, "ids": [int], "deliveries": [int]}`` → ``{"deleted": [int], "stale": [int]}``."""
+CATALOG_NEWS_PATH = "/internal/v1/catalog/news"
+"""A peer changed one config record: msgpack ``{"kind": "queue" | "topic", "name": name}``
+→ 200 once this node has re-read that record from the store (a node of an earlier
+version answers 404; it sees the change at its next config sync)."""
 RECEIPT_HOLD_PATH = "/internal/v1/receipts/hold"
 """A transaction's receipts, checked and held by the node that served the messages:
 msgpack ``{"queue": name, "ids": [int], "deliveries": [int]}`` →
@@ -78,13 +82,18 @@ class HintsMessage:
 
     queues: dict[str, QueueHints] = field(default_factory=dict)
     handover: dict[str, tuple[HandoverEntry, ...]] = field(default_factory=dict)
+    released_by: str | None = None
+    """Set on the last message of a lane handoff: the sender has sent everything it
+    had in flight in the lanes it gave the receiver (:mod:`dynaq.services.queues.slice_handoff`)."""
 
 
 def encode_hints(message: HintsMessage) -> bytes:
     """The wire form of ``message``."""
+    released = {} if message.released_by is None else {"released_by": message.released_by}
     return bytes(
         msgpack.packb(
             {
+                **released,
                 "queues": {
                     q: {
                         "deleted": list(h.deleted),
@@ -182,4 +191,7 @@ def decode_hints(raw: bytes) -> HintsMessage:
         _name(q): tuple(_entry(e) for e in _list(entries, "a handover"))
         for q, entries in _map(data.get("handover", {}), "handover").items()
     }
-    return HintsMessage(queues, handover)
+    released_by = data.get("released_by")
+    if released_by is not None:
+        released_by = _name(released_by)
+    return HintsMessage(queues, handover, released_by)

@@ -24,7 +24,6 @@ from dynaq.api.stream_proxy import StreamForwarder
 from dynaq.api.tls import peer_ssl_context, server_ssl_context
 from dynaq.api.topic_history import HISTORY, HistoryKeeper
 from dynaq.clock import Clock, SystemClock
-from dynaq.cluster.hints import HttpPeerHints, hand_over
 from dynaq.cluster.stream_link import HttpAuthorityLink
 from dynaq.config import Config
 from dynaq.core.access import access_policy
@@ -43,6 +42,7 @@ from dynaq.node.builders import (
     migrate,
 )
 from dynaq.node.claims import listen
+from dynaq.node.peer_links import PeerLinks
 from dynaq.node.streams import build_streams
 from dynaq.node.workers import WorkerRole, worker_config, worker_dedup_lock, worker_scrape
 from dynaq.services.batches import BatchService
@@ -192,11 +192,11 @@ class Node:
             )
         # In a cluster, writes made here are hinted (signed) to the owners of their slices.
         self.peer_ssl = peer_ssl_context(h) if gossip_enabled(config) else None
-        self.hints: HttpPeerHints | None = None
+        self.peers: PeerLinks | None = None
         if gossip_enabled(config) and self.peer_auth is not None:
-            self.hints = HttpPeerHints(self.peer_auth[0], self.peer_ssl)
-        if self.hints is not None:
-            self.queues.set_peer_hints(self.hints)
+            self.peers = PeerLinks(
+                self.peer_auth[0], self.view, self.clock, self.peer_ssl, self.queues, self.catalog
+            )
         # A node's workers answer as one node: an empty slice asks the others.
         self.queues.ring_receive_nowait = worker is not None
         # In a ring each stream is served by one node, recorded in the store; the
@@ -272,8 +272,8 @@ class Node:
         if self.stream_forwarder is not None:
             await self.stream_forwarder.authority.claim_local(self.streams.names())
         await self.metrics.start()
-        if self.hints is not None:
-            await self.hints.start()
+        if self.peers is not None:
+            await self.peers.start()
         self._runner = web.AppRunner(
             self.app,
             handle_signals=False,
@@ -307,6 +307,10 @@ class Node:
         # After the HTTP site is up (the address goes out as gossip metadata),
         # before "serving" (so /health stays 503 until this node knows the ring).
         await self.membership.start()
+        if self.worker is None and not self.queues.park_at_stop and len(self.view.members) == 1:
+            # The first member of a ring back up takes what its last member parked
+            # (the lanes it hands to those joining next carry those entries along).
+            await self.queues.restore_parked()
         self.queues.receiver.in_ring = True
         if self.outbox is not None:
             # After the ring join: leadership follows the ring's view of the table.
@@ -340,11 +344,10 @@ class Node:
         self.state = "draining"
         log.info("node draining")
         self.queues.drain()
-        if self.hints is not None and self.peer_auth is not None:
-            # Before leaving: the next owners keep this node's in-flight messages
-            # invisible until their deadlines instead of serving them at once.
-            taken = await hand_over(self.queues.handover(), self.peer_auth[0], self.peer_ssl)
-            log.info("in-flight messages handed over", extra={"peers": taken})
+        if self.worker is None and len(self.view.members) == 1:
+            self.queues.park_at_stop = True  # alone, or the last member of its ring to stop
+        if self.peers is not None:
+            await self.peers.hand_over()
         # Leave before the HTTP drain: peers take over this slice at once
         # instead of after failure detection (duplicates possible, no loss).
         await self.membership.stop()
@@ -362,8 +365,8 @@ class Node:
         self._tasks.clear()
         if self.stream_link is not None:
             await self.stream_link.close()
-        if self.hints is not None:
-            await self.hints.stop()
+        if self.peers is not None:
+            await self.peers.stop()
         if self.writer_slots is not None:
             await self.writer_slots.stop()
         await self.batches.stop()

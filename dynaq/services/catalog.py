@@ -10,10 +10,11 @@ conditional put, retried on a version conflict). A node runs its own cycles
 on one record one at a time, so only other nodes' writes can make one retry;
 a new queue's number is claimed the same way, on one counter record, with a
 jittered backoff between attempts. A node applies its own changes to its
-cache at once; other nodes see them at their next sync. A cache miss reads
-through to the store (with a short negative cache), so a queue made on
-another node is usable before the next sync, while unknown names cannot make
-a node hammer the store.
+cache at once and, before a change returns, tells its live peers, which
+re-read that record at once (a peer that does not answer within about a
+second sees it at its next sync). A cache miss reads through to the store
+(with a short negative cache), so a queue made on another node is usable even
+without the news, while unknown names cannot make a node hammer the store.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dynaq.clock import Clock
 from dynaq.config import QueueDefaults
 from dynaq.core import keys
 from dynaq.errors import AlreadyExists, Conflict, InvalidInput, QueueNotFound
-from dynaq.services.catalog_topics import CONFIG_RETRIES, TopicCatalog
+from dynaq.services.catalog_topics import CONFIG_RETRIES, QUEUE_NEWS, TopicCatalog
 from dynaq.services.queue_records import (
     QueueInfo,
     QueueSettings,
@@ -40,7 +41,7 @@ from dynaq.services.queue_records import (
     encode_queue,
     encode_tombstone,
 )
-from dynaq.storage.base import Store, prefix_end
+from dynaq.storage.base import Store
 
 _NEGATIVE_CACHE_S = 1.0
 
@@ -58,10 +59,11 @@ log = logging.getLogger(__name__)
 class Catalog(TopicCatalog):
     """Queue and topic config, cached on this node.
 
-    A cached queue is trusted for ``cache_ttl_s`` (the sync interval); after
-    that its next use reads through to the store, so a node whose sync loop
-    is failing still never serves a queue deleted elsewhere for long. A
-    deleted queue's name can be created again only after
+    A cached queue is trusted for ``cache_ttl_s`` (the sync interval; a change
+    through a live peer is re-read here at once, on its news); after that its
+    next use reads through to the store, so a node that missed the news and
+    whose sync loop is failing still never serves a queue deleted elsewhere for
+    long. A deleted queue's name can be created again only after
     ``recreate_after_s``: by then every node has dropped the old queue from
     its cache, so no node can still be writing into the old queue's number.
     """
@@ -122,35 +124,27 @@ class Catalog(TopicCatalog):
     async def reload(self) -> None:
         """Read every queue and topic from the store and apply differences.
 
-        A queue cached after this scan began (created here, or read through)
-        is not dropped for missing from the scan: the scan is older than it.
+        A record read or changed here after this scan began (created, deleted,
+        read through, or re-read on a peer's news) keeps that view: the scan is
+        older than it (see :class:`~dynaq.services.catalog_topics.ReadOrder`).
         """
-        started = self._clock.monotonic()
         queues: dict[str, QueueInfo] = {}
         tombstones: dict[str, Tombstone] = {}
-        for name, raw in await self._scan_prefix(keys.CONFIG_QUEUE):
-            record = decode_queue_record(name, raw, self._defaults)
-            if isinstance(record, Tombstone):
-                tombstones[name] = record
-            else:
-                queues[name] = record
-        self.tombstones = {n: t for n, t in tombstones.items() if not t.purged}
-        for name in list(self._queues):
-            if name not in queues and self._loaded.get(name, started) <= started:
-                self._set_queue(name, None)
-        for name, info in queues.items():
-            self._set_queue(name, info)
-        self._cache_topics(await self._scan_prefix(keys.CONFIG_TOPIC))
-
-    async def _scan_prefix(self, prefix: bytes) -> list[tuple[str, bytes]]:
-        out: list[tuple[str, bytes]] = []
-        start, end = prefix, prefix_end(prefix)
-        while True:
-            rows = await self._store.scan(start, end, 1000)
-            out.extend((k[len(prefix) :].decode(), v) for k, v in rows)
-            if len(rows) < 1000:
-                return out
-            start = rows[-1][0] + b"\x00"
+        with self._order.reading() as ticket:
+            for name, raw in await self._scan_prefix(keys.CONFIG_QUEUE):
+                record = decode_queue_record(name, raw, self._defaults)
+                if isinstance(record, Tombstone):
+                    tombstones[name] = record
+                else:
+                    queues[name] = record
+            self.tombstones = {n: t for n, t in tombstones.items() if not t.purged}
+            for name in [n for n in self._queues if n not in queues]:
+                if self._order.claim(QUEUE_NEWS, name, ticket):
+                    self._set_queue(name, None)
+            for name, info in queues.items():
+                if self._order.claim(QUEUE_NEWS, name, ticket):
+                    self._set_queue(name, info)
+        await self._scan_topics()
 
     # queues --------------------------------------------------------------
 
@@ -164,12 +158,6 @@ class Catalog(TopicCatalog):
         if self.read_through:
             await self.reload()
         return self.queue_names()
-
-    async def listed_topic_names(self) -> list[str]:
-        """The topics, for a listing (see :meth:`listed_queue_names`)."""
-        if self.read_through:
-            self._cache_topics(await self._scan_prefix(keys.CONFIG_TOPIC))
-        return self.topic_names()
 
     def cached_queue(self, name: str) -> QueueInfo | None:
         return self._queues.get(name)
@@ -205,9 +193,17 @@ class Catalog(TopicCatalog):
         key = keys.queue_config(name)
         if cached and info is None and self._missing.get(key, -1.0) > now:
             raise QueueNotFound("Queue did not exist.")
-        item = await self._store.get(key)
+        with self._order.reading() as ticket:
+            item = await self._store.get(key)
+            newest = self._order.claim(QUEUE_NEWS, name, ticket)
+        info = self._queues.get(name)
+        if not newest:
+            # A later read (news, a sync) or change cached the record: it stands.
+            if info is None:
+                raise QueueNotFound("Queue did not exist.")
+            return info
         if item is not None and info is not None and self._queue_versions.get(name) == item.version:
-            self._loaded[name] = now
+            self._loaded[name] = self._clock.monotonic()
             return info
         record = None if item is None else decode_queue_record(name, item.value, self._defaults)
         if item is None or not isinstance(record, QueueInfo):
@@ -293,17 +289,21 @@ class Catalog(TopicCatalog):
             # The old number's purge must still run: hand it to the purgers.
             for fn in self._delete_listeners:
                 fn(record)
+        self._order.changed(QUEUE_NEWS, name)
         self._set_queue(name, info)
         log.info("queue created", extra={"queue": name, "number": number})
+        await self._announce(QUEUE_NEWS, name)
         return info
 
     async def _read_live(self, name: str) -> tuple[QueueInfo, int]:
         """The live queue record and its version; :class:`QueueNotFound` if there is none."""
-        item = await self._store.get(keys.queue_config(name))
-        record = None if item is None else decode_queue_record(name, item.value, self._defaults)
-        if item is None or not isinstance(record, QueueInfo):
-            self._set_queue(name, None)
-            raise QueueNotFound("Queue did not exist.")
+        with self._order.reading() as ticket:
+            item = await self._store.get(keys.queue_config(name))
+            record = None if item is None else decode_queue_record(name, item.value, self._defaults)
+            if item is None or not isinstance(record, QueueInfo):
+                if self._order.claim(QUEUE_NEWS, name, ticket):
+                    self._set_queue(name, None)
+                raise QueueNotFound("Queue did not exist.")
         return record, item.version
 
     async def update_queue(self, name: str, changes: Mapping[str, Any]) -> QueueInfo:
@@ -329,9 +329,13 @@ class Catalog(TopicCatalog):
                     updated_ms=self._clock.wall_ms(),
                 )
                 if await self._store.put_if_version(key, encode_queue(updated), version):
+                    self._order.changed(QUEUE_NEWS, name)
                     self._set_queue(name, updated)
-                    return updated
-        raise Conflict("queue settings changed concurrently; retry")
+                    break
+            else:
+                raise Conflict("queue settings changed concurrently; retry")
+        await self._announce(QUEUE_NEWS, name)  # outside the lock (see _update_topic)
+        return updated
 
     async def _check_redrive(self, name: str, changes: Mapping[str, Any], fifo: bool) -> None:
         """A redrive policy among ``changes`` must name another queue that exists now
@@ -370,13 +374,15 @@ class Catalog(TopicCatalog):
                     break
             else:
                 raise Conflict("queue changed concurrently; retry")
+        self._order.changed(QUEUE_NEWS, name)
         self._set_queue(name, None)
         self.tombstones[name] = tomb
         for fn in self._delete_listeners:
             fn(tomb)
+        await self._announce(QUEUE_NEWS, name)  # then each topic it leaves (unsubscribe)
         if self.read_through:
             # Topics another worker subscribed it to since this one's last sync.
-            self._cache_topics(await self._scan_prefix(keys.CONFIG_TOPIC))
+            await self._scan_topics()
         await self._unsubscribe_everywhere(name)
         log.info("queue deleted", extra={"queue": name, "number": record.number})
         return record

@@ -303,3 +303,28 @@ async def test_a_purge_cut_short_resumes_from_its_last_saved_progress(
     clock.advance(3)  # the delayed one would be due now: it was purged first
     await asyncio.sleep(0.1)
     assert [m["id"] for m in await _receive(http, "cut", 100)] == [kept]
+
+
+async def test_a_purged_message_in_flight_is_no_longer_counted_in_flight(
+    http: aiohttp.ClientSession, clock: ManualClock
+) -> None:
+    """A purge removes messages consumers still hold: they are gone, and the queue's
+    in-flight figure (SQS's ApproximateNumberOfMessagesNotVisible) says so at once."""
+    assert (await _call(http, "PUT", "/v1/queues/pf"))[0] == 201
+    await _enqueue(http, "pf", *({"body": f"m{i}"} for i in range(10)))
+    body = {"max_messages": 5, "visibility_timeout_s": 600}
+    assert (
+        len((await _call(http, "POST", "/v2/queues/pf/messages/receive", body))[1]["messages"]) == 5
+    )
+    assert (await _call(http, "GET", "/v2/queues/pf"))[1]["in_flight"] == 5
+    status, task = await _call(http, "POST", "/v2/queues/pf/purge")
+    assert status == 202
+    assert (await _wait_task(http, clock, task["id"]))["state"] == "done"
+    desc = (await _call(http, "GET", "/v2/queues/pf"))[1]
+    assert desc["in_flight"] == 0 and desc["visible"] == 0, desc
+
+
+async def test_a_redrive_to_a_missing_queue_names_it(http: aiohttp.ClientSession) -> None:
+    assert (await _call(http, "PUT", "/v1/queues/dlq-r"))[0] == 201
+    status, body = await _call(http, "POST", "/v2/queues/dlq-r/redrive", {"to_queue": "nope"})
+    assert status == 404 and "'nope'" in body["error"], body

@@ -486,3 +486,14 @@ async def test_group_message_behind_the_scan_cursor_is_served_before_later_ones(
         order.append(got[0].body)
         await node.queues.delete("q", [got[0].id])
     assert order == [b"1", b"2", b"3"]
+
+
+async def test_content_based_dedup_applies_to_every_send(node: Node) -> None:
+    """A FIFO queue with content_based_dedup deduplicates sends without a dedup id by
+    their body's SHA-256, through the service (v2, the client), not only SQS."""
+    await node.catalog.create_queue("f", {"fifo": True, "content_based_dedup": True})
+    (a,) = await node.queues.enqueue("f", [NewMessage(b"same", group="g")])
+    (b,) = await node.queues.enqueue("f", [NewMessage(b"same", group="g")])
+    (c,) = await node.queues.enqueue("f", [NewMessage(b"other", group="g")])
+    (d,) = await node.queues.enqueue("f", [NewMessage(b"same", group="g", dedup_id="x")])
+    assert a == b and len({a, c, d}) == 3

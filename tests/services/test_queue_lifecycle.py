@@ -219,3 +219,24 @@ async def test_a_delete_cut_short_after_its_tombstone_leaves_no_subscription(
         assert sorted(got) == ["other"]
     finally:
         await b.stop()
+
+
+async def test_a_deleted_queues_delayed_messages_are_purged_with_it(tmp_path: Path) -> None:
+    """A delay can outlast the deleted queue's tombstone: the purge removes the
+    messages still waiting, so none stays in the store for ever."""
+    store, clock = MemoryStore(), ManualClock()
+    a = await _node(tmp_path, "a", store, clock)
+    try:
+        await a.catalog.create_queue("q")
+        await a.catalog.create_queue("other")
+        await a.queues.enqueue("q", [NewMessage(b"later", delay_s=900)] * 3)
+        await a.queues.enqueue("other", [NewMessage(b"kept", delay_s=900)])
+        await a.catalog.delete_queue("q")
+        await a.queues.wait_for_purges()
+        clock.advance(a.queues.upkeep.settle_s)
+        a.queues.upkeep.resume_purges()
+        await a.queues.wait_for_purges()
+        waiting = await store.scan(keys.DELAYED, keys.DELAYED + b"\xff", 100)
+        assert [v for _, v in waiting] and len(waiting) == 1  # only "other"'s
+    finally:
+        await a.stop()

@@ -189,3 +189,16 @@ def test_a_transaction_claims_a_current_delivery_exclusively() -> None:
     assert st.is_current(mid, again, now=41.0)  # a new delivery starts unclaimed
     st.forget(mid)
     assert not st.is_current(mid, again, now=41.0)  # deleted
+
+
+async def test_changed_partition_limits_apply_at_once(node: Node) -> None:
+    """An operator who lowers or raises the limits sees the count follow them in the
+    queue's description at once, not after the next receive."""
+    await node.catalog.create_queue("q", {"min_partitions": 5, "max_partitions": 8})
+    info = await node.catalog.queue("q")
+    await node.queues.receive("q", 1)
+    assert node.queues.partition_count(info) == 5
+    info = await node.catalog.update_queue("q", {"min_partitions": 1, "max_partitions": 1})
+    assert node.queues.partition_count(info) == 1
+    info = await node.catalog.update_queue("q", {"min_partitions": 7, "max_partitions": 9})
+    assert node.queues.partition_count(info) == 7

@@ -32,6 +32,8 @@ class PeerHints(Protocol):
         self, owner: Member, queue: str, lanes: list[int], rewind: Sequence[int] = ()
     ) -> None: ...
 
+    def released(self, owner: Member, me: str, queues: dict[str, list[HandoverEntry]]) -> None: ...
+
 
 @runtime_checkable
 class PeerVisibility(Protocol):
@@ -166,12 +168,18 @@ class HintRouter:
         return out
 
     def apply_handover(self, queue: str, entries: Sequence[HandoverEntry]) -> None:
-        """Take over in-flight messages from a leaving peer (see :meth:`handover`)."""
+        """Take over in-flight messages from a peer that leaves, or gives this node
+        their lanes (see :meth:`handover`, :mod:`.slice_handoff`). A message already
+        in flight here keeps its own state (this node served it meanwhile). A taken
+        entry's delivery is unknown (0): a receipt the previous owner handed out
+        still deletes it or changes its visibility."""
         info = self._catalog.cached_queue(queue)
         if info is None:
             return
         st = self._states.state(info)
         now = self._clock.monotonic()
         for e in entries:
+            if e.message_id in st.inflight:
+                continue
             f = st.mark_served(e.message_id, now, e.seconds_left, e.group, e.attributes)
-            f.receive_count = max(f.receive_count, e.receive_count)
+            f.receive_count, f.delivery = max(1, e.receive_count), 0

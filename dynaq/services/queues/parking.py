@@ -29,6 +29,7 @@ import msgpack
 
 from dynaq.clock import Clock
 from dynaq.core import keys
+from dynaq.errors import DynaqError
 from dynaq.services.catalog import Catalog
 from dynaq.services.queue_records import MAX_VISIBILITY_S
 from dynaq.services.queues.state import QueueStates
@@ -68,6 +69,17 @@ async def park(store: Store, catalog: Catalog, states: QueueStates, clock: Clock
         await store.write_batch(ops)
         log.info("in-flight messages parked for the next start", extra={"messages": parked})
     return parked
+
+
+async def park_unless_down(
+    store: Store, catalog: Catalog, states: QueueStates, clock: Clock
+) -> None:
+    """:func:`park`, unless the store is down (or closed): then the stop goes on, and
+    the messages are served again at once at the next start, as after ``kill -9``."""
+    try:
+        await park(store, catalog, states, clock)
+    except DynaqError:
+        log.warning("in-flight state not parked", exc_info=True)
 
 
 async def restore(store: Store, catalog: Catalog, states: QueueStates, clock: Clock) -> int:

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from dynaq.clock import Clock
 from dynaq.core import keys
-from dynaq.core.ids import LANES, enqueued_ms, first_id_at, lane_start
+from dynaq.core.ids import LANES, enqueued_ms, first_id_at, lane_of, lane_start
 from dynaq.errors import StorageUnavailable
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.queues.task_record import TaskRecord
@@ -31,13 +31,29 @@ _WINDOW_TRIES = 3
 _PROGRESS_EVERY_MS = 1000
 
 
+NotePurged = Callable[[QueueInfo, int, Callable[[int], bool]], None]
+"""Told after each window: the queue, how many messages went, and which ids the
+window's range held (the owner forgets those it had in flight)."""
+
+
+def _lane_end(rec: TaskRecord, lane: int) -> int:
+    """The first id of ``lane`` the purge keeps."""
+    cut = first_id_at(lane, rec.started_at_ms + 1)
+    return max(cut, (rec.ahead or {}).get(str(lane), cut))
+
+
+def _purged_by(rec: TaskRecord, lanes: range) -> Callable[[int], bool]:
+    ends = {lane: _lane_end(rec, lane) for lane in lanes}
+    return lambda mid: (end := ends.get(lane_of(mid))) is not None and mid < end
+
+
 class Purger:
     """Runs purges of queues on one store, saving progress through ``save``."""
 
     def __init__(
         self,
         store: Store,
-        note_purged: Callable[[QueueInfo, int], None],
+        note_purged: NotePurged,
         clock: Clock,
         save: Callable[[TaskRecord], Awaitable[None]],
     ) -> None:
@@ -92,7 +108,7 @@ class Purger:
             # them at once makes a purge of an empty queue take 32 round trips, not 1024.
             removed = await self._window(info, rec, lanes)
             if removed:
-                self._note_purged(info, removed)
+                self._note_purged(info, removed, _purged_by(rec, lanes))
             now = self._clock.wall_ms()
             rec = replace(rec, moved=rec.moved + removed, cursor=lanes[-1] + 1, updated_at_ms=now)
             # Progress at most every second (a record write is a Paxos round on
@@ -131,8 +147,7 @@ class Purger:
         )
 
     async def _lane(self, info: QueueInfo, rec: TaskRecord, lane: int) -> int:
-        cut = first_id_at(lane, rec.started_at_ms + 1)
-        end = keys.message(info.number, max(cut, (rec.ahead or {}).get(str(lane), cut)))
+        end = keys.message(info.number, _lane_end(rec, lane))
         return await self._store.delete_range(
             keys.message(info.number, lane_start(lane)), end, _PURGE_CHUNK
         )

@@ -77,6 +77,9 @@ class Receiver:
         self.dead_letter: DeadLetterSink | None = None
         self.in_ring = False
         """Set once the node has joined the ring; until then its view of its slice is wrong."""
+        self.holding: Callable[[], bool] = lambda: False
+        """Whether lanes this node just took still wait for their in-flight state
+        (:mod:`.slice_handoff`): it serves nothing meanwhile."""
         self.draining = False
 
     def forget(self, number: int) -> None:
@@ -127,17 +130,18 @@ class Receiver:
         while not self.draining:  # a draining node handed its in-flight messages over
             st = self._states.state(info)
             st.signal.clear()
-            out = await self._receive_once(info, st, max_messages, vt, per_group)
+            held = self.holding()
+            out = [] if held else await self._receive_once(info, st, max_messages, vt, per_group)
             left = give_up - self._clock.monotonic()
             if out or left <= 0:
                 break
-            if st.walk_cut:
+            if st.walk_cut and not held:
                 # The last scan stopped at its row budget with more ahead: go
                 # on at once (after letting others run) rather than wait.
                 st.walk_cut = False
                 await asyncio.sleep(0)
                 continue
-            pause = min(left, max(0.05, self._idle_rescan_s))
+            pause = min(left, 0.1 if held else max(0.05, self._idle_rescan_s))
             nxt = st.next_deadline()
             if nxt is not None:
                 pause = min(pause, max(0.0, nxt - self._clock.monotonic()) + 0.001)
@@ -333,9 +337,11 @@ class Receiver:
                     msg.receive_count, msg.delivery = f.receive_count, f.delivery
                     msg.first_received_ms = f.first_received_ms
                     out.append(msg)
-                    take.took(last, g)
                     if g is not None:
+                        take.took(last, g)
                         run[g] = last
+                    elif vt <= 0:
+                        take.took(last, None)  # visible again at once: not twice here
                     budget.take(len(v))
                     if len(out) >= want or budget.spent:
                         break

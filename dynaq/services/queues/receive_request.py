@@ -29,7 +29,8 @@ def always_wanted() -> bool:
 
 @dataclass(slots=True)
 class ReceiveTake:
-    """The ids one receive served, and how many of each group."""
+    """The ids one receive served that it must recognise again (group messages, and
+    any served with a visibility timeout of 0), and how many of each group."""
 
     per_group: int = 1
     ids: set[int] = field(default_factory=set)

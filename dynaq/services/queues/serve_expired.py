@@ -72,7 +72,8 @@ async def serve_expired(
             msg.receive_count, msg.delivery = f.receive_count, f.delivery
             msg.first_received_ms = f.first_received_ms
             out.append(msg)
-            take.took(mid, g)
+            if g is not None or vt <= 0:
+                take.took(mid, g)
             budget.take(len(item.value))
     return out
 

@@ -29,7 +29,6 @@ from typing import Any
 
 from dynaq.clock import Clock
 from dynaq.core import keys
-from dynaq.core.hints import HandoverEntry
 from dynaq.core.ids import IdGenerator, lane_of
 from dynaq.core.keyspace import LaneRange
 from dynaq.core.membership import Member, MembershipView
@@ -48,6 +47,7 @@ from dynaq.services.queues.receive import Receiver
 from dynaq.services.queues.receive_request import StillWanted, always_wanted
 from dynaq.services.queues.retention import RetentionSweeper
 from dynaq.services.queues.ring_poll import RingPoll
+from dynaq.services.queues.slice_handoff import SliceHandoff
 from dynaq.services.queues.state import QueueStates
 from dynaq.services.queues.stats import SliceStatistics
 from dynaq.services.queues.task_retention import DEFAULT_RETENTION_S as DEFAULT_TASK_RETENTION_S
@@ -88,6 +88,9 @@ class QueueService:
         self._store = store
         self._catalog = catalog
         self._sole_writer = sole_writer
+        self.park_at_stop = sole_writer
+        """Park the in-flight table in the store at :meth:`stop` (no peer to hand it to:
+        a lone node, or the last member of a ring to stop)."""
         self._view = view
         self._peer_visibility: PeerVisibility | None = None
         self._clock = clock
@@ -121,6 +124,10 @@ class QueueService:
             store, catalog, clock, metrics, self.states, self.writer, self.hints
         )
         self.receiver.dead_letter = self.dead_letters.move
+        self.handoff = SliceHandoff(
+            view, catalog, self.states, clock, lambda: self.receiver.in_ring
+        )
+        self.receiver.holding = self.handoff.holding
         self.ring_poll = RingPoll(self.receiver, view, clock)
         self.ring_receive_nowait = False
         """Whether a receive that does not wait also asks the other members when this
@@ -155,7 +162,7 @@ class QueueService:
         self.upkeep = Upkeep(store, clock, catalog, dedup_window_s, self.task_retention)
         catalog.on_queue_change(self._queue_changed)
         catalog.on_queue_deleted(lambda tomb: self.upkeep.start_purge(tomb.number, tomb))
-        view.on_change(self.states.relayout)
+        view.on_change(self.handoff.ring_changed)
         metrics.add_gauge_provider(lambda: self.states.gauges(catalog))
 
     @property
@@ -174,27 +181,13 @@ class QueueService:
         """Forward enqueue/delete hints (and, if ``peers`` can, visibility changes) to the
         owners of other slices."""
         self.hints.set_peers(peers)
+        self.handoff.released = peers.released
         if isinstance(peers, PeerVisibility):
             self._peer_visibility = peers
-
-    def apply_hints(
-        self,
-        queue: str,
-        deleted: Sequence[int],
-        lanes: Sequence[int],
-        rewind: Sequence[int] = (),
-    ) -> None:
-        """Apply hints from a peer: messages deleted there, lanes and group messages
-        written there."""
-        self.hints.apply_hints(queue, deleted, lanes, rewind)
 
     def handover(self) -> Handover:
         """This node's in-flight messages per next owner (sent before a graceful leave)."""
         return self.hints.handover()
-
-    def apply_handover(self, queue: str, entries: Sequence[HandoverEntry]) -> None:
-        """Take over in-flight messages from a leaving peer."""
-        self.hints.apply_handover(queue, entries)
 
     # lifecycle ------------------------------------------------------------
 
@@ -202,7 +195,7 @@ class QueueService:
         """Load config and parked in-flight state, count messages, resume purges."""
         await self._catalog.reload()
         if self._sole_writer:
-            await parking.restore(self._store, self._catalog, self.states, self._clock)
+            await self.restore_parked()
         numbers = [
             info.number
             for info in map(self._catalog.cached_queue, self._catalog.queue_names())
@@ -236,8 +229,12 @@ class QueueService:
         await self.tasks.stop()
         await self.upkeep.stop()
         await self.writer.wait_finishing()
-        if self._sole_writer:  # no peer to hand in-flight messages to: keep them
-            await parking.park(self._store, self._catalog, self.states, self._clock)
+        if self.park_at_stop:  # no peer to hand in-flight messages to: keep them
+            await parking.park_unless_down(self._store, self._catalog, self.states, self._clock)
+
+    async def restore_parked(self) -> int:
+        """Take back what the last node to stop parked (before serving anything)."""
+        return await parking.restore(self._store, self._catalog, self.states, self._clock)
 
     async def wait_for_purges(self) -> None:
         """Wait until every pending purge finished (for tests and shutdown)."""
@@ -252,6 +249,8 @@ class QueueService:
             self.writer.forget(old.number)
         if new is not None and not self.states.has_depth(new.number):
             self.states.set_depth(new.number, 0)
+        if new is not None and old is not None and new.number == old.number:
+            self.states.fit_partitions(new)
 
     # figures ---------------------------------------------------------------
 
@@ -272,8 +271,12 @@ class QueueService:
         ask = self._peer_visibility.slice_stats if self._peer_visibility else None
         return await self.statistics.ring(info, peers, ask)
 
-    def note_purged(self, info: QueueInfo, n: int) -> None:
-        """``n`` messages of ``info`` were removed by a purge task."""
+    def note_purged(self, info: QueueInfo, n: int, purged: Callable[[int], bool]) -> None:
+        """``n`` messages of ``info`` were removed by a purge task; ``purged`` tells the
+        ids it removed (those in flight here are forgotten: no longer counted)."""
+        st = self.states.get(info.number)
+        if st is not None:
+            st.forget_all([mid for mid in st.inflight if purged(mid)])
         self.states.add_depth(info.number, -n)
         self._metrics.incr(f"{info.name}.purged.count", n)
 
@@ -375,13 +378,10 @@ class QueueService:
         )
         if remote:
             assert peers is not None
-            answers = await asyncio.gather(
-                *(
-                    peers.change_visibility(owner, info.name, owned, visibility_timeout_s)
-                    for owner, owned in remote.items()
-                )
-            )
-            for answer in answers:
+            vt = visibility_timeout_s
+            for answer in await asyncio.gather(
+                *(peers.change_visibility(o, info.name, owned, vt) for o, owned in remote.items())
+            ):
                 changed.update(answer)
         return [i for i in ids if i in changed]
 

@@ -54,6 +54,17 @@ class QueueStates:
             st.relayout(mine, st.count, now)
             st.drop_outside(mine)
 
+    def fit_partitions(self, info: QueueInfo) -> None:
+        """The queue's partition limits changed: cut its partitions into them now (a
+        receive would, lazily; the count is shown to operators meanwhile)."""
+        st = self._states.get(info.number)
+        if st is None:
+            return
+        s = info.settings
+        target = min(max(st.count, s.min_partitions), s.max_partitions)
+        if target != st.count:
+            st.relayout(self._view.my_slice, target, self._clock.monotonic())
+
     # depth ----------------------------------------------------------------
 
     def depth(self, number: int) -> int:

@@ -55,12 +55,13 @@ from dynaq.errors import (
     DynaqError,
     InvalidInput,
     NotFound,
+    QueueNotFound,
     TaskNotRunning,
 )
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queues.crash_point import CrashPoint
 from dynaq.services.queues.dead_letters import DeadLetters
-from dynaq.services.queues.purge import Purger
+from dynaq.services.queues.purge import NotePurged, Purger
 from dynaq.services.queues.task_index import (
     add_missing_entries,
     create_record,
@@ -87,7 +88,7 @@ class QueueTasks:
         store: Store,
         catalog: Catalog,
         dead_letters: DeadLetters,
-        note_purged: Callable[[QueueInfo, int], None],
+        note_purged: NotePurged,
         clock: Clock,
         node: Callable[[], str],
         retention: TaskRetention,
@@ -170,7 +171,10 @@ class QueueTasks:
         if to_queue is not None:
             if to_queue == info.name:
                 raise InvalidInput("to_queue must be another queue")
-            await self._catalog.queue(to_queue)
+            try:
+                await self._catalog.queue(to_queue)
+            except QueueNotFound:
+                raise QueueNotFound(f"to_queue {to_queue!r} does not exist.") from None
         return await self._create("redrive", info, to_queue, max_per_s)
 
     async def start_purge(self, info: QueueInfo) -> dict[str, Any]:

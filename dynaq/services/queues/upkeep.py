@@ -166,6 +166,7 @@ class Upkeep:
         start, end = keys.queue_messages(number)
         try:
             removed = await self._store.delete_range(start, end)
+            removed += await self._drop_delayed(number)
             await self._store.delete_range(*keys.dedup_queue_range(number))
             bucket = dedup_bucket(self._clock.steady_wall_ms(), self._dedup_window_s)
             for b in (bucket - 1, bucket, bucket + 1):
@@ -181,6 +182,21 @@ class Upkeep:
             log.warning("queue purge failed; it will resume", exc_info=True)
             return
         log.info("queue messages purged", extra={"number": number, "removed": removed})
+
+    async def _drop_delayed(self, number: int) -> int:
+        """Delete the queue's messages still waiting for their delay. The delay mover
+        drops one that falls due while its queue's tombstone stands, but a delay
+        (up to 15 minutes) can outlast the tombstone, and then nothing would."""
+        start, end, dropped = keys.DELAYED, keys.DELAYED + b"\xff", 0
+        while True:
+            rows = await self._store.scan(start, end, 1000)
+            doomed = [Delete(k) for k, _ in rows if keys.delayed_fields(k)[1] == number]
+            if doomed:
+                await self._store.write_batch(doomed)
+                dropped += len(doomed)
+            if len(rows) < 1000:
+                return dropped
+            start = rows[-1][0] + b"\x00"
 
     async def wait_for_purges(self) -> None:
         """Wait until every pending purge finished (for tests and shutdown)."""

@@ -12,9 +12,10 @@ dedup'd write going when its caller is cancelled.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from dynaq.clock import Clock
@@ -316,7 +317,14 @@ class Writer:
                 raise InvalidInput(f"queue {info.name!r} is FIFO: every message needs a group")
 
     async def write(self, info: QueueInfo, messages: Sequence[NewMessage]) -> list[int]:
-        """Store ``messages`` durably in one queue; return their ids in order."""
+        """Store ``messages`` durably in one queue; return their ids in order. On a
+        queue with ``content_based_dedup`` a message sent without a dedup id is
+        deduplicated by the SHA-256 of its body (as SQS does), whichever API sent it."""
+        if info.settings.content_based_dedup:
+            messages = [
+                m if m.dedup_id is not None else replace(m, dedup_id=_body_digest(m.body))
+                for m in messages
+            ]
         self.check_for_queue(info, messages)
         if all(m.dedup_id is None for m in messages):
             # The common case, inline: no dedup lock to hold, and nothing a
@@ -337,3 +345,8 @@ class Writer:
             return w
 
         return (await self.run_to_completion(write(), messages)).ids
+
+
+def _body_digest(body: bytes) -> str:
+    """SQS's content-based deduplication id: the SHA-256 of the body, in hex."""
+    return hashlib.sha256(body).hexdigest()

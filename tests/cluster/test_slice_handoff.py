@@ -1,0 +1,173 @@
+"""In-flight state follows lanes to a member that joins (or rejoins).
+
+Two nodes over one shared store with the ring set by hand, as
+``test_two_nodes``; a joiner is marked out of the ring until its view holds
+the ring, as ``Node.start`` does around the gossip join.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from dynaq.clock import SystemClock
+from dynaq.cluster.hints import HttpPeerHints, hand_over
+from dynaq.core.ids import IdGenerator
+from dynaq.core.messages import Message, NewMessage
+from dynaq.core.peer_auth import PeerSigner, derive_peer_key
+from dynaq.node import Node
+from dynaq.storage.memory import MemoryStore
+from tests.fixtures.nodes import node_config
+
+SECRET = "handoff-secret"
+SIGNER = PeerSigner(derive_peer_key(SECRET), SystemClock().wall_ms)
+
+
+@pytest.fixture
+async def lone_and_joiner(tmp_path: Path) -> AsyncIterator[tuple[Node, Node]]:
+    """``a`` serves the ring alone; ``b`` is started but has not joined it."""
+    store = MemoryStore()
+    gossip = {"key": SECRET}
+    a = Node(node_config(tmp_path / "a", node={"name": "node-a"}, gossip=gossip), store=store)
+    b = Node(node_config(tmp_path / "b", node={"name": "node-b"}, gossip=gossip), store=store)
+    b.queues.set_ids(IdGenerator(SystemClock(), writer=1))
+    hints = []
+    for n in (a, b):
+        await n.start()
+        h = HttpPeerHints(SIGNER)
+        await h.start()
+        n.queues.set_peer_hints(h)
+        hints.append(h)
+    b.queues.receiver.in_ring = False
+    try:
+        yield a, b
+    finally:
+        for h in hints:
+            await h.stop()
+        for n in (a, b):
+            await n.stop()
+
+
+async def _take_all(node: Node, vt: float) -> list[Message]:
+    got: list[Message] = []
+    while batch := await node.queues.receive("q", 100, visibility_timeout_s=vt):
+        got += batch
+    return got
+
+
+async def _fill(node: Node, batches: int) -> list[int]:
+    ids: list[int] = []
+    for _ in range(batches):
+        node.queues.writer.ids._left_in_lane = 0  # hop lanes: both future slices get some
+        ids += await node.queues.enqueue("q", [NewMessage(b"x")] * 5)
+    return ids
+
+
+async def _handed_off(node: Node) -> None:
+    """Until ``node`` no longer waits for a handoff (bounded: it comes in milliseconds)."""
+    for _ in range(200):
+        if not node.queues.handoff.holding():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the handoff never came")
+
+
+def _join(a: Node, b: Node) -> None:
+    """b's view holds the ring (it joined), then it serves; a sees b afterwards."""
+    b.view.replace([a.view.me, b.view.me])
+    b.queues.receiver.in_ring = True
+
+
+async def test_a_joiner_does_not_serve_messages_in_flight_at_the_previous_owner(
+    lone_and_joiner: tuple[Node, Node],
+) -> None:
+    a, b = lone_and_joiner
+    await a.catalog.create_queue("q")
+    await _fill(a, 40)
+    held_by_a = await _take_all(a, vt=60)
+    assert len(held_by_a) == 200
+    fresh = await _fill(a, 40)
+    _join(a, b)
+    assert await b.queues.receive("q", 100) == []  # held: a has not handed over yet
+    a.view.replace([a.view.me, b.view.me])  # a sees b: gives b its lanes and their state
+    await _handed_off(b)
+    served_by_b = await _take_all(b, vt=60)
+    ids_b = {m.id for m in served_by_b}
+    assert ids_b and ids_b <= set(fresh)  # never one a's consumers still hold
+    # A receipt a handed out deletes the message at b, its new owner.
+    info = await b.catalog.queue("q")
+    moved = [m for m in held_by_a if (m.id >> 53) in b.view.my_slice]
+    assert moved
+    removed, stale = await b.queues.receipts.delete(info, [(m.id, m.delivery) for m in moved])
+    assert sorted(removed) == sorted(m.id for m in moved) and stale == []
+
+
+async def test_a_joiner_serves_after_its_hold_when_no_handoff_comes(
+    lone_and_joiner: tuple[Node, Node],
+) -> None:
+    """The previous owner never hands over (a lost message, an older version): the
+    joiner serves once its hold runs out, as it did before handoffs existed."""
+    a, b = lone_and_joiner
+    b.queues.handoff._hold_s = 0.3
+    await a.catalog.create_queue("q")
+    ids = await _fill(a, 20)
+    _join(a, b)  # a never learns of b here
+    assert await b.queues.receive("q", 100) == []
+    got = await b.queues.receive("q", 100, wait_time_s=2)
+    assert got and {m.id for m in got} <= set(ids)
+
+
+async def test_a_graceful_leave_keeps_receipts_working(
+    lone_and_joiner: tuple[Node, Node],
+) -> None:
+    """The leave handover: a receipt the leaving node handed out still deletes the
+    message at its next owner (the taken entry has no delivery of its own)."""
+    a, b = lone_and_joiner
+    _join(a, b)
+    a.view.replace([a.view.me, b.view.me])
+    await a.catalog.create_queue("q")
+    await _fill(a, 20)
+    await _handed_off(b)
+    taken = await _take_all(b, vt=60)
+    assert taken
+    assert await hand_over(b.queues.handover(), SIGNER) == 1
+    a.view.replace([a.view.me])  # b has left
+    info = await a.catalog.queue("q")
+    removed, stale = await a.queues.receipts.delete(info, [(m.id, m.delivery) for m in taken])
+    assert sorted(removed) == sorted(m.id for m in taken) and stale == []
+
+
+async def test_the_last_member_to_stop_parks_in_flight_state_for_the_first_back(
+    tmp_path: Path,
+) -> None:
+    """A whole ring stopped gracefully (members in turn: each hands over to those
+    left, the last has no one): the last parks its in-flight table in the shared
+    store, and the first member back takes it before serving."""
+    store = MemoryStore()
+    gossip = {"key": SECRET}
+    first = Node(node_config(tmp_path / "a", node={"name": "node-a"}, gossip=gossip), store=store)
+    await first.start()
+    hints = HttpPeerHints(SIGNER)
+    await hints.start()
+    first.queues.set_peer_hints(hints)
+    await first.catalog.create_queue("q")
+    await _fill(first, 10)
+    taken = await _take_all(first, vt=60)
+    assert len(taken) == 50
+    await hints.stop()
+    await first.stop()
+    back = Node(node_config(tmp_path / "b", node={"name": "node-b"}, gossip=gossip), store=store)
+    back.queues.set_ids(IdGenerator(SystemClock(), writer=1))
+    await back.start()
+    try:
+        assert await back.queues.receive("q", 100) == []  # still invisible
+        info = await back.catalog.queue("q")
+        removed, stale = await back.queues.receipts.delete(
+            info, [(m.id, m.delivery) for m in taken]
+        )
+        assert sorted(removed) == sorted(m.id for m in taken) and stale == []
+    finally:
+        await back.stop()
