@@ -322,15 +322,12 @@ class AsyncClient(AsyncStreams, AsyncBatches, AsyncProcessors):
         wait_time_s: float | None = None,
         max_per_group: int = 1,
     ) -> list[ReceivedMessage]:
-        """Receive from node ``addr``'s slice (default: the endpoint's) under a visibility
-        timeout; ``wait_time_s`` long-polls until a message is there (0..20 s: the
-        node refuses another wait with ``InvalidInput``; 0 does not wait; ``None``:
-        the queue's ``receive_wait_s``). ``max_per_group`` > 1 takes up to that many
-        of one message group together, in order (the group waits until each is
-        deleted or visible again)."""
-        op = ops_queues.receive(
-            queue, max_messages, visibility_timeout_s, wait_time_s, addr, max_per_group
-        )
+        """Receive from ``addr``'s slice (default: the endpoint's) under a visibility
+        timeout; ``wait_time_s`` long-polls (0..20 s, else ``InvalidInput``; 0: no wait;
+        ``None``: the queue's ``receive_wait_s``); up to ``max_per_group`` of one group
+        together, in order (it waits until each is deleted or visible again)."""
+        args = (visibility_timeout_s, wait_time_s, addr, max_per_group)
+        op = ops_queues.receive(queue, max_messages, *args)
         return await self._run(op)
 
     async def delete(self, queue: str, ids: Sequence[int], addr: str | None = None) -> int:
