@@ -32,6 +32,7 @@ from dynaq.api.aws.endpoint import endpoint as aws_endpoint
 from dynaq.api.aws.sqs import SQS, SqsSettings
 from dynaq.api.batches import BATCHES
 from dynaq.api.codec import BODY_TIMEOUT, SERVER_OPTIONS, expect_continue, json_response
+from dynaq.api.drain import IN_FLIGHT, RequestsInFlight
 from dynaq.api.internal import PEER_VERIFIER
 from dynaq.api.keys import (
     CATALOG,
@@ -109,6 +110,7 @@ def build_app(
     if peer_verifier is not None:
         app[PEER_VERIFIER] = peer_verifier
     app[BODY_TIMEOUT] = body_timeout_s
+    app[IN_FLIGHT] = RequestsInFlight()
     app[METRICS] = metrics if metrics is not None else NullMetrics()
     app[CATALOG] = catalog
     app[QUEUES] = queues

@@ -16,14 +16,19 @@ from aiohttp import web
 
 from dynaq.api.auth import ACCESS, check_access
 from dynaq.api.codec import json_response
+from dynaq.api.drain import IN_FLIGHT
 from dynaq.api.internal import check_peer, is_internal
 from dynaq.api.keys import METRICS
+from dynaq.api.params import refuse_repeated_query
 from dynaq.api.worker_metrics import WORKER_SCRAPE
 from dynaq.errors import DynaqError, NotFound, Unauthorized
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_OWN_APIS = ("/v1/", "/v2/", "/api/")
+"""Path prefixes of dynaq's own APIs (the AWS protocols have theirs)."""
 
 _HTTP_CODES = {
     400: "bad_request",
@@ -49,6 +54,8 @@ async def front_middleware(request: web.Request, handler: Handler) -> web.Stream
     """
     started = time.perf_counter()
     status = 500
+    in_flight = request.app[IN_FLIGHT]
+    in_flight.enter()
     try:
         try:
             if is_internal(request):
@@ -57,12 +64,15 @@ async def front_middleware(request: web.Request, handler: Handler) -> web.Stream
                 policy = request.app.get(ACCESS)
                 if policy is not None:
                     check_access(request, policy)
+            if request.query_string and request.path.startswith(_OWN_APIS):
+                refuse_repeated_query(request.query)
             response = await handler(request)
         except Exception as exc:  # noqa: BLE001 - every error becomes a response
             response = error_response(request, exc)
         status = response.status
         return response
     finally:
+        in_flight.leave()
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else "unmatched"
         labels = {"method": request.method, "route": route, "status": str(status)}

@@ -14,6 +14,8 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from multidict import MultiMapping
+
 from dynaq.api.message_params import new_message as new_message
 from dynaq.api.message_params import new_messages as new_messages
 from dynaq.api.message_params import refuse_unknown
@@ -63,6 +65,15 @@ def batch_size(text: str, max_batch: int) -> int:
     if not is_decimal(text) or len(text) > 9 or not 1 <= int(text) <= max_batch:
         raise InvalidInput(f"batch size must be an integer in 1..{max_batch}, got {text!r}")
     return int(text)
+
+
+def refuse_repeated_query(query: MultiMapping[str]) -> None:
+    """Refuse (422) a query string that gives a parameter twice, even with equal
+    values: no copy is silently preferred to another (dynaq's own APIs read each
+    parameter once; the AWS protocols number theirs)."""
+    if len(query) != len(query.keys()):  # len counts every copy, keys() each name once
+        name, n = next((k, len(query.getall(k))) for k in query if len(query.getall(k)) > 1)
+        raise InvalidInput(f"query parameter {name} is given {n} times; give it once")
 
 
 def query_int(query: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from dynaq.api.app import build_app
+from dynaq.api.drain import drain
 from dynaq.api.keys import FORWARDER
 from dynaq.api.stream_copies import COPIES, QUORUM_TIMEOUT
 from dynaq.api.stream_proxy import StreamForwarder
@@ -354,7 +355,7 @@ class Node:
         # Stream listeners follow forever: end them so the HTTP drain does not wait.
         self.streams.stop_listeners()
         if self._runner is not None:
-            await self._runner.cleanup()
+            await drain(self._runner, self.clock, self.config.http.shutdown_timeout_s)
             self._runner = None
         if self.stream_forwarder is not None:
             await self.stream_forwarder.close()

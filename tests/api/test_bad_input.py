@@ -356,3 +356,22 @@ async def test_a_client_gone_before_its_body_is_no_error_of_the_node(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     status, _, _ = await _raw(node, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert status == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v2/queues/q/snapshot?limit=5&limit=6"),
+        ("GET", "/v2/queues/q/snapshot?encoding=stored&encoding=stored"),
+        ("PUT", "/v1/queues/q/message?batch_item_id=a&batch_item_id=b"),
+        ("DELETE", "/api/v1/batch/exact/closed?since=1&since=2"),
+        ("POST", "/api/v1/batch/estimated/1/incr?by=1&by=2"),
+    ],
+)
+async def test_a_query_parameter_given_twice_is_refused(
+    http: aiohttp.ClientSession, queue: str, method: str, path: str
+) -> None:
+    """No copy of a repeated parameter is silently preferred to the other."""
+    async with http.request(method, path, data=b"x") as r:
+        body = await _check_4xx(r, 422)
+    assert "given 2 times" in body["error"]

@@ -136,6 +136,35 @@ async def test_sigterm_answers_long_polls_and_requests_in_flight(node_proc: Node
     assert await asyncio.to_thread(node_proc.terminate) == 0
 
 
+async def test_sigterm_while_a_body_is_arriving_answers_and_stores_it(
+    node_proc: NodeProcess,
+) -> None:
+    """A request whose body is still on its way when SIGTERM comes is answered once
+    the body is complete, and its message is stored (aiohttp's own shutdown
+    dropped the rest of the body, and the request with it)."""
+    await asyncio.to_thread(node_proc.start)
+    async with aiohttp.ClientSession(node_proc.url) as s, s.put("/v1/queues/slow") as r:
+        assert r.status == 201
+    reader, writer = await asyncio.open_connection("127.0.0.1", node_proc.port)
+    head = b"PUT /v1/queues/slow/message HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n"
+    writer.write(head + b"hello")
+    await writer.drain()
+    await asyncio.sleep(0.3)
+    node_proc.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    await asyncio.sleep(0.5)
+    writer.write(b"world")
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(1000), 8)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    assert await asyncio.to_thread(node_proc.proc.wait, 20) == 0  # type: ignore[union-attr]
+    node_proc.proc = None
+    await asyncio.to_thread(node_proc.start)  # same data dir
+    async with aiohttp.ClientSession(node_proc.url) as s, s.get("/v1/queues/slow/messages/10") as r:
+        assert [m["body"] for m in await r.json()] == ["helloworld"]
+    assert await asyncio.to_thread(node_proc.terminate) == 0
+
+
 async def test_repeated_sigterms_still_exit_cleanly(node_proc: NodeProcess) -> None:
     """A supervisor that asks again (or a second Ctrl-C) while the node drains or
     exits must not turn its clean exit into death by signal: SIGTERM every 5 ms
