@@ -77,9 +77,11 @@ async def receive_hints(request: web.Request) -> web.Response:
     for queue, hints in message.queues.items():
         service.hints.apply_hints(queue, hints.deleted, hints.lanes, hints.rewind)
     for queue, entries in message.handover.items():
-        service.hints.apply_handover(queue, entries)
+        await service.hints.apply_handover(queue, entries)
     if message.released_by is not None:
         service.handoff.note_released(message.released_by)
+    for queue in message.recheck:
+        await service.hints.recheck_in_flight(queue)
     return json_response({"ok": True})
 
 

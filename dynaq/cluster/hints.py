@@ -36,6 +36,7 @@ from dynaq.core.hints import (
     HintsMessage,
     QueueHints,
     encode_hints,
+    handover_chunks,
 )
 from dynaq.core.ids import lane_of
 from dynaq.core.membership import Member
@@ -67,6 +68,8 @@ class HttpPeerHints:
         self._timeout_s = timeout_s
         # peer -> queue -> (deleted ids, lanes written, lane -> lowest group id written)
         self._pending: dict[Member, dict[str, tuple[list[int], set[int], dict[int, int]]]] = {}
+        # peer -> queues whose in-flight entries it must check against the store
+        self._rechecks: dict[Member, set[str]] = {}
         # peer -> (this node's name, in-flight entries per queue) of lanes given to it
         self._releases: dict[Member, tuple[str, dict[str, list[HandoverEntry]]]] = {}
         self._wake = asyncio.Event()
@@ -96,6 +99,12 @@ class HttpPeerHints:
             lane = lane_of(i)
             lowest[lane] = min(i, lowest.get(lane, i))
 
+    def recheck(self, owner: Member, queue: str) -> None:
+        """Ask ``owner`` to check its in-flight entries of ``queue`` against the store
+        (this node removed messages of it without knowing their ids: a purge)."""
+        self._rechecks.setdefault(owner, set()).add(queue)
+        self._wake.set()
+
     def released(self, owner: Member, me: str, queues: dict[str, list[HandoverEntry]]) -> None:
         """Send ``owner`` the in-flight entries of lanes it takes from this node, then
         the release marker it waits for (:mod:`dynaq.services.queues.slice_handoff`)."""
@@ -112,7 +121,7 @@ class HttpPeerHints:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
-        if self._pending or self._releases:
+        if self._pending or self._releases or self._rechecks:
             await self.flush()
         if self._session is not None:
             await self._session.close()
@@ -236,10 +245,12 @@ class HttpPeerHints:
         """Send everything pending now."""
         pending, self._pending = self._pending, {}
         releases, self._releases = self._releases, {}
+        rechecks, self._rechecks = self._rechecks, {}
         if self._session is None:
             return
         await asyncio.gather(
             *(self._send(peer, queues) for peer, queues in pending.items()),
+            *(self._send(peer, {}, tuple(sorted(qs))) for peer, qs in rechecks.items()),
             *(self._release(peer, me, queues) for peer, (me, queues) in releases.items()),
         )
 
@@ -270,14 +281,18 @@ class HttpPeerHints:
             log.warning("peer refused hints", extra={"peer": peer.name, "status": status})
 
     async def _send(
-        self, peer: Member, queues: dict[str, tuple[list[int], set[int], dict[int, int]]]
+        self,
+        peer: Member,
+        queues: dict[str, tuple[list[int], set[int], dict[int, int]]],
+        recheck: tuple[str, ...] = (),
     ) -> None:
         assert self._session is not None
         message = HintsMessage(
             {
                 q: QueueHints(tuple(d), tuple(sorted(lanes)), tuple(sorted(lowest.values())))
                 for q, (d, lanes, lowest) in queues.items()
-            }
+            },
+            recheck=recheck,
         )
         try:
             status = await post_signed(
@@ -332,65 +347,3 @@ async def _post_once(
     ) as resp:
         await resp.read()
         return resp.status, resp.headers.get("WWW-Authenticate")
-
-
-HANDOVER_CHUNK = 5_000
-"""Entries per POST: a node with many messages in flight hands them over in pieces
-that stay far below the peer's request size limit (one POST once got a 413)."""
-
-
-def handover_chunks(
-    queues: dict[str, list[HandoverEntry]], size: int = HANDOVER_CHUNK
-) -> list[dict[str, tuple[HandoverEntry, ...]]]:
-    """Split one peer's handover into messages of at most ``size`` entries."""
-    chunks: list[dict[str, tuple[HandoverEntry, ...]]] = []
-    current: dict[str, tuple[HandoverEntry, ...]] = {}
-    room = size
-    for queue, entries in queues.items():
-        while entries:
-            part, entries = entries[:room], entries[room:]
-            current[queue] = current.get(queue, ()) + tuple(part)
-            room -= len(part)
-            if room == 0:
-                chunks.append(current)
-                current, room = {}, size
-    if current:
-        chunks.append(current)
-    return chunks
-
-
-async def hand_over(
-    handover: dict[Member, dict[str, list[HandoverEntry]]],
-    signer: PeerSigner,
-    ssl_context: ssl.SSLContext | None = None,
-    timeout_s: float = 3.0,
-) -> int:
-    """Send a leaving node's in-flight messages to their next owners; return how many
-    peers took them. Best effort within ``timeout_s``: a peer that misses it serves
-    those messages again at once (duplicates, never loss)."""
-    if not handover:
-        return 0
-    ok = 0
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as s:
-
-        async def send(owner: Member, queues: dict[str, list[HandoverEntry]]) -> None:
-            nonlocal ok
-            statuses: list[int] = []
-            try:
-                for chunk in handover_chunks(queues):
-                    body = encode_hints(HintsMessage({}, chunk))
-                    statuses.append(await post_signed(s, signer, owner, body, ssl_context))
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                log.warning(
-                    "in-flight handover failed", extra={"peer": owner.name, "error": str(exc)}
-                )
-                return
-            if all(status == 200 for status in statuses):
-                ok += 1
-            else:
-                log.warning(
-                    "in-flight handover refused", extra={"peer": owner.name, "statuses": statuses}
-                )
-
-        await asyncio.gather(*(send(o, q) for o, q in handover.items()))
-    return ok

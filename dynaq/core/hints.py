@@ -74,6 +74,9 @@ class HandoverEntry:
     group: str | None = None
     attributes: dict[str, str] | None = None
     """Kept so a delete on the new owner acks the message's batch item without a read."""
+    delivery: int = 0
+    """The latest delivery's number, so the new owner refuses receipts of earlier
+    deliveries as the old one did (0: unknown, from a peer of an earlier version)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +88,18 @@ class HintsMessage:
     released_by: str | None = None
     """Set on the last message of a lane handoff: the sender has sent everything it
     had in flight in the lanes it gave the receiver (:mod:`dynaq.services.queues.slice_handoff`)."""
+    recheck: tuple[str, ...] = ()
+    """Queues whose messages the sender removed without knowing their ids (a purge):
+    the receiver checks its in-flight entries of them against the store."""
 
 
 def encode_hints(message: HintsMessage) -> bytes:
     """The wire form of ``message``."""
-    released = {} if message.released_by is None else {"released_by": message.released_by}
+    released: dict[str, object] = {}
+    if message.released_by is not None:
+        released["released_by"] = message.released_by
+    if message.recheck:
+        released["recheck"] = list(message.recheck)
     return bytes(
         msgpack.packb(
             {
@@ -104,7 +114,14 @@ def encode_hints(message: HintsMessage) -> bytes:
                 },
                 "handover": {
                     q: [
-                        [e.message_id, e.seconds_left, e.receive_count, e.group, e.attributes]
+                        [
+                            e.message_id,
+                            e.seconds_left,
+                            e.receive_count,
+                            e.group,
+                            e.attributes,
+                            e.delivery,
+                        ]
                         for e in entries
                     ]
                     for q, entries in message.handover.items()
@@ -144,8 +161,10 @@ def _name(value: Any) -> str:
 
 def _entry(raw: Any) -> HandoverEntry:
     e = _list(raw, "a handover entry")
-    if len(e) not in (4, 5):
-        raise _bad("a handover entry is [id, seconds_left, receive_count, group, attributes]")
+    if len(e) not in (4, 5, 6):
+        raise _bad(
+            "a handover entry is [id, seconds_left, receive_count, group, attributes, delivery]"
+        )
     seconds = e[1]
     if (
         isinstance(seconds, bool)
@@ -157,7 +176,7 @@ def _entry(raw: Any) -> HandoverEntry:
     group = e[3]
     if group is not None and not isinstance(group, str):
         raise _bad("group must be a string or nil")
-    attributes = e[4] if len(e) == 5 else None
+    attributes = e[4] if len(e) >= 5 else None
     if attributes is not None and not (
         isinstance(attributes, dict)
         and all(isinstance(k, str) and isinstance(v, str) for k, v in attributes.items())
@@ -169,6 +188,7 @@ def _entry(raw: Any) -> HandoverEntry:
         _int(e[2], 0, 2**31, "receive_count"),
         group,
         attributes,
+        _int(e[5], 0, 2**64 - 1, "delivery") if len(e) == 6 else 0,
     )
 
 
@@ -194,4 +214,30 @@ def decode_hints(raw: bytes) -> HintsMessage:
     released_by = data.get("released_by")
     if released_by is not None:
         released_by = _name(released_by)
-    return HintsMessage(queues, handover, released_by)
+    recheck = tuple(_name(q) for q in _list(data.get("recheck", []), "recheck"))
+    return HintsMessage(queues, handover, released_by, recheck)
+
+
+HANDOVER_CHUNK = 5_000
+"""Entries per POST: a node with many messages in flight hands them over in pieces
+that stay far below the peer's request size limit (one POST once got a 413)."""
+
+
+def handover_chunks(
+    queues: dict[str, list[HandoverEntry]], size: int = HANDOVER_CHUNK
+) -> list[dict[str, tuple[HandoverEntry, ...]]]:
+    """Split one peer's handover into messages of at most ``size`` entries."""
+    chunks: list[dict[str, tuple[HandoverEntry, ...]]] = []
+    current: dict[str, tuple[HandoverEntry, ...]] = {}
+    room = size
+    for queue, entries in queues.items():
+        while entries:
+            part, entries = entries[:room], entries[room:]
+            current[queue] = current.get(queue, ()) + tuple(part)
+            room -= len(part)
+            if room == 0:
+                chunks.append(current)
+                current, room = {}, size
+    if current:
+        chunks.append(current)
+    return chunks

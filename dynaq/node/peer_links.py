@@ -17,7 +17,8 @@ import ssl
 
 from dynaq.clock import Clock
 from dynaq.cluster.catalog_news import HttpCatalogNews
-from dynaq.cluster.hints import HttpPeerHints, hand_over
+from dynaq.cluster.hints import HttpPeerHints
+from dynaq.cluster.leave_handover import hand_over
 from dynaq.core.membership import MembershipView
 from dynaq.core.peer_auth import PeerSigner
 from dynaq.services.catalog import Catalog

@@ -262,8 +262,8 @@ class Catalog(TopicCatalog):
             await self._check_redrive(name, settings, bool(settings.get("fifo", False)))
             initial = apply_settings(initial, settings)
         key = keys.queue_config(name)
-        if name in self._queues:
-            raise AlreadyExists("Queue already exists.")
+        # The store decides, not this node's cache: another node (or worker) may
+        # have deleted the queue a moment ago (then the answer is the 409 below).
         item = await self._store.get(key)
         record = None if item is None else decode_queue_record(name, item.value, self._defaults)
         if isinstance(record, QueueInfo):

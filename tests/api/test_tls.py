@@ -19,7 +19,8 @@ import pytest
 
 from dynaq.client import Client
 from dynaq.clock import SystemClock
-from dynaq.cluster.hints import HttpPeerHints, hand_over
+from dynaq.cluster.hints import HttpPeerHints
+from dynaq.cluster.leave_handover import hand_over
 from dynaq.cluster.swim import SwimSettings, kinship_config, live_members
 from dynaq.config import config_from_mapping
 from dynaq.core.ids import IdGenerator, group_lane

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from dynaq.clock import SystemClock
-from dynaq.cluster.hints import HttpPeerHints, hand_over
+from dynaq.cluster.hints import HttpPeerHints
+from dynaq.cluster.leave_handover import hand_over
 from dynaq.core.ids import IdGenerator
 from dynaq.core.messages import Message, NewMessage
 from dynaq.core.peer_auth import PeerSigner, derive_peer_key
@@ -171,3 +172,64 @@ async def test_the_last_member_to_stop_parks_in_flight_state_for_the_first_back(
         assert sorted(removed) == sorted(m.id for m in taken) and stale == []
     finally:
         await back.stop()
+
+
+async def test_receipts_of_earlier_deliveries_stay_refused_after_a_handoff(
+    lone_and_joiner: tuple[Node, Node],
+) -> None:
+    """The handoff carries each message's delivery number: the new owner takes the
+    current receipts and refuses earlier ones, as the previous owner did."""
+    a, b = lone_and_joiner
+    await a.catalog.create_queue("q")
+    await _fill(a, 20)
+    first = await _take_all(a, vt=0.05)
+    await asyncio.sleep(0.1)  # those deliveries' visibility ran out
+    current = await _take_all(a, vt=60)
+    assert {m.id for m in current} == {m.id for m in first}
+    _join(a, b)
+    a.view.replace([a.view.me, b.view.me])
+    await _handed_off(b)
+    info = await b.catalog.queue("q")
+    moved = {m.id for m in current if (m.id >> 53) in b.view.my_slice}
+    assert moved
+    old = [(m.id, m.delivery) for m in first if m.id in moved]
+    removed, stale = await b.queues.receipts.delete(info, old)
+    assert removed == [] and sorted(stale) == sorted(moved)
+    now = [(m.id, m.delivery) for m in current if m.id in moved]
+    removed, stale = await b.queues.receipts.delete(info, now)
+    assert sorted(removed) == sorted(moved) and stale == []
+
+
+async def test_a_purge_through_one_member_clears_what_the_others_hold_in_flight(
+    lone_and_joiner: tuple[Node, Node],
+) -> None:
+    """A purge removes messages by key range, without their ids: the members that
+    serve them are asked to check their in-flight entries, so the purged ones stop
+    counting (and blocking their groups) at once, not at their old deadlines."""
+    a, b = lone_and_joiner
+    _join(a, b)
+    a.view.replace([a.view.me, b.view.me])
+    await _handed_off(b)
+    info = await a.catalog.create_queue("q", {"fifo": True})
+    for i in range(8):
+        a.queues.writer.ids._left_in_lane = 0
+        await a.queues.enqueue("q", [NewMessage(b"m", group=f"g{i}")] * 3)
+    held = await b.queues.receive("q", 100, visibility_timeout_s=600)
+    assert held and b.queues.in_flight(info) == len(held)
+    task = await a.queues.tasks.start_purge(info)
+    for _ in range(300):  # bounded: the purge is a background task
+        if (await a.queues.tasks.get(task["id"]))["state"] == "done":
+            break
+        await asyncio.sleep(0.01)
+    for _ in range(200):  # the hint reaches b within milliseconds
+        if b.queues.in_flight(info) == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert b.queues.in_flight(info) == 0
+    fresh = {m.group for m in held}
+    for g in fresh:
+        a.queues.writer.ids._left_in_lane = 0
+        await a.queues.enqueue("q", [NewMessage(b"after", group=g)])
+    got = await b.queues.receive("q", 100, visibility_timeout_s=600)
+    got += await a.queues.receive("q", 100, visibility_timeout_s=600)
+    assert {m.group for m in got} >= fresh  # no group waits for a purged message

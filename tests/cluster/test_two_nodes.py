@@ -14,7 +14,8 @@ import aiohttp
 import pytest
 
 from dynaq.clock import SystemClock
-from dynaq.cluster.hints import HttpPeerHints, hand_over
+from dynaq.cluster.hints import HttpPeerHints
+from dynaq.cluster.leave_handover import hand_over
 from dynaq.core.ids import IdGenerator, group_lane
 from dynaq.core.messages import NewMessage
 from dynaq.core.peer_auth import PEER_AUTH_HEADER, PeerSigner, derive_peer_key

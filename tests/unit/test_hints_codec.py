@@ -25,6 +25,10 @@ def test_wire_shape_is_unchanged() -> None:
     got = decode_hints(raw)
     assert got.queues["q"] == QueueHints((7,), (3,))
     assert got.handover["q"] == (HandoverEntry(9, 1.5, 2, None),)
+    carried = HandoverEntry(9, 1.5, 2, "g", {"k": "v"}, 2**59 + 3)
+    again = decode_hints(encode_hints(HintsMessage({}, {"q": (carried,)}, "n1", ("q", "r"))))
+    assert again.handover["q"] == (carried,) and again.released_by == "n1"
+    assert again.recheck == ("q", "r")
     assert decode_hints(msgpack.packb({"queues": {}})) == HintsMessage()
 
 
@@ -47,7 +51,9 @@ def test_wire_shape_is_unchanged() -> None:
         msgpack.packb({"handover": {"q": [[1, -1.0, 3, None]]}}),
         msgpack.packb({"handover": {"q": [[1, 1.0, 3, 5]]}}),
         msgpack.packb({"handover": {"q": [[1, 1.0, 3, None, {"k": 1}]]}}),
-        msgpack.packb({"handover": {"q": [[1, 1.0, 3, None, None, 6]]}}),
+        msgpack.packb({"handover": {"q": [[1, 1.0, 3, None, None, 6, 7]]}}),
+        msgpack.packb({"handover": {"q": [[1, 1.0, 3, None, None, -6]]}}),
+        msgpack.packb({"recheck": ["q", 5]}),
         msgpack.packb({"handover": {"q": 5}}),
     ],
 )
@@ -57,7 +63,7 @@ def test_malformed_messages_are_invalid_input(payload: bytes) -> None:
 
 
 def test_a_big_handover_goes_in_pieces_below_the_request_limit() -> None:
-    from dynaq.cluster.hints import handover_chunks
+    from dynaq.core.hints import handover_chunks
 
     entries = [
         HandoverEntry(i, 10.0, 1, None, {"dynaq.batch_item": "x" * 60}) for i in range(12_345)

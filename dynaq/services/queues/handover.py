@@ -14,13 +14,16 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from dynaq.clock import Clock
+from dynaq.core import keys
 from dynaq.core.hints import HandoverEntry
 from dynaq.core.ids import lane_of
 from dynaq.core.keyspace import slices
 from dynaq.core.membership import Member, MembershipView
 from dynaq.core.messages import Message
+from dynaq.errors import QueueNotFound
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queues.state import QueueStates
+from dynaq.storage.base import Store
 
 
 class PeerHints(Protocol):
@@ -33,6 +36,8 @@ class PeerHints(Protocol):
     ) -> None: ...
 
     def released(self, owner: Member, me: str, queues: dict[str, list[HandoverEntry]]) -> None: ...
+
+    def recheck(self, owner: Member, queue: str) -> None: ...
 
 
 @runtime_checkable
@@ -77,8 +82,14 @@ class HintRouter:
     """Routes this node's writes to the owners of other slices, and applies theirs."""
 
     def __init__(
-        self, view: MembershipView, catalog: Catalog, states: QueueStates, clock: Clock
+        self,
+        view: MembershipView,
+        catalog: Catalog,
+        states: QueueStates,
+        clock: Clock,
+        store: Store,
     ) -> None:
+        self._store = store
         self._view = view
         self._catalog = catalog
         self._states = states
@@ -116,6 +127,30 @@ class HintRouter:
             by_lane.setdefault(lane_of(i), []).append(i)
         for owner, owned in self._remote_owners(by_lane).items():
             self._peers.deleted(owner, info.name, [i for ln in owned for i in by_lane[ln]])
+
+    def purged(self, info: QueueInfo) -> None:
+        """A purge removed messages of ``info`` here without reading their ids: the
+        other members check theirs in flight (they would stay counted, and block
+        their groups, until their deadlines)."""
+        if self._peers is None:
+            return
+        for m in self._view.members:
+            if m.name != self._view.me.name:
+                self._peers.recheck(m, info.name)
+
+    async def recheck_in_flight(self, queue: str) -> None:
+        """Forget in-flight entries of ``queue`` whose messages are gone from the store."""
+        info = self._catalog.cached_queue(queue)
+        st = None if info is None else self._states.get(info.number)
+        if info is None or st is None or not st.inflight:
+            return
+        ids = list(st.inflight)
+        token = st.begin_read()
+        try:
+            items = await self._store.get_many([keys.message(info.number, i) for i in ids])
+        finally:
+            st.end_read(token)
+        st.forget_all([i for i, item in zip(ids, items, strict=True) if item is None])
 
     def apply_hints(
         self,
@@ -162,24 +197,27 @@ class HintRouter:
             for mid, f in st.inflight.items():
                 if f.deadline > now:
                     entry = HandoverEntry(
-                        mid, f.deadline - now, f.receive_count, f.group, f.attributes
+                        mid, f.deadline - now, f.receive_count, f.group, f.attributes, f.delivery
                     )
                     out.setdefault(owner_of[f.lane], {}).setdefault(name, []).append(entry)
         return out
 
-    def apply_handover(self, queue: str, entries: Sequence[HandoverEntry]) -> None:
+    async def apply_handover(self, queue: str, entries: Sequence[HandoverEntry]) -> None:
         """Take over in-flight messages from a peer that leaves, or gives this node
         their lanes (see :meth:`handover`, :mod:`.slice_handoff`). A message already
         in flight here keeps its own state (this node served it meanwhile). A taken
-        entry's delivery is unknown (0): a receipt the previous owner handed out
-        still deletes it or changes its visibility."""
-        info = self._catalog.cached_queue(queue)
-        if info is None:
-            return
+        entry keeps its delivery number (0, unknown, from an older peer: then any
+        receipt of it is taken), so the previous owner's current receipts still
+        work and its earlier ones are still refused. A queue this node has not
+        looked up yet (a node that just joined) is read from the store first."""
+        try:
+            info = await self._catalog.queue(queue)
+        except QueueNotFound:
+            return  # deleted meanwhile: nothing of it is served
         st = self._states.state(info)
         now = self._clock.monotonic()
         for e in entries:
             if e.message_id in st.inflight:
                 continue
             f = st.mark_served(e.message_id, now, e.seconds_left, e.group, e.attributes)
-            f.receive_count, f.delivery = max(1, e.receive_count), 0
+            f.receive_count, f.delivery = max(1, e.receive_count), e.delivery

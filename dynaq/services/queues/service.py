@@ -96,7 +96,7 @@ class QueueService:
         self._clock = clock
         self._metrics = metrics
         self.states = QueueStates(view, clock)
-        self.hints = HintRouter(view, catalog, self.states, clock)
+        self.hints = HintRouter(view, catalog, self.states, clock, store)
         self.writer = Writer(
             store,
             clock,
@@ -277,6 +277,7 @@ class QueueService:
         st = self.states.get(info.number)
         if st is not None:
             st.forget_all([mid for mid in st.inflight if purged(mid)])
+        self.hints.purged(info)  # the other members' in-flight entries
         self.states.add_depth(info.number, -n)
         self._metrics.incr(f"{info.name}.purged.count", n)
 

@@ -20,8 +20,9 @@ ring change:
 Lanes gained from a member that left or died have no one to wait for: its
 graceful leave handed its in-flight table over before it left (see
 :meth:`~dynaq.services.queues.handover.HintRouter.handover`), a crash lost it
-(at-least-once: served again). Handed-over entries keep no delivery number
-(receipts from the previous owner still delete them).
+(at-least-once: served again). Handed-over entries keep their delivery
+number: the previous owner's current receipts still delete them, and receipts of
+earlier deliveries are still refused.
 """
 
 from __future__ import annotations
@@ -146,7 +147,12 @@ class SliceHandoff:
                     owner = given.get(f.lane)
                     if owner is not None and f.deadline > now:
                         entry = HandoverEntry(
-                            mid, f.deadline - now, f.receive_count, f.group, f.attributes
+                            mid,
+                            f.deadline - now,
+                            f.receive_count,
+                            f.group,
+                            f.attributes,
+                            f.delivery,
                         )
                         out[owner].setdefault(info.name, []).append(entry)
             for name, queues in out.items():
