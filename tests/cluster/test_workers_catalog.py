@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dynaq.client import AsyncClient
-from dynaq.errors import QueueNotFound, TopicNotFound
+from dynaq.errors import Conflict, QueueNotFound, TopicNotFound
 from dynaq.testing import run_node
 from tests.cluster.workers import wait_workers, worker_urls
 
@@ -40,6 +40,8 @@ async def test_what_one_worker_changes_the_other_serves_at_once(tmp_path: Path) 
                 # a queue whose messages are being purged.
                 with pytest.raises(QueueNotFound):
                     await b.send(q, "into a deleted queue")
+                with pytest.raises(Conflict, match="deleted moments ago"):
+                    await b.create_queue(q)  # not "already exists" from its cache
                 assert q not in await b.list_queues()
                 assert await b.topic_queues(t) == []
                 assert await b.publish(t, ["to nobody"]) == {}
