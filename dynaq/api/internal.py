@@ -99,6 +99,8 @@ async def catalog_news(request: web.Request) -> web.Response:
     if not isinstance(name, str) or not name:
         raise InvalidInput("malformed catalog news: name must be a non-empty string")
     catalog = request.app[CATALOG]
+    if kind in (QUEUE_NEWS, TOPIC_NEWS):
+        catalog.mark_stale(kind, name)  # at once: the sender may not wait for the re-read
     if kind == QUEUE_NEWS:
         with contextlib.suppress(QueueNotFound):
             await catalog.queue(name, fresh=True)

@@ -4,7 +4,9 @@ A node that changed a queue's or a topic's config (create, settings, delete,
 subscribe, unsubscribe, history) tells every live peer before it answers the
 client: one signed msgpack POST ``{"kind": ..., "name": ...}`` to
 :data:`~dynaq.core.hints.CATALOG_NEWS_PATH` per peer, all in parallel, each
-bounded by ``timeout_s``. The peer re-reads that one record from the store, so
+bounded by ``timeout_s``. The peer marks that record stale as the request
+arrives (its next lookup reads the store, however slow the re-read is on a
+loaded store) and re-reads it before it answers, so
 an acknowledged change is acted on at once by every node that answered: no
 node acks a message into a queue deleted elsewhere, or fans a publish out to a
 subscription removed elsewhere, for a sync interval.
@@ -56,7 +58,7 @@ class HttpCatalogNews:
         view: MembershipView,
         clock: Clock,
         ssl_context: ssl.SSLContext | None = None,
-        timeout_s: float = 1.0,
+        timeout_s: float = 3.0,
     ) -> None:
         self._signer = signer
         self._view = view

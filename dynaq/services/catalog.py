@@ -29,7 +29,9 @@ from dynaq.clock import Clock
 from dynaq.config import QueueDefaults
 from dynaq.core import keys
 from dynaq.errors import AlreadyExists, Conflict, InvalidInput, QueueNotFound
-from dynaq.services.catalog_topics import CONFIG_RETRIES, QUEUE_NEWS, TopicCatalog
+from dynaq.services.catalog_topics import CONFIG_RETRIES, QUEUE_NEWS, NewsKind, TopicCatalog
+from dynaq.services.queue_numbers import NUMBER_ATTEMPTS as NUMBER_ATTEMPTS
+from dynaq.services.queue_numbers import claim_queue_number
 from dynaq.services.queue_records import (
     QueueInfo,
     QueueSettings,
@@ -45,11 +47,6 @@ from dynaq.storage.base import Store
 
 _NEGATIVE_CACHE_S = 1.0
 
-NUMBER_ATTEMPTS = 48
-"""How often a node tries to claim a new queue's number before a 409: only claims
-by other nodes at the same moment make an attempt fail (this node's are serial)."""
-_BACKOFF_BASE_S = 0.002
-_BACKOFF_CAP_S = 0.1
 
 __all__ = ["Catalog", "QueueInfo", "QueueSettings", "Tombstone", "TopicInfo", "check_name"]
 
@@ -182,6 +179,16 @@ class Catalog(TopicCatalog):
             and q.settings.redrive_policy.dead_letter_queue == name
         ]
 
+    def mark_stale(self, kind: NewsKind, name: str) -> None:
+        """A peer changed this record: from now on a lookup reads it from the store,
+        however long the re-read the news asks for takes on a loaded store."""
+        self._order.changed(kind, name)  # no read begun before lands over this
+        if kind == QUEUE_NEWS:
+            self._loaded[name] = float("-inf")
+            self._missing.pop(keys.queue_config(name), None)
+        else:
+            self._topics.pop(name, None)
+
     async def queue(self, name: str, *, fresh: bool = False) -> QueueInfo:
         """The queue's config; reads through to the store on a cache miss or an expired
         entry, and always when ``fresh``."""
@@ -217,33 +224,7 @@ class Catalog(TopicCatalog):
         return record
 
     async def _next_queue_number(self, name: str) -> int:
-        """Claim the next queue number: one conditional write on the counter record.
-
-        This node's claims run one at a time (:class:`~dynaq.services.record_locks.RecordLocks`), so they never
-        conflict with each other; a conflict means another node of the ring claimed
-        meanwhile, and the claim is retried with a jittered, growing backoff
-        (the first retry at once: the winner's write is already there to read).
-        """
-        async with self._records.serial(keys.QUEUE_NUMBER_SEQ):
-            for attempt in range(NUMBER_ATTEMPTS):
-                if attempt > 1:
-                    cap = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** (attempt - 2))
-                    await self._clock.sleep(self._rng.uniform(cap / 2, cap))
-                item = await self._store.get(keys.QUEUE_NUMBER_SEQ)
-                if item is None:
-                    if await self._store.put_if_absent(keys.QUEUE_NUMBER_SEQ, b"1") is not None:
-                        return 1
-                    continue
-                n = int(item.value) + 1
-                claimed = await self._store.put_if_version(
-                    keys.QUEUE_NUMBER_SEQ, str(n).encode(), item.version
-                )
-                if claimed is not None:
-                    return n
-        raise Conflict(
-            f"queue {name!r} was not created: other nodes kept taking the next queue "
-            f"number ({NUMBER_ATTEMPTS} attempts); retry"
-        )
+        return await claim_queue_number(self._store, self._clock, self._records, self._rng, name)
 
     async def create_queue(self, name: str, settings: Mapping[str, Any] | None = None) -> QueueInfo:
         """Create a queue with the defaults and ``settings`` (setting name → typed

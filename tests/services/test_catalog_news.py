@@ -188,3 +188,28 @@ async def test_subscribe_checks_the_queue_in_the_store() -> None:
     with pytest.raises(QueueNotFound):
         await two.subscribe("t", "q")
     assert (await one.topic("t", fresh=True)).queues == ()
+
+
+async def test_news_marks_the_record_stale_before_any_re_read() -> None:
+    """The route marks the cached record stale at once (the sender may stop waiting
+    for a slow re-read): the next lookup reads the store, whatever it finds there."""
+    store, clock = MemoryStore(), ManualClock()
+    one, two = _catalog(store, clock), _catalog(store, clock)
+    await one.create_queue("q")
+    await one.create_topic("t")
+    await two.queue("q")
+    await two.topic("t")
+    await one.delete_queue("q")
+    await one.delete_topic("t")
+    assert (await two.queue("q")).name == "q"  # cached: no news told yet
+    two.mark_stale("queue", "q")
+    two.mark_stale("topic", "t")
+    with pytest.raises(QueueNotFound):
+        await two.queue("q")
+    with pytest.raises(TopicNotFound):
+        await two.topic("t")
+    with pytest.raises(QueueNotFound):
+        await two.queue("fresh")  # negative-cached now
+    await one.create_queue("fresh")
+    two.mark_stale("queue", "fresh")
+    assert (await two.queue("fresh")).name == "fresh"  # not the negative cache
