@@ -21,7 +21,7 @@ from dynaq.core.messages import Message, NewMessage
 from dynaq.core.peer_auth import PeerSigner, derive_peer_key
 from dynaq.node import Node
 from dynaq.storage.memory import MemoryStore
-from tests.fixtures.nodes import node_config
+from tests.fixtures.nodes import hinted_pair, node_config
 
 SECRET = "handoff-secret"
 SIGNER = PeerSigner(derive_peer_key(SECRET), SystemClock().wall_ms)
@@ -30,26 +30,9 @@ SIGNER = PeerSigner(derive_peer_key(SECRET), SystemClock().wall_ms)
 @pytest.fixture
 async def lone_and_joiner(tmp_path: Path) -> AsyncIterator[tuple[Node, Node]]:
     """``a`` serves the ring alone; ``b`` is started but has not joined it."""
-    store = MemoryStore()
-    gossip = {"key": SECRET}
-    a = Node(node_config(tmp_path / "a", node={"name": "node-a"}, gossip=gossip), store=store)
-    b = Node(node_config(tmp_path / "b", node={"name": "node-b"}, gossip=gossip), store=store)
-    b.queues.set_ids(IdGenerator(SystemClock(), writer=1))
-    hints = []
-    for n in (a, b):
-        await n.start()
-        h = HttpPeerHints(SIGNER)
-        await h.start()
-        n.queues.set_peer_hints(h)
-        hints.append(h)
-    b.queues.receiver.in_ring = False
-    try:
+    async with hinted_pair(tmp_path, SIGNER, SECRET) as (a, b):
+        b.queues.receiver.in_ring = False
         yield a, b
-    finally:
-        for h in hints:
-            await h.stop()
-        for n in (a, b):
-            await n.stop()
 
 
 async def _take_all(node: Node, vt: float) -> list[Message]:

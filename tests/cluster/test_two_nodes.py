@@ -14,14 +14,12 @@ import aiohttp
 import pytest
 
 from dynaq.clock import SystemClock
-from dynaq.cluster.hints import HttpPeerHints
 from dynaq.cluster.leave_handover import hand_over
-from dynaq.core.ids import IdGenerator, group_lane
+from dynaq.core.ids import group_lane
 from dynaq.core.messages import NewMessage
 from dynaq.core.peer_auth import PEER_AUTH_HEADER, PeerSigner, derive_peer_key
 from dynaq.node import Node
-from dynaq.storage.memory import MemoryStore
-from tests.fixtures.nodes import node_config
+from tests.fixtures.nodes import hinted_pair
 
 SECRET = "two-nodes-secret"
 SIGNER = PeerSigner(derive_peer_key(SECRET), SystemClock().wall_ms)
@@ -29,28 +27,10 @@ SIGNER = PeerSigner(derive_peer_key(SECRET), SystemClock().wall_ms)
 
 @pytest.fixture
 async def pair(tmp_path: Path) -> AsyncIterator[tuple[Node, Node]]:
-    store = MemoryStore()
-    # Gossip stays off (the ring is set by hand); the key authenticates the hints.
-    gossip = {"key": SECRET}
-    a = Node(node_config(tmp_path / "a", node={"name": "node-a"}, gossip=gossip), store=store)
-    b = Node(node_config(tmp_path / "b", node={"name": "node-b"}, gossip=gossip), store=store)
-    b.queues.set_ids(IdGenerator(SystemClock(), writer=1))  # distinct writer slots
-    hints = []
-    for n in (a, b):
-        await n.start()
-        h = HttpPeerHints(SIGNER)
-        await h.start()
-        n.queues.set_peer_hints(h)
-        hints.append(h)
-    for n in (a, b):
-        n.view.replace([a.view.me, b.view.me])
-    try:
-        yield a, b
-    finally:
-        for h in hints:
-            await h.stop()
+    async with hinted_pair(tmp_path, SIGNER, SECRET) as (a, b):
         for n in (a, b):
-            await n.stop()
+            n.view.replace([a.view.me, b.view.me])
+        yield a, b
 
 
 async def _drain(node: Node, queue: str) -> list[int]:
