@@ -322,13 +322,11 @@ class AsyncClient(AsyncStreams, AsyncBatches, AsyncProcessors):
         wait_time_s: float | None = None,
         max_per_group: int = 1,
     ) -> list[ReceivedMessage]:
-        """Receive from ``addr``'s slice (default: the endpoint's) under a visibility
-        timeout; ``wait_time_s`` long-polls (0..20 s, else ``InvalidInput``; 0: no wait;
-        ``None``: the queue's ``receive_wait_s``); up to ``max_per_group`` of one group
-        together, in order (it waits until each is deleted or visible again)."""
+        """Receive from ``addr``'s slice (default: the endpoint's); ``wait_time_s`` long-polls
+        (0..20 s, else ``InvalidInput``; 0: no wait; ``None``: the queue's ``receive_wait_s``);
+        up to ``max_per_group`` of one group, in order (held till each is deleted or visible)."""
         args = (visibility_timeout_s, wait_time_s, addr, max_per_group)
-        op = ops_queues.receive(queue, max_messages, *args)
-        return await self._run(op)
+        return await self._run(ops_queues.receive(queue, max_messages, *args))
 
     async def delete(self, queue: str, ids: Sequence[int], addr: str | None = None) -> int:
         """Delete (acknowledge) messages; how many existed."""

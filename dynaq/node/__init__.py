@@ -16,7 +16,8 @@ from dynaq.node.builders import (
     gossip_enabled,
     migrate,
 )
-from dynaq.node.root import Node, run_node
+from dynaq.node.root import Node
+from dynaq.node.run import run_node
 
 __all__ = [
     "Node",

@@ -54,7 +54,7 @@ class PeerLinks:
     async def hand_over(self) -> None:
         """Before leaving: the next owners keep this node's in-flight messages
         invisible until their deadlines instead of serving them at once."""
-        taken = await hand_over(self._queues.handover(), self._signer, self._ssl)
+        taken = await hand_over(self._queues.hints.handover(), self._signer, self._ssl)
         log.info("in-flight messages handed over", extra={"peers": taken})
 
     async def stop(self) -> None:

@@ -52,9 +52,7 @@ from dynaq.services.catalog import Catalog
 from dynaq.services.id_floor import IdFloor
 from dynaq.services.processors import ProcessorRegistry
 from dynaq.services.queues import Limits, QueueService
-from dynaq.services.queues.crash_point import CrashPoint
 from dynaq.services.topics import TopicService
-from dynaq.stop_signals import ignore_signals_once_stopped, stop_on_signals
 from dynaq.storage.base import Store
 from dynaq.storage.embedded import LmdbStore
 from dynaq.streams.authority import StreamAuthority
@@ -379,26 +377,3 @@ class Node:
         await self.store.close()
         self.state = "stopped"
         log.info("node stopped")
-
-
-async def run_node(
-    config: Config, worker: WorkerRole | None = None, crash_at: str | None = None
-) -> None:
-    """Run a node (or one ``worker`` of a node) until SIGTERM or SIGINT, then shut it
-    down gracefully. ``crash_at`` (tests only) names a transaction or redrive step at
-    which the process kills itself (:class:`~dynaq.services.queues.crash_point.CrashPoint`)."""
-    node = Node(config, worker=worker)
-    crash = CrashPoint(crash_at)
-    node.queues.transactions.crash = crash
-    node.queues.tasks.crash = crash
-    stop = node.stop_requested  # set by SIGTERM/SIGINT, or by losing the writer slot
-    loop = asyncio.get_running_loop()
-    stop_on_signals(loop, stop.set)
-    try:
-        await node.start()
-        await stop.wait()
-    finally:
-        try:
-            await node.stop()
-        finally:
-            ignore_signals_once_stopped(loop)

@@ -171,9 +171,9 @@ async def test_hints_and_the_handover_reach_tls_peers(tmp_path: Path, tls_cert: 
             await asyncio.sleep(0.01)
         assert hints[0].sent >= 1 and hints[0].refused == 0
         # b leaves: its in-flight message goes to a over TLS, signed
-        assert await hand_over(b.queues.handover(), signer, trust) == 1
+        assert await hand_over(b.queues.hints.handover(), signer, trust) == 1
         # a peer that does not trust the certificate gets nowhere
-        assert await hand_over(b.queues.handover(), signer, ssl.create_default_context()) == 0
+        assert await hand_over(b.queues.hints.handover(), signer, ssl.create_default_context()) == 0
     finally:
         for h in hints:
             await h.stop()

@@ -117,7 +117,7 @@ async def test_a_graceful_leave_keeps_receipts_working(
     await _handed_off(b)
     taken = await _take_all(b, vt=60)
     assert taken
-    assert await hand_over(b.queues.handover(), SIGNER) == 1
+    assert await hand_over(b.queues.hints.handover(), SIGNER) == 1
     a.view.replace([a.view.me])  # b has left
     info = await a.catalog.queue("q")
     removed, stale = await a.queues.receipts.delete(info, [(m.id, m.delivery) for m in taken])

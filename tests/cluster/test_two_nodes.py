@@ -116,7 +116,9 @@ async def test_graceful_leave_hands_in_flight_messages_over(pair: tuple[Node, No
     while batch := await b.queues.receive("q", 100, visibility_timeout_s=1.5):
         taken_by_b += [m.id for m in batch]
     assert taken_by_b
-    assert await hand_over(b.queues.handover(), SIGNER) == 1  # what Node.stop does before leaving
+    assert (
+        await hand_over(b.queues.hints.handover(), SIGNER) == 1
+    )  # what Node.stop does before leaving
     info = await a.catalog.queue("q")
     handed = a.queues.states.state(info).inflight
     # Attributes travel too: a delete on a acks batch items without reading them.

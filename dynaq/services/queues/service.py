@@ -41,7 +41,7 @@ from dynaq.services.queues.dead_letters import DeadLetters
 from dynaq.services.queues.dedup_lock import DedupFileLock
 from dynaq.services.queues.delays import DelayMover
 from dynaq.services.queues.deletes import BeforeDelete, DeleteListener, Deleter
-from dynaq.services.queues.handover import Handover, HintRouter, PeerHints, PeerVisibility
+from dynaq.services.queues.handover import HintRouter, PeerHints, PeerVisibility
 from dynaq.services.queues.receipts import ReceiptActions
 from dynaq.services.queues.receive import Receiver
 from dynaq.services.queues.receive_request import StillWanted, always_wanted
@@ -184,10 +184,6 @@ class QueueService:
         self.handoff.released = peers.released
         if isinstance(peers, PeerVisibility):
             self._peer_visibility = peers
-
-    def handover(self) -> Handover:
-        """This node's in-flight messages per next owner (sent before a graceful leave)."""
-        return self.hints.handover()
 
     # lifecycle ------------------------------------------------------------
 
