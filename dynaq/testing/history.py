@@ -54,6 +54,9 @@ class Delivery:
     delete_outcome: Outcome | None = None
     delete_completed: float | None = None
     """When the delete's answer arrived (or its request failed)."""
+    receipt: str | None = None
+    """The receipt the node gave (its delivery number tells which node's in-flight
+    table served it: each node process numbers its deliveries from a random start)."""
 
 
 @dataclass(slots=True)

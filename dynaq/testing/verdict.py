@@ -31,12 +31,15 @@ history may be checked again, or dumped, afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Set
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dynaq.core.receipts import decode_receipt
+from dynaq.errors import DynaqError
 from dynaq.testing.history import Delivery, Enqueue, Fault, History, TrackedBatch
 
 
@@ -286,3 +289,28 @@ def check_batches(
             _example(v, "batch", [b.batch_id, problem, sorted(set(b.tokens) - acked_tokens)[:3]])
         elif due:
             v.batches_completed += 1
+
+
+def timeline(history: History, tokens: Set[str]) -> str:
+    """The deliveries of ``tokens`` and the faults, on the run's own clock (seconds
+    from its first enqueue): what a failed check prints so a run on another
+    machine can be read without its history file. ``server`` is the delivery
+    number's random prefix, one per node process whose in-flight table served it."""
+    t0 = min((e.invoked for e in history.enqueues), default=0.0)
+    lines = [
+        f"fault {f.kind} {f.detail}: {f.started - t0:.2f}..{(f.ended or f.started) - t0:.2f}"
+        for f in history.faults
+    ]
+    for d in sorted(
+        (d for d in history.deliveries if d.token in tokens), key=lambda d: (d.token, d.received)
+    ):
+        server = "?"
+        if d.receipt is not None:
+            with contextlib.suppress(DynaqError):
+                server = f"{decode_receipt(d.receipt)[1] >> 20:x}"
+        deleted = "-" if d.delete_invoked is None else f"{d.delete_invoked - t0:.2f}"
+        lines.append(
+            f"{d.token} id={d.message_id} asked={d.invoked - t0:.2f} got={d.received - t0:.2f}"
+            f" count={d.receive_count} server={server} delete={deleted}:{d.delete_outcome}"
+        )
+    return "\n".join(lines)

@@ -235,6 +235,7 @@ class _Runner:
                     invoked,
                     w.visibility_timeout_s,
                     int(m.get("receive_count", 0)),
+                    receipt=m.get("receipt"),
                 )
                 for m in data["messages"]
             ]

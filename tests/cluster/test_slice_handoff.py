@@ -8,7 +8,7 @@ the ring, as ``Node.start`` does around the gossip join.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,10 +16,12 @@ import pytest
 from dynaq.clock import SystemClock
 from dynaq.cluster.hints import HttpPeerHints
 from dynaq.cluster.leave_handover import hand_over
+from dynaq.core import keys
 from dynaq.core.ids import IdGenerator
 from dynaq.core.messages import Message, NewMessage
 from dynaq.core.peer_auth import PeerSigner, derive_peer_key
 from dynaq.node import Node
+from dynaq.storage.base import Item
 from dynaq.storage.memory import MemoryStore
 from tests.fixtures.nodes import hinted_pair, node_config
 
@@ -216,3 +218,64 @@ async def test_a_purge_through_one_member_clears_what_the_others_hold_in_flight(
     got = await b.queues.receive("q", 100, visibility_timeout_s=600)
     got += await a.queues.receive("q", 100, visibility_timeout_s=600)
     assert {m.group for m in got} >= fresh  # no group waits for a purged message
+
+
+class PausedReads(MemoryStore):
+    """A memory store that holds the answer of its next read of one queue's messages
+    (a scan or a multi-get) until :attr:`resume` is set: a receive whose read is
+    still in flight when the ring changes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prefix: bytes | None = None
+        self.paused = asyncio.Event()
+        self.resume = asyncio.Event()
+
+    async def _hold(self, key: bytes) -> None:
+        if self.prefix is not None and key.startswith(self.prefix):
+            self.prefix = None
+            self.paused.set()
+            await self.resume.wait()
+
+    async def scan(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        rows = await super().scan(start, end, limit)
+        await self._hold(start)
+        return rows
+
+    async def get_many(self, keys: Sequence[bytes]) -> list[Item | None]:
+        items = await super().get_many(keys)
+        if keys:
+            await self._hold(keys[0])
+        return items
+
+
+@pytest.mark.parametrize("expired", [False, True], ids=["scanned", "visibility-expired"])
+async def test_a_read_in_flight_when_lanes_move_away_serves_none_of_them(
+    tmp_path: Path, expired: bool
+) -> None:
+    """A receive whose store read was under way when the ring gave half of this
+    node's lanes to a joiner: what it read in those lanes is the joiner's to serve
+    (it holds their in-flight state), so the old owner serves none of it. Each
+    message is served once between the two (in a 3-node ring under kill -9 the old
+    owner served such messages again, beside their new owner)."""
+    store = PausedReads()
+    async with hinted_pair(tmp_path, SIGNER, SECRET, store) as (a, b):
+        b.queues.receiver.in_ring = False
+        info = await a.catalog.create_queue("q")
+        ids = await _fill(a, 12)
+        if expired:
+            assert len(await _take_all(a, vt=0.05)) == len(ids)
+            await asyncio.sleep(0.1)  # each is visible again, from a's in-flight table
+        store.prefix = keys.message(info.number, 0)[:5]
+        reading = asyncio.create_task(a.queues.receive("q", 100, visibility_timeout_s=60))
+        await asyncio.wait_for(store.paused.wait(), 5)
+        _join(a, b)
+        a.view.replace([a.view.me, b.view.me])  # a gives b half its lanes mid-read
+        store.resume.set()
+        by_a = {m.id for m in await reading}
+        by_a |= {m.id for m in await _take_all(a, vt=60)}
+        assert all((i >> 53) in a.view.my_slice for i in by_a)
+        await _handed_off(b)
+        by_b = {m.id for m in await _take_all(b, vt=60)}
+        assert by_a and by_b and not by_a & by_b
+        assert by_a | by_b == set(ids)

@@ -23,7 +23,7 @@ import pytest
 from dynaq.client import AsyncClient
 from dynaq.testing import Cluster
 from dynaq.testing.history import History
-from dynaq.testing.verdict import Verdict, check
+from dynaq.testing.verdict import Verdict, check, timeline
 
 COMPLETION_TOPIC = "batch-done"
 """The nodes' ``batches.completion_topic`` in fault runs (``batches_completion_topic=``):
@@ -136,7 +136,10 @@ async def assert_verdict(
         + await _log_lines(artifacts, [str(b[0]) for b in v.examples.get("batch", [])])
     )
     unexplained = v.duplicate_causes.get("unexplained", 0)
-    assert unexplained == 0, f"{name}: {unexplained} unexplained duplicates: {v.examples}"
+    assert unexplained == 0, (
+        f"{name}: {unexplained} unexplained duplicates: {v.examples}\n"
+        + timeline(h, set(v.examples.get("unexplained_duplicate", [])))
+    )
     return v
 
 

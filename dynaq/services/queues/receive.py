@@ -294,10 +294,15 @@ class Receiver:
                 partial = lane_of(start) if start != lane_start(lane_of(start)) else None
                 probe: LaneProbe | None = None
                 now, wall_ms = self._clock.monotonic(), self._clock.wall_ms()
+                # The ring may have changed during the read: lanes that moved away are
+                # the new owner's now (it holds their in-flight state), never served here.
+                whole = st.slice.lo <= p.lanes.lo and p.lanes.hi <= st.slice.hi
                 last = start
                 for k, v in rows:
                     last = keys.message_id(k)
                     p.pass_count += 1
+                    if not whole and lane_of(last) not in st.slice:
+                        continue
                     if st.deleted_since(last, token):
                         continue
                     f = st.inflight.get(last)
@@ -326,7 +331,11 @@ class Receiver:
                             probe = await probe_lane(self._store, info.number, st, partial, start)
                             examined += probe.rows
                             now = self._clock.monotonic()
-                            if st.deleted_since(last, token) or st.is_invisible(last, now):
+                            if (
+                                st.deleted_since(last, token)
+                                or st.is_invisible(last, now)
+                                or lane_of(last) not in st.slice
+                            ):
                                 continue  # changed while the probe read
                         if probe.blocks(g):
                             # Not added to ``blocked``: the wrap-around below (or

@@ -59,6 +59,10 @@ async def serve_expired(
             st.forget(mid)  # deleted through another node
         elif st.is_invisible(mid, now):
             continue  # a concurrent receive took it first
+        elif mid not in st.inflight:
+            # Forgotten during the read: its lane moved to another member (which
+            # holds its in-flight state now), or a purge or a delete elsewhere took it.
+            continue
         elif limit is not None and _over_limit(st, mid, limit):
             st.hold(mid, now, DEAD_LETTER_HOLD_S)
             doomed.append((mid, item.value))
