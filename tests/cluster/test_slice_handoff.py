@@ -279,3 +279,32 @@ async def test_a_read_in_flight_when_lanes_move_away_serves_none_of_them(
         by_b = {m.id for m in await _take_all(b, vt=60)}
         assert by_a and by_b and not by_a & by_b
         assert by_a | by_b == set(ids)
+
+
+@pytest.mark.parametrize("expired", [False, True], ids=["scanned", "visibility-expired"])
+async def test_a_read_in_flight_when_the_node_drains_serves_nothing_left_out_of_its_handover(
+    tmp_path: Path, expired: bool
+) -> None:
+    """A graceful leave hands the in-flight table over as the drain begins; a receive
+    whose read was under way then serves nothing more (what it served would be missing
+    from the handover, and its next owner would serve it again at once)."""
+    store = PausedReads()
+    async with hinted_pair(tmp_path, SIGNER, SECRET, store) as (a, b):
+        _join(a, b)
+        a.view.replace([a.view.me, b.view.me])
+        await _handed_off(b)
+        info = await a.catalog.create_queue("q")
+        await _fill(a, 12)
+        if expired:
+            assert await _take_all(a, vt=0.05)
+            await asyncio.sleep(0.1)
+        store.prefix = keys.message(info.number, 0)[:5]
+        reading = asyncio.create_task(a.queues.receive("q", 100, visibility_timeout_s=60))
+        await asyncio.wait_for(store.paused.wait(), 5)
+        a.queues.drain()
+        handed = {
+            e.message_id for queues in a.queues.hints.handover().values() for e in queues["q"]
+        }
+        store.resume.set()
+        served = {m.id for m in await reading}
+        assert served <= handed

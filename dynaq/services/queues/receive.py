@@ -212,7 +212,17 @@ class Receiver:
         # With a visibility timeout of 0 a message just served is visible again to the
         # scans below: one receive serves (and counts) each message once (``take``).
         out = await serve_expired(
-            self._store, self._clock, info, st, max_messages, vt, limit, doomed, budget, take
+            self._store,
+            self._clock,
+            info,
+            st,
+            max_messages,
+            vt,
+            limit,
+            doomed,
+            budget,
+            take,
+            serving=lambda: not self.draining,
         )
         busy: list[Partition] = []
         for p in st.serving_order(self._clock.monotonic(), self._idle_rescan_s):
@@ -288,6 +298,8 @@ class Receiver:
                 rows = await self._store.scan(
                     keys.message(info.number, start), keys.message(info.number, end), page_size
                 )
+                if self.draining:
+                    return out  # its in-flight table was handed over: nothing more is served
                 # The page's first lane, when the page starts inside it: a group message
                 # found there is served only once a read begun after this page (a probe)
                 # shows no earlier message of its group before the page (see :mod:`.lane_probe`).
@@ -335,6 +347,7 @@ class Receiver:
                                 st.deleted_since(last, token)
                                 or st.is_invisible(last, now)
                                 or lane_of(last) not in st.slice
+                                or self.draining
                             ):
                                 continue  # changed while the probe read
                         if probe.blocks(g):

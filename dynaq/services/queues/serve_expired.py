@@ -9,6 +9,8 @@ group has an earlier (or a still invisible) message in flight waits its turn
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dynaq.clock import Clock
 from dynaq.core import keys
 from dynaq.core.messages import Message, decode
@@ -33,7 +35,12 @@ async def serve_expired(
     doomed: list[tuple[int, bytes]],
     budget: ReceiveBudget,
     take: ReceiveTake,
+    serving: Callable[[], bool] = lambda: True,
 ) -> list[Message]:
+    """Serve up to ``want`` expired in-flight messages. Nothing is served once
+    ``serving()`` turns false during the read (a drain began: the node's in-flight
+    table was handed over to the next owners), nor a message whose entry was
+    forgotten during it (its lane moved away, or it was deleted or purged)."""
     now = clock.monotonic()
     expired = list(st.expired(now, budget.rows(want)))
     if not expired:
@@ -48,6 +55,9 @@ async def serve_expired(
         raise
     finally:
         st.end_read(token)
+    if not serving():
+        st.requeue_expired(expired)
+        return []
     now, wall_ms = clock.monotonic(), clock.wall_ms()
     out: list[Message] = []
     for n, (mid, item) in enumerate(zip(expired, items, strict=True)):
