@@ -303,13 +303,16 @@ class Node:
         me = self.view.me
         self.view.me = Member(me.name, advertised_http(self.config, self.port), me.scheme)
         self.view.replace([self.view.me])
+        if not self.queues.park_at_stop:
+            # Before the gossip join: the first member of a ring (or worker of a node)
+            # back up takes what its last member parked, and the join hands the
+            # entries of the lanes others serve to them (slice_handoff). Parked state
+            # exists only after the whole ring stopped gracefully; members starting
+            # together may each take a copy, and each keeps its own lanes' entries.
+            await self.queues.restore_parked()
         # After the HTTP site is up (the address goes out as gossip metadata),
         # before "serving" (so /health stays 503 until this node knows the ring).
         await self.membership.start()
-        if self.worker is None and not self.queues.park_at_stop and len(self.view.members) == 1:
-            # The first member of a ring back up takes what its last member parked
-            # (the lanes it hands to those joining next carry those entries along).
-            await self.queues.restore_parked()
         self.queues.receiver.in_ring = True
         if self.outbox is not None:
             # After the ring join: leadership follows the ring's view of the table.
@@ -343,8 +346,9 @@ class Node:
         self.state = "draining"
         log.info("node draining")
         self.queues.drain()
-        if self.worker is None and len(self.view.members) == 1:
-            self.queues.park_at_stop = True  # alone, or the last member of its ring to stop
+        if len(self.view.members) == 1:
+            # Alone, or the last member of its ring (or worker of its node) to stop.
+            self.queues.park_at_stop = True
         if self.peers is not None:
             await self.peers.hand_over()
         # Leave before the HTTP drain: peers take over this slice at once

@@ -160,8 +160,10 @@ class Supervisor:
             "" if self.writer is None else self.writer.address,
         )
         env = {**self._env, ROLE_ENV: role.encode()}
+        # A process group of its own: a Ctrl-C in the terminal reaches the supervisor
+        # alone, which stops the workers in turn (see _stop_all).
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "dynaq", *self._argv, env=env
+            sys.executable, "-m", "dynaq", *self._argv, env=env, process_group=0
         )
         self._procs[index] = proc
         self.starts[index] += 1
@@ -195,20 +197,25 @@ class Supervisor:
                 pause = 1.0
 
     async def _stop_all(self) -> None:
-        """SIGTERM every worker (each drains and leaves), then wait; SIGKILL stragglers."""
+        """SIGTERM the workers one after another, each once the one before has exited:
+        each hands its in-flight messages to those still running, and the last one,
+        alone, parks them all in the store for the next start (stopped together, each
+        would hand over to workers that are leaving too, and the next start would serve
+        every message in flight again at once). SIGKILL what has not exited in time."""
         running = [p for p in self._procs.values() if p.returncode is None]
-        for proc in running:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-        waits = asyncio.gather(*(p.wait() for p in running))
         limit = self.config.http.shutdown_timeout_s + _KILL_AFTER_EXTRA_S
         try:
-            await asyncio.wait_for(waits, limit)
+            async with asyncio.timeout(limit):
+                for proc in running:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGTERM)
+                    await proc.wait()
         except TimeoutError:
             log.warning("workers did not stop in time; killing them", extra={"after_s": limit})
             for proc in running:
                 if proc.returncode is None:
                     proc.kill()
+            await asyncio.gather(*(p.wait() for p in running))
 
 
 def _shared_writer(config: Config) -> SharedWriter | None:

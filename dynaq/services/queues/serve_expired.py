@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from dynaq.clock import Clock
 from dynaq.core import keys
+from dynaq.core.ids import lane_of
 from dynaq.core.messages import Message, decode
 from dynaq.core.partitions import QueueState
 from dynaq.services.catalog import QueueInfo
@@ -42,7 +43,9 @@ async def serve_expired(
     table was handed over to the next owners), nor a message whose entry was
     forgotten during it (its lane moved away, or it was deleted or purged)."""
     now = clock.monotonic()
-    expired = list(st.expired(now, budget.rows(want)))
+    # An entry of a lane this node does not serve (handed over early by a member that
+    # saw a ring change first, or restored from a parked table) is its owner's to serve.
+    expired = [m for m in st.expired(now, budget.rows(want)) if lane_of(m) in st.slice]
     if not expired:
         return []
     token = st.begin_read()

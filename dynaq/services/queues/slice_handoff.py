@@ -111,9 +111,13 @@ class SliceHandoff:
         old, self._members = self._members, new
         if old != new:
             joining = not self._in_ring()
-            if joining and old == [me]:
-                old = [n for n in new if n != me]  # a joiner owned nothing before
-            self._hand_over(me, _owners(old), _owners(new), members)
+            # A joiner owned nothing before, unless it took back the in-flight state
+            # its ring parked at a whole-ring stop: then it held every lane's entries,
+            # and gives each member those of its lanes.
+            restored = joining and old == [me] and any(st.inflight for st in self._states)
+            if joining and old == [me] and not restored:
+                old = [n for n in new if n != me]
+            self._hand_over(me, _owners(old), _owners(new), members, restored)
             if joining and self.released is not None:
                 # A joiner holds nothing in flight: it tells every member so, since
                 # one that joins at the same moment takes lanes from it too.
@@ -128,6 +132,7 @@ class SliceHandoff:
         before: list[str | None],
         after: list[str | None],
         members: dict[str, Member],
+        restored: bool = False,
     ) -> None:
         now = self._clock.monotonic()
         given: dict[int, str] = {}  # lane -> the live member it goes to
@@ -137,7 +142,7 @@ class SliceHandoff:
                 given[lane] = now_owner
             elif now_owner == me and was is not None and was != me and was in members:
                 taken_from.add(was)
-        if given and self.released is not None and self._in_ring():
+        if given and self.released is not None and (self._in_ring() or restored):
             out: dict[str, dict[str, list[HandoverEntry]]] = {n: {} for n in set(given.values())}
             for info in self._catalog.cached_queues():
                 st = self._states.get(info.number)
