@@ -258,3 +258,33 @@ async def test_a_stream_is_served_through_either_worker(tmp_path: Path) -> None:
             for url in urls:
                 async with http.get(f"{url}/v2/streams/s?nowait=true&format=array") as r:
                     assert [e["entry"]["n"] for e in await r.json()] == list(range(10))
+
+
+async def test_a_long_poll_wakes_when_a_group_is_unblocked_through_either_worker(
+    tmp_path: Path,
+) -> None:
+    """A long poll waiting on a group whose message is in flight gets the group's next
+    message as soon as that one is deleted, whichever worker owns the group's lane,
+    takes the poll and takes the delete (it woke up to 1.5 s late when the owner's
+    wake-up had already fired for nothing during the poll's round)."""
+    async with run_node(directory=tmp_path, http_workers=2) as node:
+        await wait_workers(node, 2)
+        urls = list((await worker_urls(node)).values())
+        async with AsyncClient(urls[0]) as a, AsyncClient(urls[1]) as b:
+            await a.create_queue("f", QueueSettings(visibility_timeout_s=60))
+            late = []
+            for trial, (owner, poller, deleter) in enumerate(
+                [(a, b, a), (a, b, b), (a, a, b), (b, a, b), (b, a, a), (b, b, a)] * 2
+            ):
+                g = f"g{trial}"
+                await owner.enqueue("f", [NewMessage("1", group=g), NewMessage("2", group=g)])
+                (first,) = await owner.receive("f", 1, wait_time_s=2)
+                poll = asyncio.create_task(poller.receive("f", 1, wait_time_s=10))
+                await asyncio.sleep(0.3)  # the poll is waiting
+                t0 = time.monotonic()
+                await deleter.delete("f", [first.id])
+                got = await poll
+                late.append(time.monotonic() - t0)
+                assert [m.body for m in got] == [b"2"]
+                await poller.delete("f", [got[0].id])
+            assert max(late) < 0.5, [round(x, 3) for x in late]

@@ -38,6 +38,11 @@ from dynaq.tasks import cancel_all
 ROUND_S = 2.0
 """Longest single watch: bounds how late a peer that missed a wake-up is noticed."""
 
+REWATCH_AFTER_S = 0.02
+"""Pause before watching again a node whose wake-up served nothing: a wake-up meanwhile
+is still seen (it stays set), and a node that keeps waking for nothing (an expired
+message whose group is blocked) costs a receive per pause, not a busy loop."""
+
 
 class PeerReceive(Protocol):
     """Receives and watches on another node of the ring."""
@@ -109,11 +114,11 @@ class RingPoll:
         wanted: StillWanted,
         per_group: int,
     ) -> list[Message]:
+        ends = self._clock.monotonic() + wait_s
         watches: dict[asyncio.Task[bool], Member | None] = {
-            asyncio.create_task(self._receiver.watch(queue, wait_s)): None
+            asyncio.create_task(self._watch(peers, node, queue, wait_s)): node
+            for node in [None, *others]
         }
-        for m in others:
-            watches[asyncio.create_task(peers.watch(m, queue, wait_s))] = m
         try:
             while watches:
                 done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
@@ -131,9 +136,31 @@ class RingPoll:
                         out = await self._ask(peers, node, queue, max_messages, vt, per_group)
                     if out:
                         return out
+                    # Woken for nothing (a wake-up older than that node's last receive,
+                    # or a group still blocked): watch it again, or a wake-up that comes
+                    # next (the group's message deleted) waits for the next round.
+                    left = ends - self._clock.monotonic() - REWATCH_AFTER_S
+                    if left > 0:
+                        rewatch = self._watch(peers, node, queue, left, REWATCH_AFTER_S)
+                        watches[asyncio.create_task(rewatch)] = node
             return []
         finally:
             await cancel_all(watches)
+
+    async def _watch(
+        self,
+        peers: PeerReceive,
+        node: Member | None,
+        queue: str,
+        wait_s: float,
+        after_s: float = 0.0,
+    ) -> bool:
+        """Watch ``node`` (``None``: this one) for ``wait_s``, starting ``after_s`` from now."""
+        if after_s > 0:
+            await self._clock.sleep(after_s)
+        if node is None:
+            return await self._receiver.watch(queue, wait_s)
+        return await peers.watch(node, queue, wait_s)
 
     @staticmethod
     async def _ask(
