@@ -64,7 +64,11 @@ async def front_middleware(request: web.Request, handler: Handler) -> web.Stream
                 policy = request.app.get(ACCESS)
                 if policy is not None:
                     check_access(request, policy)
-            if request.query_string and request.path.startswith(_OWN_APIS):
+            if (
+                request.query_string
+                and request.path.startswith(_OWN_APIS)
+                and request.match_info.route.resource is not None  # unrouted: 404 or 405 first
+            ):
                 refuse_repeated_query(request.query)
             response = await handler(request)
         except Exception as exc:  # noqa: BLE001 - every error becomes a response

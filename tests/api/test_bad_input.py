@@ -375,3 +375,20 @@ async def test_a_query_parameter_given_twice_is_refused(
     async with http.request(method, path, data=b"x") as r:
         body = await _check_4xx(r, 422)
     assert "given 2 times" in body["error"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("GET", "/api/unknown?x=1&x=2", 404),
+        ("GET", "/v2/nothing/here?limit=1&limit=2", 404),
+        ("PATCH", "/v2/queues/q/snapshot?limit=5&limit=6", 405),
+    ],
+)
+async def test_an_unrouted_request_is_404_or_405_before_its_query_is_read(
+    http: aiohttp.ClientSession, queue: str, method: str, path: str, status: int
+) -> None:
+    """Where a request goes is told first: a repeated parameter of a path that does
+    not exist is a 404 (a method the path does not take, a 405), not a 422."""
+    async with http.request(method, path) as r:
+        await _check_4xx(r, status)
