@@ -34,7 +34,7 @@ from dynaq.core.peer_auth import (
     PeerVerifier,
 )
 from dynaq.core.peer_receive import RECEIVE_PATH, WATCH_PATH, message_to_wire
-from dynaq.errors import InvalidInput, QueueNotFound, TopicNotFound, Unauthorized
+from dynaq.errors import InvalidInput, NotServing, QueueNotFound, TopicNotFound, Unauthorized
 from dynaq.services.catalog_topics import QUEUE_NEWS, TOPIC_NEWS
 
 PEER_VERIFIER = web.AppKey("peer_verifier", PeerVerifier)
@@ -74,6 +74,10 @@ async def receive_hints(request: web.Request) -> web.Response:
     """Apply hints sent by a peer; a malformed message is a 422 (InvalidInput)."""
     message = decode_hints(await read_raw(request))
     service = request.app[QUEUES]
+    if message.handover and service.receiver.draining:
+        # This node is leaving too (a ring stopped at once): in-flight entries taken
+        # now would be lost at its exit. Refused, the sender parks them instead.
+        raise NotServing("this node is leaving: it takes no in-flight handover")
     for queue, hints in message.queues.items():
         service.hints.apply_hints(queue, hints.deleted, hints.lanes, hints.rewind)
     for queue, entries in message.handover.items():

@@ -27,13 +27,17 @@ async def hand_over(
     signer: PeerSigner,
     ssl_context: ssl.SSLContext | None = None,
     timeout_s: float = 3.0,
+    missed: set[str] | None = None,
 ) -> int:
     """Send a leaving node's in-flight messages to their next owners; return how many
-    peers took them. Best effort within ``timeout_s``: a peer that misses it serves
-    those messages again at once (duplicates, never loss)."""
+    peers took them, and add the names of those that did not to ``missed``. Best
+    effort within ``timeout_s``: the leaving node parks what a peer missed (a peer
+    that is leaving too refuses it, 503), else that peer serves those messages
+    again at once (duplicates, never loss)."""
     if not handover:
         return 0
     ok = 0
+    failed: set[str] = set() if missed is None else missed
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as s:
 
         async def send(owner: Member, queues: dict[str, list[HandoverEntry]]) -> None:
@@ -47,10 +51,12 @@ async def hand_over(
                 log.warning(
                     "in-flight handover failed", extra={"peer": owner.name, "error": str(exc)}
                 )
+                failed.add(owner.name)
                 return
             if all(status == 200 for status in statuses):
                 ok += 1
             else:
+                failed.add(owner.name)
                 log.warning(
                     "in-flight handover refused", extra={"peer": owner.name, "statuses": statuses}
                 )

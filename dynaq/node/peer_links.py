@@ -19,6 +19,7 @@ from dynaq.clock import Clock
 from dynaq.cluster.catalog_news import HttpCatalogNews
 from dynaq.cluster.hints import HttpPeerHints
 from dynaq.cluster.leave_handover import hand_over
+from dynaq.core.ids import lane_of
 from dynaq.core.membership import MembershipView
 from dynaq.core.peer_auth import PeerSigner
 from dynaq.services.catalog import Catalog
@@ -53,9 +54,16 @@ class PeerLinks:
 
     async def hand_over(self) -> None:
         """Before leaving: the next owners keep this node's in-flight messages
-        invisible until their deadlines instead of serving them at once."""
-        taken = await hand_over(self._queues.hints.handover(), self._signer, self._ssl)
-        log.info("in-flight messages handed over", extra={"peers": taken})
+        invisible until their deadlines instead of serving them at once. What a next
+        owner did not take (it is leaving too: a ring stopped at once; or it is
+        gone) is parked in the store for the first member back."""
+        hints = self._queues.hints
+        missed: set[str] = set()
+        taken = await hand_over(hints.handover(), self._signer, self._ssl, missed=missed)
+        log.info("in-flight messages handed over", extra={"peers": taken, "missed": sorted(missed)})
+        if missed:
+            self._queues.park_at_stop = True
+            self._queues.park_only = lambda mid: hints.next_owner_name(lane_of(mid)) in missed
 
     async def stop(self) -> None:
         await self.hints.stop()

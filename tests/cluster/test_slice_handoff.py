@@ -308,3 +308,67 @@ async def test_a_read_in_flight_when_the_node_drains_serves_nothing_left_out_of_
         store.resume.set()
         served = {m.id for m in await reading}
         assert served <= handed
+
+
+async def test_a_leaving_node_sends_receipts_and_visibility_changes_where_its_entries_went(
+    lone_and_joiner: tuple[Node, Node],
+) -> None:
+    """Between its handover and its peers seeing it leave, receipts still reach the
+    leaving node: it no longer decides them from its own table but forwards them to
+    the lane's next owner, so an extended visibility holds there and a deleted group
+    message unblocks its group there at once (not at the old deadline)."""
+    a, b = lone_and_joiner
+    _join(a, b)
+    a.view.replace([a.view.me, b.view.me])
+    await _handed_off(b)
+    info = await a.catalog.create_queue("q")
+    for g in ("x", "y"):
+        for _ in range(2):
+            b.queues.writer.ids._left_in_lane = 0
+            await b.queues.enqueue("q", [NewMessage(b"1", group=g), NewMessage(b"2", group=g)])
+    held = await _take_all(b, vt=1.0)  # the first of each group, in b's lanes
+    assert {m.group for m in held} == {"x", "y"} and len(held) == 2
+    assert await hand_over(b.queues.hints.handover(), SIGNER) == 1  # b leaves: a takes over
+    x, y = sorted(held, key=lambda m: m.group or "")
+    changed, stale = await b.queues.receipts.change_visibility(info, [(x.id, x.delivery)], 60)
+    assert changed == [x.id] and stale == []
+    removed, stale = await b.queues.receipts.delete(info, [(y.id, y.delivery)])
+    assert removed == [y.id] and stale == []
+    a.view.replace([a.view.me])  # a sees b gone
+    got = await a.queues.receive("q", 10, visibility_timeout_s=60)
+    assert [(m.group, m.body) for m in got] == [("y", b"2")]  # y's next, at once
+    await asyncio.sleep(1.2)  # x's first delivery would have expired here
+    assert await a.queues.receive("q", 10, visibility_timeout_s=60) == []
+
+
+@pytest.mark.parametrize("move", ["join", "leave"])
+async def test_a_moving_lane_keeps_the_receive_counts_of_messages_visible_again(
+    lone_and_joiner: tuple[Node, Node], move: str
+) -> None:
+    """A message whose visibility ran out and that nobody received again is still
+    counted: the lane's next owner serves it with the next receive count (a reset
+    count let a poison message past its dead-letter limit once per ring change)."""
+    a, b = lone_and_joiner
+    await a.catalog.create_queue("q")
+    if move == "leave":
+        _join(a, b)
+        a.view.replace([a.view.me, b.view.me])
+        await _handed_off(b)
+    ids = await _fill(a, 12)
+    giver, taker = (a, b) if move == "join" else (b, a)
+    first = await _take_all(giver, vt=0.05)
+    assert first
+    await asyncio.sleep(0.1)  # visible again, never received again
+    if move == "join":
+        _join(a, b)
+        a.view.replace([a.view.me, b.view.me])
+        await _handed_off(b)
+        moved = {m.id for m in first if (m.id >> 53) in b.view.my_slice}
+    else:
+        assert await hand_over(b.queues.hints.handover(), SIGNER) == 1
+        a.view.replace([a.view.me])
+        moved = {m.id for m in first}
+    assert moved
+    again = [m for m in await _take_all(taker, vt=60) if m.id in moved]
+    assert {m.id for m in again} == moved and {m.receive_count for m in again} == {2}
+    assert set(ids) >= moved

@@ -95,17 +95,35 @@ class HintRouter:
         self._states = states
         self._clock = clock
         self._peers: PeerHints | None = None
+        self._next_owners: dict[int, Member] | None = None
+        """Set once this node handed its in-flight table over to leave: who serves each
+        lane after it (its own table no longer decides a receipt or a visibility)."""
 
     def set_peers(self, peers: PeerHints) -> None:
         """Forward hints through ``peers`` from now on (a cluster node)."""
         self._peers = peers
 
+    def owner_of(self, lane: int) -> Member | None:
+        """The member whose in-flight table decides ``lane`` (``None``: this node's).
+        Once this node has handed its table over to leave, that is the lane's next
+        owner: a receipt's delete or a visibility change that reaches it meanwhile
+        (its peers still route to it until they see it leave) goes where the entry went."""
+        if self._next_owners is not None:
+            return self._next_owners[lane]
+        if lane in self._view.my_slice:
+            return None
+        return self._view.owner_of_lane(lane)
+
+    def next_owner_name(self, lane: int) -> str | None:
+        """After :meth:`handover`: the member that serves ``lane`` next."""
+        return None if self._next_owners is None else self._next_owners[lane].name
+
     def _remote_owners(self, lanes: Iterable[int]) -> dict[Member, list[int]]:
-        mine = self._view.my_slice
         out: dict[Member, list[int]] = {}
         for lane in lanes:
-            if lane not in mine:
-                out.setdefault(self._view.owner_of_lane(lane), []).append(lane)
+            owner = self.owner_of(lane)
+            if owner is not None:
+                out.setdefault(owner, []).append(lane)
         return out
 
     def enqueued(self, info: QueueInfo, lanes: Iterable[int], rewind: Sequence[int] = ()) -> None:
@@ -178,7 +196,8 @@ class HintRouter:
 
     def handover(self) -> Handover:
         """This node's in-flight messages, grouped by the member that serves each
-        message's lane once this node has left the ring."""
+        message's lane once this node has left the ring. From then on receipts and
+        visibility changes of those lanes go to those members (:meth:`owner_of`)."""
         me = self._view.me.name
         others = {m.name: m for m in self._view.members if m.name != me}
         if not others:
@@ -187,6 +206,7 @@ class HintRouter:
         owner_of = {
             lane: others[name] for name, rng in new.items() for lane in range(rng.lo, rng.hi)
         }
+        self._next_owners = owner_of
         now = self._clock.monotonic()
         out: Handover = {}
         for name in self._catalog.queue_names():
@@ -195,11 +215,10 @@ class HintRouter:
             if st is None:
                 continue
             for mid, f in st.inflight.items():
-                if f.deadline > now:
-                    entry = HandoverEntry(
-                        mid, f.deadline - now, f.receive_count, f.group, f.attributes, f.delivery
-                    )
-                    out.setdefault(owner_of[f.lane], {}).setdefault(name, []).append(entry)
+                # Expired entries too (visible at once there): they carry receive counts.
+                left = max(0.0, f.deadline - now)
+                entry = HandoverEntry(mid, left, f.receive_count, f.group, f.attributes, f.delivery)
+                out.setdefault(owner_of[f.lane], {}).setdefault(name, []).append(entry)
         return out
 
     async def apply_handover(self, queue: str, entries: Sequence[HandoverEntry]) -> None:
@@ -221,3 +240,5 @@ class HintRouter:
                 continue
             f = st.mark_served(e.message_id, now, e.seconds_left, e.group, e.attributes)
             f.receive_count, f.delivery = max(1, e.receive_count), e.delivery
+        if any(e.seconds_left <= 0 for e in entries):
+            st.signal.set()  # visible already: a long poll here serves it now

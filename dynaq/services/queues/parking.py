@@ -23,6 +23,7 @@ once and counts start over, as before (the README says so).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -41,8 +42,17 @@ PARKED = keys.PARKED_INFLIGHT
 _VERSION = 1
 
 
-async def park(store: Store, catalog: Catalog, states: QueueStates, clock: Clock) -> int:
-    """Write every queue's in-flight table to the store; return how many messages."""
+async def park(
+    store: Store,
+    catalog: Catalog,
+    states: QueueStates,
+    clock: Clock,
+    node: str,
+    keep: Callable[[int], bool] | None = None,
+) -> int:
+    """Write every queue's in-flight table (the messages ``keep`` keeps, if given) to
+    the store, one record per queue and ``node`` (members of a ring stopped at once
+    each park theirs); return how many messages."""
     now, wall = clock.monotonic(), clock.wall_ms()
     ops: list[Put | Delete] = []
     parked = 0
@@ -62,8 +72,11 @@ async def park(store: Store, catalog: Catalog, states: QueueStates, clock: Clock
                 f.delivery,
             ]
             for mid, f in st.inflight.items()
+            if keep is None or keep(mid)
         ]
-        ops.append(Put(PARKED + info.number.to_bytes(4, "big"), _pack(rows)))
+        if not rows:
+            continue
+        ops.append(Put(PARKED + info.number.to_bytes(4, "big") + node.encode(), _pack(rows)))
         parked += len(rows)
     if ops:
         await store.write_batch(ops)
@@ -72,12 +85,17 @@ async def park(store: Store, catalog: Catalog, states: QueueStates, clock: Clock
 
 
 async def park_unless_down(
-    store: Store, catalog: Catalog, states: QueueStates, clock: Clock
+    store: Store,
+    catalog: Catalog,
+    states: QueueStates,
+    clock: Clock,
+    node: str,
+    keep: Callable[[int], bool] | None = None,
 ) -> None:
     """:func:`park`, unless the store is down (or closed): then the stop goes on, and
     the messages are served again at once at the next start, as after ``kill -9``."""
     try:
-        await park(store, catalog, states, clock)
+        await park(store, catalog, states, clock, node, keep)
     except DynaqError:
         log.warning("in-flight state not parked", exc_info=True)
 
@@ -95,12 +113,15 @@ async def restore(store: Store, catalog: Catalog, states: QueueStates, clock: Cl
     }
     restored = 0
     for key, value in rows:
-        info = by_number.get(int.from_bytes(key[len(PARKED) :], "big"))
+        # The queue's number, then the node that parked it (none in older records).
+        info = by_number.get(int.from_bytes(key[len(PARKED) : len(PARKED) + 4], "big"))
         entries = _unpack(value)
         if info is None or entries is None:
             continue  # the queue is gone (or was made again: another number)
         st = states.state(info)
         for mid, deadline_ms, count, group, attributes, first_ms, delivery in entries:
+            if mid in st.inflight:
+                continue  # parked twice (by two members): the first record decides
             left = min(max((deadline_ms - wall) / 1000, 0.0), float(MAX_VISIBILITY_S))
             f = st.mark_served(mid, now, left, group, attributes)
             f.receive_count = max(f.receive_count, count)

@@ -26,7 +26,7 @@ from typing import Protocol, runtime_checkable
 
 from dynaq.clock import Clock
 from dynaq.core.ids import lane_of
-from dynaq.core.membership import Member, MembershipView
+from dynaq.core.membership import Member
 from dynaq.errors import DynaqError, NotServing
 from dynaq.services.catalog import QueueInfo
 from dynaq.services.queues.state import QueueStates
@@ -75,14 +75,14 @@ class ReceiptActions:
     def __init__(
         self,
         states: QueueStates,
-        view: MembershipView,
+        owner_of: Callable[[int], Member | None],
         clock: Clock,
         delete: Callable[[QueueInfo, list[int]], Awaitable[list[int]]],
         change_here: Callable[[QueueInfo, list[int], float], list[int]],
         peers: Callable[[], PeerReceipts | None],
     ) -> None:
         self._states = states
-        self._view = view
+        self._owner_of = owner_of
         self._clock = clock
         self._delete = delete
         self._change_here = change_here
@@ -262,13 +262,12 @@ class ReceiptActions:
         """Pairs this node checks, and pairs per owning peer (none without peers)."""
         if self._peers() is None:
             return list(pairs), {}
-        mine = self._view.my_slice
         local: list[tuple[int, int]] = []
         remote: dict[Member, list[tuple[int, int]]] = {}
         for i, d in pairs:
-            lane = lane_of(i)
-            if lane in mine:
+            owner = self._owner_of(lane_of(i))
+            if owner is None:
                 local.append((i, d))
             else:
-                remote.setdefault(self._view.owner_of_lane(lane), []).append((i, d))
+                remote.setdefault(owner, []).append((i, d))
         return local, remote

@@ -90,7 +90,9 @@ class QueueService:
         self._sole_writer = sole_writer
         self.park_at_stop = sole_writer
         """Park the in-flight table in the store at :meth:`stop` (no peer to hand it to:
-        a lone node, or the last member of a ring to stop)."""
+        a lone node, or the last member of a ring to stop, or peers that refused it)."""
+        self.park_only: Callable[[int], bool] | None = None
+        """With :attr:`park_at_stop`: park only the messages this keeps (by id)."""
         self._view = view
         self._peer_visibility: PeerVisibility | None = None
         self._clock = clock
@@ -138,7 +140,7 @@ class QueueService:
         self.statistics.dead_lettered = self.dead_letters.moved
         self.deleter = Deleter(store, self.states, self.hints, metrics)
         self.receipts = ReceiptActions(
-            self.states, view, clock, self.delete, self.change_visibility_here,
+            self.states, self.hints.owner_of, clock, self.delete, self.change_visibility_here,
             lambda: self._peer_visibility,
         )  # fmt: skip
         self.transactions = Transactions(
@@ -225,8 +227,15 @@ class QueueService:
         await self.tasks.stop()
         await self.upkeep.stop()
         await self.writer.wait_finishing()
-        if self.park_at_stop:  # no peer to hand in-flight messages to: keep them
-            await parking.park_unless_down(self._store, self._catalog, self.states, self._clock)
+        if self.park_at_stop:  # no peer (or not every one) took the in-flight messages
+            await parking.park_unless_down(
+                self._store,
+                self._catalog,
+                self.states,
+                self._clock,
+                self._view.me.name,
+                self.park_only,
+            )
 
     async def restore_parked(self) -> int:
         """Take back what the last node to stop parked (before serving anything)."""
@@ -360,13 +369,12 @@ class QueueService:
         info = await self._info(queue)
         ids = list(dict.fromkeys(ids))
         peers = self._peer_visibility
-        mine = self._view.my_slice
         remote: dict[Member, list[int]] = {}
         if peers is not None:
             for i in ids:
-                lane = lane_of(i)
-                if lane not in mine:
-                    remote.setdefault(self._view.owner_of_lane(lane), []).append(i)
+                owner = self.hints.owner_of(lane_of(i))
+                if owner is not None:
+                    remote.setdefault(owner, []).append(i)
         forwarded = {i for owned in remote.values() for i in owned}
         changed = set(
             self.change_visibility_here(

@@ -150,10 +150,12 @@ class SliceHandoff:
                     continue
                 for mid, f in st.inflight.items():
                     owner = given.get(f.lane)
-                    if owner is not None and f.deadline > now:
+                    if owner is not None:
+                        # An expired entry goes too (visible at once there): it carries
+                        # the message's receive count toward its dead-letter limit.
                         entry = HandoverEntry(
                             mid,
-                            f.deadline - now,
+                            max(0.0, f.deadline - now),
                             f.receive_count,
                             f.group,
                             f.attributes,

@@ -1,0 +1,80 @@
+"""A ring of 3 node processes on one Cassandra keyspace stopped gracefully at once
+(``docker compose down``, a rollout that replaces every node): each node's leave
+handover goes to peers that are leaving too, which refuse it (503), so each parks
+what it holds in the store (a record per queue and node), and the first members
+back take it before they serve."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+
+from dynaq.client import AsyncClient, QueueSettings
+from dynaq.client.types import ReceivedMessage
+from dynaq.core.receipts import decode_receipt
+from dynaq.testing import run_cluster
+from dynaq.testing.servers.cassandra import CassandraServer
+from tests.fixtures.cassandra import new_keyspace
+
+NAMES = ["dynaq-1", "dynaq-2", "dynaq-3"]
+
+
+async def test_a_ring_stopped_at_once_keeps_in_flight_messages_for_the_restart(
+    tmp_path: Path, cassandra: CassandraServer
+) -> None:
+    async with run_cluster(
+        3,
+        "cassandra",
+        cassandra_hosts=[cassandra.host],
+        keyspace=new_keyspace(),
+        directory=tmp_path,
+        timeout_s=90,
+    ) as ring:
+        urls = ring.urls
+        async with AsyncClient(urls[0]) as c:
+            await c.create_queue("w", QueueSettings(visibility_timeout_s=600))
+        ids: set[int] = set()
+        taken: list[ReceivedMessage] = []
+        for url in urls:  # written through each node: lanes of all three
+            async with AsyncClient(url) as w:
+                ids |= set(await w.enqueue("w", [f"m{i}" for i in range(20)]))
+        for _ in range(30):  # bounded: 30 of the 60, served by the slices' owners
+            for url in urls:
+                if len(taken) < 30:
+                    async with AsyncClient(url) as w:
+                        taken += await w.receive("w", min(10, 30 - len(taken)), wait_time_s=1)
+            if len(taken) >= 30:
+                break
+        assert len(taken) == 30
+        holders = {decode_receipt(m.receipt)[1] >> 20 for m in taken}  # per process
+        assert len(holders) >= 2, holders
+        codes = await asyncio.gather(*(ring.stop(n, timeout_s=60) for n in NAMES))
+        assert codes == [0, 0, 0]
+        await asyncio.gather(*(ring.start(n, timeout_s=90) for n in NAMES))
+        await ring.wait_converged(NAMES, timeout_s=30)
+        rest = ids - {m.id for m in taken}
+        got: set[int] = set()
+        async with AsyncClient(urls[1]) as c:
+            for _ in range(100):  # bounded: the rest comes back within seconds
+                msgs = await c.receive("w", 10, wait_time_s=1)
+                assert not {m.id for m in msgs} - rest  # none of the taken ones came back
+                got |= {m.id for m in msgs}
+                if msgs:
+                    await c.delete("w", [m.id for m in msgs])
+                if got == rest:
+                    break
+            assert got == rest
+            assert await c.receive("w", 10, wait_time_s=2) == []
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(
+                f"{urls[2]}/v2/queues/w/messages/delete",
+                json={"receipts": [m.receipt for m in taken]},
+            ) as r,
+        ):
+            assert r.status == 200, await r.text()
+            assert (await r.json()).get("refused", []) == []  # their receipts hold
+        async with AsyncClient(urls[0]) as c:
+            assert (await c.browse("w", 0, 100)).messages == []
