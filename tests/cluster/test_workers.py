@@ -265,7 +265,7 @@ async def test_a_long_poll_wakes_when_a_group_is_unblocked_through_either_worker
 ) -> None:
     """A long poll waiting on a group whose message is in flight gets the group's next
     message as soon as that one is deleted, whichever worker owns the group's lane,
-    takes the poll and takes the delete (it woke up to 1.5 s late when the owner's
+    takes the poll and takes the delete (it woke up 1.5 s late when the owner's
     wake-up had already fired for nothing during the poll's round)."""
     async with run_node(directory=tmp_path, http_workers=2) as node:
         await wait_workers(node, 2)
@@ -287,4 +287,4 @@ async def test_a_long_poll_wakes_when_a_group_is_unblocked_through_either_worker
                 late.append(time.monotonic() - t0)
                 assert [m.body for m in got] == [b"2"]
                 await poller.delete("f", [got[0].id])
-            assert max(late) < 0.5, [round(x, 3) for x in late]
+            assert max(late) < 1.0, [round(x, 3) for x in late]  # it was 1.5-1.7 s
