@@ -17,9 +17,11 @@ from dynaq.clock import SystemClock
 from dynaq.cluster.hints import HttpPeerHints
 from dynaq.cluster.leave_handover import hand_over
 from dynaq.core import keys
+from dynaq.core.hints import HandoverEntry
 from dynaq.core.ids import IdGenerator
 from dynaq.core.messages import Message, NewMessage
 from dynaq.core.peer_auth import PeerSigner, derive_peer_key
+from dynaq.errors import NotServing
 from dynaq.node import Node
 from dynaq.storage.base import Item
 from dynaq.storage.memory import MemoryStore
@@ -374,3 +376,23 @@ async def test_a_moving_lane_keeps_the_receive_counts_of_messages_visible_again(
     again = [m for m in await _take_all(taker, vt=60) if m.id in moved]
     assert {m.id for m in again} == moved and {m.receive_count for m in again} == {2}
     assert set(ids) >= moved
+
+
+async def test_a_node_that_handed_its_table_over_refuses_entries_handed_to_it(
+    lone_and_joiner: tuple[Node, Node],
+) -> None:
+    """Two members leaving at once: an entry handed to one whose own handover is
+    already computed would be lost at its exit, so it is refused (503) and the
+    sender parks it, also when the handover came in before the drain began and its
+    queue lookup was still running when it did."""
+    a, b = lone_and_joiner
+    _join(a, b)
+    a.view.replace([a.view.me, b.view.me])
+    await _handed_off(b)
+    await a.catalog.create_queue("q")
+    entry = HandoverEntry(1 << 53, 30.0, 1, None, None, 7)
+    a.queues.hints.handover()  # a leaves
+    with pytest.raises(NotServing):
+        await a.queues.hints.apply_handover("q", [entry])
+    info = await a.catalog.queue("q")
+    assert a.queues.in_flight(info) == 0

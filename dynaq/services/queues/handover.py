@@ -20,7 +20,7 @@ from dynaq.core.ids import lane_of
 from dynaq.core.keyspace import slices
 from dynaq.core.membership import Member, MembershipView
 from dynaq.core.messages import Message
-from dynaq.errors import QueueNotFound
+from dynaq.errors import NotServing, QueueNotFound
 from dynaq.services.catalog import Catalog, QueueInfo
 from dynaq.services.queues.state import QueueStates
 from dynaq.storage.base import Store
@@ -233,6 +233,11 @@ class HintRouter:
             info = await self._catalog.queue(queue)
         except QueueNotFound:
             return  # deleted meanwhile: nothing of it is served
+        if self._next_owners is not None:
+            # This node handed its own table over (it is leaving) while the lookup
+            # ran: entries taken now would be lost at its exit. Refused (503), the
+            # sender parks them instead.
+            raise NotServing("this node is leaving: it takes no in-flight handover")
         st = self._states.state(info)
         now = self._clock.monotonic()
         for e in entries:

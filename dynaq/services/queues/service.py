@@ -127,8 +127,9 @@ class QueueService:
         )
         self.receiver.dead_letter = self.dead_letters.move
         self.handoff = SliceHandoff(
-            view, catalog, self.states, clock, lambda: self.receiver.in_ring
-        )
+            view, catalog, self.states, clock, lambda: self.receiver.in_ring,
+            leaving=lambda: self.receiver.draining,
+        )  # fmt: skip
         self.receiver.holding = self.handoff.holding
         self.ring_poll = RingPoll(self.receiver, view, clock)
         self.ring_receive_nowait = False

@@ -68,6 +68,7 @@ class SliceHandoff:
         clock: Clock,
         in_ring: Callable[[], bool],
         hold_s: float = HOLD_S,
+        leaving: Callable[[], bool] = lambda: False,
     ) -> None:
         self._view = view
         self._catalog = catalog
@@ -75,6 +76,7 @@ class SliceHandoff:
         self._clock = clock
         self._in_ring = in_ring
         self._hold_s = hold_s
+        self._leaving = leaving
         self._members = [view.me.name]
         self._released_at: dict[str, float] = {}
         self._waiting: set[str] = set()
@@ -104,7 +106,11 @@ class SliceHandoff:
 
     def ring_changed(self) -> None:
         """The live set changed: hand over lanes given away, hold for lanes taken,
-        then recut every queue's partitions to the new slice."""
+        then recut every queue's partitions to the new slice. Not on a node that is
+        leaving: it handed its table over (or parks what was refused), and members
+        leaving around it must not move or drop its entries."""
+        if self._leaving():
+            return
         me = self._view.me.name
         members = {m.name: m for m in self._view.members}
         new = sorted(members)
