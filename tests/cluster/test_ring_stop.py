@@ -22,7 +22,7 @@ from tests.fixtures.cassandra import new_keyspace
 NAMES = ["dynaq-1", "dynaq-2", "dynaq-3"]
 
 
-# Not yet reliable: 9 of 10 runs pass; in the others some of the 30 come back at the
+# Not yet shown reliable: 15 of 16 runs passed; in the other some of the 30 came back at the
 # restart (an interleaving of three concurrent leaves not found yet). Run it with -m soak.
 @pytest.mark.soak
 async def test_a_ring_stopped_at_once_keeps_in_flight_messages_for_the_restart(
