@@ -143,7 +143,7 @@ async def change_visibility(request: web.Request) -> web.Response:
     service = request.app[QUEUES]
     answer: dict[str, list[int]]
     if deliveries is None:
-        answer = {"changed": service.change_visibility_here(info, ids, vt)}
+        answer = {"changed": service.states.change_visibility(info, ids, vt)}
     else:
         pairs = list(zip(ids, deliveries, strict=True))
         changed, stale = service.receipts.change_visibility_here(info, pairs, vt)

@@ -15,9 +15,8 @@ import pytest
 from dynaq.client import AsyncClient, QueueSettings
 from dynaq.client.types import ReceivedMessage
 from dynaq.core.receipts import decode_receipt
-from dynaq.testing import run_cluster
 from dynaq.testing.servers.cassandra import CassandraServer
-from tests.fixtures.cassandra import new_keyspace
+from tests.fixtures.ring import cassandra_ring
 
 NAMES = ["dynaq-1", "dynaq-2", "dynaq-3"]
 
@@ -28,14 +27,7 @@ NAMES = ["dynaq-1", "dynaq-2", "dynaq-3"]
 async def test_a_ring_stopped_at_once_keeps_in_flight_messages_for_the_restart(
     tmp_path: Path, cassandra: CassandraServer
 ) -> None:
-    async with run_cluster(
-        3,
-        "cassandra",
-        cassandra_hosts=[cassandra.host],
-        keyspace=new_keyspace(),
-        directory=tmp_path,
-        timeout_s=90,
-    ) as ring:
+    async with cassandra_ring(tmp_path, cassandra) as ring:
         urls = ring.urls
         async with AsyncClient(urls[0]) as c:
             await c.create_queue("w", QueueSettings(visibility_timeout_s=600))

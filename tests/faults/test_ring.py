@@ -14,15 +14,14 @@ HAProxy); the history checker judges every run.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
-from dynaq.testing import Cluster, History, Workload, run_cluster, run_workload
+from dynaq.testing import Cluster, History, Workload, run_workload
 from dynaq.testing.cluster import start_haproxy
 from dynaq.testing.servers.cassandra import CassandraServer
 from tests.faults.helpers import (
@@ -32,25 +31,15 @@ from tests.faults.helpers import (
     kill9_and_rejoin,
     server_errors,
 )
-from tests.fixtures.cassandra import new_keyspace
 from tests.fixtures.nodes import require_haproxy
+from tests.fixtures.ring import cassandra_ring
 
 VT_S = 3.0
 NAMES = ["dynaq-1", "dynaq-2", "dynaq-3"]
 
 
-@contextlib.asynccontextmanager
-async def _ring(tmp_path: Path, cassandra: CassandraServer) -> AsyncIterator[Cluster]:
-    async with run_cluster(
-        3,
-        "cassandra",
-        cassandra_hosts=[cassandra.host],
-        keyspace=new_keyspace(),
-        directory=tmp_path,
-        timeout_s=90,
-        batches_completion_topic=COMPLETION_TOPIC,
-    ) as ring:
-        yield ring
+def _ring(tmp_path: Path, cassandra: CassandraServer) -> AbstractAsyncContextManager[Cluster]:
+    return cassandra_ring(tmp_path, cassandra, COMPLETION_TOPIC)
 
 
 def _workload(endpoints: list[str], **kw: Any) -> Workload:

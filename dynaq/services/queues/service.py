@@ -141,7 +141,7 @@ class QueueService:
         self.statistics.dead_lettered = self.dead_letters.moved
         self.deleter = Deleter(store, self.states, self.hints, metrics)
         self.receipts = ReceiptActions(
-            self.states, self.hints.owner_of, clock, self.delete, self.change_visibility_here,
+            self.states, self.hints.owner_of, clock, self.delete, self.states.change_visibility,
             lambda: self._peer_visibility,
         )  # fmt: skip
         self.transactions = Transactions(
@@ -378,7 +378,7 @@ class QueueService:
                     remote.setdefault(owner, []).append(i)
         forwarded = {i for owned in remote.values() for i in owned}
         changed = set(
-            self.change_visibility_here(
+            self.states.change_visibility(
                 info, [i for i in ids if i not in forwarded], visibility_timeout_s
             )
         )
@@ -390,18 +390,3 @@ class QueueService:
             ):
                 changed.update(answer)
         return [i for i in ids if i in changed]
-
-    def change_visibility_here(
-        self, info: QueueInfo, ids: Iterable[int], visibility_timeout_s: float
-    ) -> list[int]:
-        """Extend or release ids in flight on this node (never forwarded)."""
-        check_visibility(visibility_timeout_s)
-        st = self.states.get(info.number)
-        if st is None:
-            return []
-        now = self._clock.monotonic()
-        changed = [i for i in ids if st.set_visibility(i, now, visibility_timeout_s)]
-        if visibility_timeout_s == 0:
-            for i in changed:
-                st.poke(lane_of(i))
-        return changed

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from dynaq.clock import Clock
+from dynaq.core.ids import lane_of
 from dynaq.core.keyspace import LaneRange
 from dynaq.core.membership import MembershipView
 from dynaq.core.partitions import QueueState
 from dynaq.services.catalog import Catalog, QueueInfo
+from dynaq.services.queue_records import check_visibility
 
 
 class QueueStates:
@@ -96,3 +98,19 @@ class QueueStates:
                 seen = sum(max(p.last_pass_count, p.pass_count) for p in st.partitions)
                 out[f"{name}.approximate_depth.count"] = seen
         return out
+
+    def change_visibility(
+        self, info: QueueInfo, ids: Iterable[int], visibility_timeout_s: float
+    ) -> list[int]:
+        """Extend or release ids in flight on this node (never forwarded); return those
+        that were in flight."""
+        check_visibility(visibility_timeout_s)
+        st = self._states.get(info.number)
+        if st is None:
+            return []
+        now = self._clock.monotonic()
+        changed = [i for i in ids if st.set_visibility(i, now, visibility_timeout_s)]
+        if visibility_timeout_s == 0:
+            for i in changed:
+                st.poke(lane_of(i))
+        return changed
