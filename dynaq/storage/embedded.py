@@ -52,6 +52,7 @@ from dynaq.storage.embedded_commit_core import (
     VERSION,
     VERSION_LEN,
     CommitCore,
+    LoopCommits,
     open_environment,
     settings_to_wire,
 )
@@ -64,6 +65,16 @@ WRITERS = ("thread", "process")
 
 # Inline reads yield to the event loop once per this many (see LmdbStore._read).
 _YIELD_EVERY = 8
+
+
+def _split_tags(settings: dict[str, Any], which: int) -> dict[str, Any]:
+    """``settings`` for one of two committers sharing this store's version tag: each
+    gets a residue of its own modulo twice the tags (``which`` 0 or 1)."""
+    return {
+        **settings,
+        "version_tag": settings["version_tag"] * 2 + which,
+        "version_tags": settings["version_tags"] * 2,
+    }
 
 
 class LmdbStore(Store):
@@ -156,11 +167,20 @@ class LmdbStore(Store):
         on_commit = self._commit_done
         settings = self._commit_settings()
         writer: GroupCommitter | ProcessCommitter
-        if self._writer_kind == "process":
+        if self._writer_kind == "process" and self._writer_address is not None:
             writer = ProcessCommitter(
                 {"path": self._path, **settings_to_wire(settings)},
                 on_commit,
                 address=self._writer_address,
+            )
+        elif self._writer_kind == "process":
+            # Two committers on one environment: this process's lone writes and the
+            # writer process's groups. Each stamps versions with a residue of its own.
+            child, here = _split_tags(settings, 0), _split_tags(settings, 1)
+            writer = ProcessCommitter(
+                {"path": self._path, **settings_to_wire(child)},
+                on_commit,
+                on_loop=LoopCommits(CommitCore(self._env, self._db, self._path, **here), on_commit),
             )
         else:
             writer = GroupCommitter(

@@ -6,11 +6,8 @@ Many concurrent enqueues share one durable commit (one fsync), and each caller
 is answered only after that commit returned.
 
 A lone write (one request in its loop iteration, the last commit a lone one too,
-nothing queued, the writer thread idle) is committed on the event loop itself:
-the two thread hand-offs (a wake-up of the writer thread, then of the loop) cost
-about as much as the commit, and nobody else is waiting. The loop is blocked for
-the commit meanwhile, so a commit that takes long (a slow or busy disk) sends the
-next :data:`_AFTER_SLOW` lone writes through the thread again.
+nothing queued, the writer thread idle) is committed on the event loop itself
+(:class:`~dynaq.storage.embedded_commit_core.LoopCommits`).
 """
 
 from __future__ import annotations
@@ -26,8 +23,8 @@ from typing import Any
 from dynaq.errors import StorageUnavailable
 from dynaq.storage.embedded_commit_core import (
     CommitCore,
+    LoopCommits,
     WriteRequest,
-    as_store_error,
     resolve_all,
 )
 
@@ -36,10 +33,6 @@ from dynaq.storage.embedded_commit_core import (
 _GATHER_S = 0.00015
 
 _STOP = object()
-
-_SLOW_INLINE_S = 0.005
-"""A commit on the loop that took longer than this was too long to block it."""
-_AFTER_SLOW = 200
 
 
 class GroupCommitter:
@@ -58,8 +51,7 @@ class GroupCommitter:
         self._outstanding = 0
         """Requests handed to the writer thread and not yet answered by it: while
         any are, a lone write goes to the thread too (commits stay in order)."""
-        self._threaded_left = 0
-        """Lone writes still to go through the thread after a slow commit on the loop."""
+        self._on_loop = LoopCommits(core, on_commit)
 
     @property
     def commits(self) -> int:
@@ -121,23 +113,12 @@ class GroupCommitter:
     def _commit_here(self, reqs: list[WriteRequest]) -> bool:
         """Commit a lone write on the loop, if the writer thread has nothing to do (only
         this thread hands it work, so it stays idle meanwhile)."""
-        if self._threaded_left > 0:
-            self._threaded_left -= 1
+        if not self._on_loop.allowed():
             return False
         with self._count_lock:
             if self._outstanding:
                 return False
-        started = time.perf_counter()
-        try:
-            self._core.commit(reqs)
-        except Exception as exc:  # noqa: BLE001 - the caller must get an answer
-            reqs[0].error = as_store_error(exc)
-        elapsed = time.perf_counter() - started
-        resolve_all(reqs)
-        if elapsed > _SLOW_INLINE_S:
-            self._threaded_left = _AFTER_SLOW
-        if self._on_commit is not None:
-            self._on_commit(elapsed)
+        self._on_loop.commit(reqs)
         return True
 
     def _write_loop(self) -> None:

@@ -18,6 +18,13 @@ the same way until a new writer process is up, which is started at once (LMDB's
 lock recovers from a writer killed mid-commit). The writer process never
 outlives the node.
 
+A lone write (alone in its loop iteration, after a lone one, the writer process
+idle) is committed by the node itself, on its loop, as with the writer thread
+(:class:`~dynaq.storage.embedded_commit_core.LoopCommits`): a frame to the
+writer process and its answer would cost two process wake-ups while nobody else
+waits. Versions stay unique: the node and its writer process stamp theirs with
+different residues (see :mod:`dynaq.storage.embedded_commit_core`).
+
 With ``address``, the committer starts no process: it connects to the writer
 process a node's supervisor runs for all its workers
 (:mod:`dynaq.storage.embedded_writer_host`), whose commits then group the
@@ -41,7 +48,7 @@ from typing import Any, cast
 import msgpack
 
 from dynaq.errors import InsufficientStorage, StorageError, StorageUnavailable
-from dynaq.storage.embedded_commit_core import WriteRequest, resolve_all
+from dynaq.storage.embedded_commit_core import LoopCommits, WriteRequest, resolve_all
 from dynaq.storage.embedded_writer_host import socket_path
 from dynaq.tasks import cancel_and_wait
 
@@ -92,10 +99,19 @@ class ProcessCommitter:
         on_commit: Callable[[float], None] | None = None,
         *,
         address: str | None = None,
+        on_loop: LoopCommits | None = None,
     ) -> None:
         self._options = options
         self._address = address
         self._on_commit = on_commit
+        self._on_loop = on_loop
+        """Commits lone writes in this process (None: every write goes to the writer
+        process). Only for a writer process of this node's own, which commits for
+        nobody else: when none of its frames is unanswered it is idle, and LMDB's
+        write lock is free."""
+        self._last_frame = 1
+        """How many writes the last frame answered (a lone write commits here only
+        after a lone one: concurrent writers keep sharing the writer's commits)."""
         self._pending: list[WriteRequest] = []
         self._frames: dict[int, list[WriteRequest]] = {}
         self._seq = 0
@@ -104,9 +120,20 @@ class ProcessCommitter:
         self._watch: asyncio.Task[None] | None = None
         self._stopped = False
         self._answered = asyncio.Event()
-        self.commits = 0
-        self.committed_ops = 0
+        self._process_commits = 0
+        self._process_ops = 0
         self.restarts = 0
+
+    @property
+    def commits(self) -> int:
+        """Commits so far, the writer process's and this process's own."""
+        local = 0 if self._on_loop is None else self._on_loop.core.commits
+        return self._process_commits + local
+
+    @property
+    def committed_ops(self) -> int:
+        local = 0 if self._on_loop is None else self._on_loop.core.committed_ops
+        return self._process_ops + local
 
     async def start(self) -> None:
         """Start the writer process (or connect to the shared one); raises
@@ -151,6 +178,18 @@ class ProcessCommitter:
             return
         reqs, self._pending = self._pending, []
         if not reqs:
+            return
+        on_loop = self._on_loop
+        if (
+            on_loop is not None
+            and len(reqs) == 1
+            and self._last_frame == 1
+            and not self._frames
+            and not self._stopped
+            and self._link is not None
+            and on_loop.allowed()
+        ):
+            on_loop.commit(reqs)
             return
         link = self._link
         if link is None or link.transport is None or link.transport.is_closing():
@@ -257,9 +296,10 @@ class ProcessCommitter:
             else:
                 req.error = StorageError(f"LMDB write failed: {outcome[2]}")
         resolve_all(reqs)
+        self._last_frame = len(reqs)
         if self._pending and not self._frames:
             self._flush()
-        self.commits, self.committed_ops = commits, ops
+        self._process_commits, self._process_ops = commits, ops
         if self._on_commit is not None:
             for seconds in elapsed:
                 self._on_commit(seconds)

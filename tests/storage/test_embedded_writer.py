@@ -1,6 +1,8 @@
-"""The embedded store's writer process (``embedded.writer = "process"``) under faults:
-its death fails what it had not answered and a new one takes over; what it answered
-is durable; it never outlives its node; a store it cannot open is a clear error."""
+"""The embedded store's writer process (``embedded.writer = "process"``): lone writes
+commit in the node, writes made together in the writer process, with versions that
+never collide; under faults, its death fails what it had not answered and a new one
+takes over; what it answered is durable; it never outlives its node; a store it
+cannot open is a clear error."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dynaq.errors import StorageUnavailable
+from dynaq.storage import embedded_commit_core
 from dynaq.storage.embedded import LmdbStore
 from dynaq.storage.embedded_writer import ProcessCommitter
 from dynaq.testing.process import node_process
@@ -25,6 +28,47 @@ def _writer_pid(store: LmdbStore) -> int:
     committer = store._writer
     assert isinstance(committer, ProcessCommitter) and committer._proc is not None
     return committer._proc.pid
+
+
+async def test_lone_writes_commit_in_the_node_and_writes_made_together_in_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One write at a time (the writer process idle) commits on the node's loop: no
+    frame to the writer process and back. Writes made together go to the writer
+    process as one frame, and so does the next lone write after such a group. The
+    two committers' versions never collide, so a conditional put still tells them
+    apart."""
+    # A loaded machine's slow commit would send the next lone writes to the writer
+    # process (as it should, not to block the loop): not what this test is about.
+    monkeypatch.setattr(embedded_commit_core, "SLOW_ON_LOOP_S", 60.0)
+    s = LmdbStore(tmp_path / "db", map_size=MAP, min_free_disk=0, writer="process")
+    await s.open()
+    try:
+        w = s._writer
+        assert isinstance(w, ProcessCommitter) and w._on_loop is not None
+        here = w._on_loop.core
+        versions = [await s.put(b"lone%02d" % i, b"v") for i in range(20)]
+        assert (here.commits, w._process_commits) == (20, 0)
+        versions += await asyncio.gather(*(s.put(b"group%02d" % i, b"v") for i in range(16)))
+        assert (here.commits, w._process_commits) == (20, 1)
+        versions.append(await s.put(b"after-group", b"v"))  # to the writer process
+        versions.append(await s.put(b"after-lone", b"v"))  # here again
+        assert (here.commits, w._process_commits) == (21, 2)
+        assert s.commits == 23
+        assert len(set(versions)) == len(versions)
+        assert {v % 2 for v in versions[:20]} == {1} and {v % 2 for v in versions[20:36]} == {0}
+        # A key written by one committer, then by the other: the version read before
+        # the second write no longer matches.
+        first = await s.put(b"k", b"1")
+        second, _ = await asyncio.gather(s.put(b"k", b"2"), s.put(b"other", b"x"))
+        assert first != second
+        assert await s.put_if_version(b"k", b"3", first) is None
+        item = await s.get(b"k")
+        assert item is not None and item.value == b"2" and item.version == second
+        for key in (b"lone00", b"group15", b"after-group", b"after-lone"):
+            assert await s.get(key) is not None, key
+    finally:
+        await s.close()
 
 
 async def test_a_killed_writer_fails_its_unanswered_writes_and_another_takes_over(
