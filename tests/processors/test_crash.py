@@ -149,10 +149,13 @@ def test_crash_at_every_fault_point_then_exactly_once(
             w = h.start(fault)
             rc = w.wait(REACH_S)
             if rc is None:
-                assert w.terminate() == 0, w.log()  # not reached: a graceful stop
-            else:
-                assert rc == -9, f"{fault}: exit {rc}\n{w.log()}"
-                killed.append(fault)
+                # Not reached: a graceful stop. A loaded machine may reach the point
+                # during the stop itself, which is a crash there all the same.
+                rc = w.terminate()
+                if rc == 0:
+                    continue
+            assert rc == -9, f"{fault}: exit {rc}\n{w.log()}"
+            killed.append(fault)
         sent = {n for k, v in sc.sent.items() for n in v}
         last = h.start()
         wait_for(lambda: _delivered(c, t, kind, tmp_path) >= sent, 60, "the last deliveries")
