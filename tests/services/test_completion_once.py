@@ -11,11 +11,14 @@ import pytest
 
 from dynaq.clock import ManualClock
 from dynaq.core import keys
+from dynaq.core.membership import Member, MembershipView
 from dynaq.errors import StorageUnavailable
+from dynaq.metrics import NullMetrics
 from dynaq.node import Node
 from dynaq.services.batches.hooks import completion_publisher
 from dynaq.services.batches.records import Completion
 from dynaq.services.batches.service import BatchService
+from dynaq.storage.base import Item
 from dynaq.storage.memory import MemoryStore
 from tests.fixtures.nodes import node_config
 
@@ -89,3 +92,57 @@ async def test_two_nodes_delivering_one_completion_at_once_publish_one_event(
         await theirs(done)
     finally:
         await node.stop()
+
+
+class _HeldHeaderRead(MemoryStore):
+    """A memory store whose next batch header read, once armed, waits at a gate (a
+    read on its way over the network while another node writes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: asyncio.Event | None = None
+        self.entered = asyncio.Event()
+
+    async def get(self, key: bytes) -> Item | None:
+        gate = self.gate
+        if gate is not None and key.startswith(keys.BATCH_HEADER):
+            self.gate = None
+            self.entered.set()
+            await gate.wait()
+        return await super().get(key)
+
+
+def _claimer(store: MemoryStore, clock: ManualClock) -> BatchService:
+    """A process's batch service (another claimant) on ``store``, without a node."""
+    return BatchService(
+        store, clock, MembershipView(Member("n", "x:1")), NullMetrics(), reap_interval_s=0
+    )
+
+
+async def test_a_claim_written_while_a_rival_reads_the_header_is_honoured() -> None:
+    """Two processes claim at once on one clock: the one whose header read returns
+    after the other's claim was written must see a claim that is running (one
+    publish), however late its own call read the clock."""
+    store = _HeldHeaderRead()
+    clock = ManualClock(wall_ms=WALL)
+    first, second = _claimer(store, clock), _claimer(store, clock)
+    batch_id = await first.open("exact", None)
+    store.gate = gate = asyncio.Event()
+    slow = asyncio.create_task(first.claim_completion_event(batch_id, 15.0))
+    await store.entered.wait()  # the first has read the clock; its header read is out
+    clock.advance(0.001)
+    assert await second.claim_completion_event(batch_id, 15.0)
+    gate.set()
+    assert not await slow
+
+
+@pytest.mark.parametrize("behind_ms", [1, 50, 2_000])
+async def test_a_claim_from_a_clock_a_little_ahead_is_honoured(behind_ms: int) -> None:
+    """Clocks of two nodes never agree to the millisecond: a claim that ends a little
+    further ahead than its span by this node's clock is another node's running claim."""
+    store = MemoryStore()
+    ahead = _claimer(store, ManualClock(wall_ms=WALL + behind_ms))
+    behind = _claimer(store, ManualClock(wall_ms=WALL))
+    batch_id = await ahead.open("exact", None)
+    assert await ahead.claim_completion_event(batch_id, 15.0)
+    assert not await behind.claim_completion_event(batch_id, 15.0)

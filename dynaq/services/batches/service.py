@@ -69,6 +69,7 @@ class BatchService:
         self._headers = Headers(store, clock, metrics)
         self._claimant = secrets.token_hex(8)
         """This process in publish claims (a restarted node is another claimant)."""
+        self._skew_ms = int(skew_s * 1000)
         self._relay = CompletionRelay(store, clock, self._headers, metrics, retry_s=relay_retry_s)
         self._headers.on_complete = self._relay.deliver
         self._headers.on_uncertain = self._relay.watch
@@ -98,16 +99,30 @@ class BatchService:
         the same completion at once (the flipping node's relay, a restarted
         node, the reaper) one publishes and the others wait for its marker. A
         claim is this process's again and again (its retries go on at once);
-        another's is honoured until it runs out, or when it ends further ahead
-        than ``for_s`` from this node's clock (a claimer whose clock runs far
-        ahead must not hold the event back for as long as its skew).
+        another's is honoured until it runs out by this node's clock, or when it
+        ends further ahead than ``for_s`` plus ``skew_s`` (a claimer whose clock
+        runs far ahead must not hold the event back for as long as its skew).
+        Two processes whose clocks differ by less than ``skew_s`` therefore never
+        both hold a claim that is running.
         """
-        now = self._clock.wall_ms()
         span = int(for_s * 1000)
+        # A claim written a moment ago, by a clock a little ahead of this one (or
+        # read later than this one), ends a little further ahead than ``span``:
+        # it is still running. Only a claim beyond the skew margin is implausible.
+        furthest = span + self._skew_ms
 
         def change(h: BatchHeader) -> Completion | None:
+            # The clock is read with the header, at each attempt: read once before
+            # the update, it would be older than a claim another process wrote
+            # meanwhile (the one this attempt's conditional write lost to), which
+            # would then seem to end too far ahead and be taken over: two publishes.
+            now = self._clock.wall_ms()
             claim = h.publish_claim
-            if claim is not None and claim[0] != self._claimant and now < claim[1] <= now + span:
+            if (
+                claim is not None
+                and claim[0] != self._claimant
+                and now < claim[1] <= now + furthest
+            ):
                 raise _Claimed
             h.publish_claim = (self._claimant, now + span)
             return None
