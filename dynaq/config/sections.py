@@ -93,10 +93,9 @@ class EmbeddedConfig:
     read_threads: int = 0  # 0: reads run on the event loop (see dynaq.storage.embedded)
     fill_limit_percent: int = 90
     min_free_disk_mb: int = 64
-    writer: str = "process"
-    """Where group commits run: "process" (a process of their own, with its own GIL:
-    see dynaq.storage.embedded_writer) or "thread" (a thread of the node). Either
-    way a lone write commits on the node's loop."""
+    writer: str = "thread"
+    """Where commits run: "thread" (a thread of the node) or "process" (a process of
+    their own, with its own GIL: see dynaq.storage.embedded_writer)."""
 
 
 @dataclass(frozen=True)
