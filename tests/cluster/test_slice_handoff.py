@@ -396,3 +396,28 @@ async def test_a_node_that_handed_its_table_over_refuses_entries_handed_to_it(
         await a.queues.hints.apply_handover("q", [entry])
     info = await a.catalog.queue("q")
     assert a.queues.in_flight(info) == 0
+
+
+async def test_an_entry_handed_over_for_a_message_deleted_meanwhile_holds_nothing_back(
+    lone_and_joiner: tuple[Node, Node],
+) -> None:
+    """The sender deleted a message after computing its handover, and the "deleted"
+    hint overtook the entries (they travel apart): the receiver does not take an
+    entry whose message is gone from the store, so the rest of its group is served
+    at once instead of after the delete's 30 s hold. An entry for a message still
+    stored is taken, and holds its group as before."""
+    a, _ = lone_and_joiner
+    await a.catalog.create_queue("q")
+    first, second, third = await a.queues.enqueue(
+        "q", [NewMessage(b"1", group="g"), NewMessage(b"2", group="g"), NewMessage(b"3", group="g")]
+    )
+    info = await a.catalog.queue("q")
+    assert await a.queues.delete("q", [first]) == [first]
+    a.queues.hints.apply_hints("q", [first], [])  # the hint, ahead of the entries
+    await a.queues.hints.apply_handover("q", [HandoverEntry(first, 30.0, 1, "g", None, 7)])
+    assert a.queues.in_flight(info) == 0
+    got = await a.queues.receive("q", 10, visibility_timeout_s=60)
+    assert [m.id for m in got] == [second]
+    # Still stored: taken over, in flight for its 30 s.
+    await a.queues.hints.apply_handover("q", [HandoverEntry(third, 30.0, 2, "g", None, 9)])
+    assert a.queues.in_flight(info) == 2

@@ -194,6 +194,13 @@ class HintRouter:
         for i in rewind:
             st.note_group_written(i)
 
+    def _refuse_if_leaving(self) -> None:
+        if self._next_owners is not None:
+            # This node handed its own table over (it is leaving) while a lookup
+            # ran: entries taken now would be lost at its exit. Refused (503), the
+            # sender parks them instead.
+            raise NotServing("this node is leaving: it takes no in-flight handover")
+
     def handover(self) -> Handover:
         """This node's in-flight messages, grouped by the member that serves each
         message's lane once this node has left the ring. From then on receipts and
@@ -228,20 +235,29 @@ class HintRouter:
         entry keeps its delivery number (0, unknown, from an older peer: then any
         receipt of it is taken), so the previous owner's current receipts still
         work and its earlier ones are still refused. A queue this node has not
-        looked up yet (a node that just joined) is read from the store first."""
+        looked up yet (a node that just joined) is read from the store first.
+
+        An entry whose message is gone from the store is not taken: the sender
+        deleted it after computing the handover, and its "deleted" hint, sent
+        apart, came first (its forget found nothing). Taken, the entry would hold
+        its group back until its deadline, up to a delete's 30 s hold."""
         try:
             info = await self._catalog.queue(queue)
         except QueueNotFound:
             return  # deleted meanwhile: nothing of it is served
-        if self._next_owners is not None:
-            # This node handed its own table over (it is leaving) while the lookup
-            # ran: entries taken now would be lost at its exit. Refused (503), the
-            # sender parks them instead.
-            raise NotServing("this node is leaving: it takes no in-flight handover")
+        self._refuse_if_leaving()
         st = self._states.state(info)
+        token = st.begin_read()  # a "deleted" hint applied during the read is seen too
+        try:
+            stored = await self._store.get_many(
+                [keys.message(info.number, e.message_id) for e in entries]
+            )
+        finally:
+            st.end_read(token)
+        self._refuse_if_leaving()
         now = self._clock.monotonic()
-        for e in entries:
-            if e.message_id in st.inflight:
+        for e, item in zip(entries, stored, strict=True):
+            if item is None or st.deleted_since(e.message_id, token) or e.message_id in st.inflight:
                 continue
             f = st.mark_served(e.message_id, now, e.seconds_left, e.group, e.attributes)
             f.receive_count, f.delivery = max(1, e.receive_count), e.delivery
