@@ -65,7 +65,14 @@ class QueueState:
     # layout ------------------------------------------------------------
 
     def relayout(self, slice_: LaneRange, count: int, now: float) -> None:
-        """Recut the slice into ``count`` partitions; cursors restart, in-flight state stays."""
+        """Recut the slice into ``count`` partitions; cursors restart, in-flight state stays.
+
+        When the slice moves, every in-flight entry is back on the deadline heap: an
+        expired entry of a lane that was not this node's came off it unserved (its
+        owner serves it), and without this it would never expire here once its lane
+        is this node's, holding its group back for good."""
+        if slice_ != self.slice:
+            self._rebuild_heap()
         self.slice = slice_
         old = {(p.lanes.lo, p.lanes.hi): p for p in self.partitions}
         parts: list[Partition] = []

@@ -202,3 +202,16 @@ async def test_changed_partition_limits_apply_at_once(node: Node) -> None:
     assert node.queues.partition_count(info) == 1
     info = await node.catalog.update_queue("q", {"min_partitions": 7, "max_partitions": 9})
     assert node.queues.partition_count(info) == 7
+
+
+def test_an_expired_entry_of_a_lane_not_served_here_expires_once_the_lane_is() -> None:
+    """An entry of a lane outside the slice comes off the deadline heap unserved (its
+    owner serves it); once the slice takes its lane, it expires here again."""
+    st = QueueState(LaneRange(0, 512), 1, 0.0)
+    mid = 700 << LANE_SHIFT
+    st.mark_served(mid, 0.0, 1.0, group="g")
+    taken = list(st.expired(5.0, 10))
+    assert taken == [mid]
+    assert [m for m in taken if lane_of(m) in st.slice] == []  # left to its owner
+    st.relayout(LaneRange(0, 1024), 1, 5.0)
+    assert list(st.expired(6.0, 10)) == [mid]
