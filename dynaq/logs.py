@@ -1,7 +1,10 @@
 """Structured logging: one JSON object per line (or plain text for people).
 
 Fields passed with ``extra={...}`` become members of the JSON object, so logs
-can be filtered by ``queue``, ``node`` and so on without parsing messages.
+can be filtered by ``queue``, ``node`` and so on without parsing messages. The
+text format keeps them too, as ``key=value`` pairs after the message (logfmt):
+a "request failed" line without its path, code and error tells an operator
+nothing.
 """
 
 from __future__ import annotations
@@ -30,12 +33,41 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
             "node": self._node,
         }
-        for key, value in record.__dict__.items():
-            if key not in _STANDARD and not key.startswith("_"):
-                data[key] = value
+        data.update(record_fields(record))
         if record.exc_info:
             data["exc"] = self.formatException(record.exc_info)
         return json.dumps(data, default=str)
+
+
+def _logfmt_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if text and not any(c in text for c in ' "=\n\t'):
+        return text
+    return json.dumps(text)
+
+
+def record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The fields a log call passed with ``extra={...}``."""
+    return {
+        key: value
+        for key, value in record.__dict__.items()
+        if key not in _STANDARD and not key.startswith("_")
+    }
+
+
+class TextFormatter(logging.Formatter):
+    """``time LEVEL logger: message key=value ...``: one line for people, with every
+    field the JSON format carries (values with spaces or quotes are JSON-quoted)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        fields = record_fields(record)
+        if not fields:
+            return line
+        return line + " " + " ".join(f"{k}={_logfmt_value(v)}" for k, v in fields.items())
 
 
 class ClientFaultFilter(logging.Filter):
@@ -72,7 +104,7 @@ def setup_logging(level: str, fmt: str, node: str) -> None:
         handler.setFormatter(JsonFormatter(node))
         logging.Formatter.converter = time.gmtime
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -15,3 +15,15 @@ pytest_plugins = [
     "tests.fixtures.spark",
     "tests.fixtures.tls",
 ]
+
+
+def pytest_unconfigure() -> None:
+    """Tests run kinship in this process: its thread outlives their nodes, and a log
+    record it routes into Python while the interpreter finalizes can crash the
+    session's exit (``dynaq.cluster.kinship_quirks``, quirk 1)."""
+    import sys
+
+    if "kinship" in sys.modules:
+        from dynaq.cluster.kinship_quirks import stop_routing_logs
+
+        stop_routing_logs()

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import gc
+import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine
@@ -170,8 +172,29 @@ def run(args: argparse.Namespace) -> None:
             asyncio.run(_migrate(config))
         elif args.command == "server":
             _serve(config, args)
+            exit_without_finalizing(0)
     except DynaqError as exc:
         print(f"dynaq: {exc}", file=sys.stderr)
+        if args.command == "server":
+            exit_without_finalizing(1)
         raise SystemExit(1) from None
     except KeyboardInterrupt:
         pass
+
+
+def exit_without_finalizing(status: int) -> None:
+    """End a node's process once it stopped, without finalizing the interpreter.
+
+    The node has closed everything it opened by now (store, sockets, gossip,
+    writer process, data directory lock). What finalization would add is a
+    race: kinship's Rust thread may still take the GIL for a late callback
+    (a log record waking its log drain), and once finalization has cleared the
+    interpreter state that call crashes the process (SIGSEGV in
+    ``PyThreadState_New``, seen twice on our machines), turning a clean stop's
+    exit 0 into a signal. Logs and standard streams are flushed first.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)

@@ -5,7 +5,15 @@ Each one says why it exists, so it can be dropped when kinship fixes it:
 1. **Exit crash.** kinship's asyncio API can crash the interpreter at exit
    when the process ends right after ``close()``: its Rust thread is still
    finishing callbacks into the loop. Awaiting ~0.1 s after closing lets it
-   finish (:func:`settle_after_close`).
+   finish (:func:`settle_after_close`). On a loaded machine that is not
+   always enough: the kernel logged ``kinship-io ... segfault ... in
+   libpython3.11`` twice, in ``PyThreadState_New`` reading a NULL
+   interpreter, which is a GIL request after finalization cleared the
+   interpreter state. So a node process ends without finalizing
+   (:func:`dynaq.cli.node.exit_without_finalizing`), and a process that ran
+   kinship in-process and must finalize (the test session) first stops
+   routing kinship's logs into Python (:func:`stop_routing_logs`), the
+   callback that wakes after the loop is gone.
 2. **Events start at subscription.** ``events()`` reports only what happens
    after the call, so joins that happened during ``start()`` are never
    reported. Subscribe first, then read a ``members()`` snapshot
@@ -40,3 +48,9 @@ def subscribe_then_snapshot(
     """An event stream and the members as of its start, with nothing missed in between."""
     stream = cluster.events()
     return stream, cluster.members()
+
+
+def stop_routing_logs() -> None:
+    """Send kinship's log records to stderr from here on, not into Python (quirk 1):
+    for a process about to finalize its interpreter with kinship's thread still alive."""
+    kinship._kinship.route_to_stderr()
