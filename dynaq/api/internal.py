@@ -81,7 +81,10 @@ async def receive_hints(request: web.Request) -> web.Response:
     for queue, hints in message.queues.items():
         service.hints.apply_hints(queue, hints.deleted, hints.lanes, hints.rewind)
     for queue, entries in message.handover.items():
+        epoch = service.handoff.epoch
         await service.hints.apply_handover(queue, entries)
+        if message.handoff_from is not None:  # a lane handoff, not a leave's handover
+            service.handoff.pass_on(queue, [e.message_id for e in entries], epoch)
     if message.released_by is not None:
         service.handoff.note_released(message.released_by)
     for queue in message.recheck:

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -72,6 +72,7 @@ class HttpPeerHints:
         self._rechecks: dict[Member, set[str]] = {}
         # peer -> (this node's name, in-flight entries per queue) of lanes given to it
         self._releases: dict[Member, tuple[str, dict[str, list[HandoverEntry]]]] = {}
+        self._take_back: Callable[[dict[str, list[HandoverEntry]]], None] | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -113,6 +114,12 @@ class HttpPeerHints:
             pending.setdefault(queue, []).extend(entries)
         self._releases[owner] = (me, pending)
         self._wake.set()
+
+    def on_returned(self, take_back: Callable[[dict[str, list[HandoverEntry]]], None]) -> None:
+        """Give ``take_back`` the entries of a release its owner refused with 503 (it is
+        leaving too), did not answer, or that this node's stop cut short: they were
+        not taken, or may not have been, and must not be lost."""
+        self._take_back = take_back
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(timeout=self._timeout)
@@ -259,17 +266,34 @@ class HttpPeerHints:
         peer serves only once it holds them all."""
         assert self._session is not None
         chunks = handover_chunks(queues) or [{}]
+        taken = 0
         try:
             for n, chunk in enumerate(chunks):
                 marker = me if n == len(chunks) - 1 else None
-                body = encode_hints(HintsMessage({}, chunk, marker))
+                body = encode_hints(HintsMessage({}, chunk, marker, handoff_from=me))
                 status = await post_signed(self._session, self._signer, peer, body, self._ssl)
                 if status != 200:
                     self._refused(peer, status)
+                    if status == 503:  # leaving too (or not serving yet): not taken
+                        self._give_back(chunks[n:])
                     return
+                taken = n + 1
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            # The peer serves those lanes once its hold runs out (duplicates, never loss).
             log.warning("lane handoff failed", extra={"peer": peer.name, "error": str(exc)})
+            self._give_back(chunks[taken:])
+        except asyncio.CancelledError:
+            self._give_back(chunks[taken:])
+            raise
+
+    def _give_back(self, chunks: Sequence[dict[str, tuple[HandoverEntry, ...]]]) -> None:
+        """Entries of a release that may not have reached its owner go back to this
+        node (held twice at worst: both keep them invisible, neither serves early)."""
+        queues: dict[str, list[HandoverEntry]] = {}
+        for chunk in chunks:
+            for queue, entries in chunk.items():
+                queues.setdefault(queue, []).extend(entries)
+        if queues and self._take_back is not None:
+            self._take_back(queues)
 
     def _refused(self, peer: Member, status: int) -> None:
         """Say so once a minute per peer: a refusal (401: clocks apart, or secrets that

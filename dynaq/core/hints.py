@@ -91,6 +91,10 @@ class HintsMessage:
     recheck: tuple[str, ...] = ()
     """Queues whose messages the sender removed without knowing their ids (a purge):
     the receiver checks its in-flight entries of them against the store."""
+    handoff_from: str | None = None
+    """Set on every message of a lane handoff (not of a leave's handover): the
+    sender's name, so the receiver can tell the lanes it was given from lanes it
+    has given away since (it passes the entries of those on to their owner)."""
 
 
 def encode_hints(message: HintsMessage) -> bytes:
@@ -100,6 +104,8 @@ def encode_hints(message: HintsMessage) -> bytes:
         released["released_by"] = message.released_by
     if message.recheck:
         released["recheck"] = list(message.recheck)
+    if message.handoff_from is not None:
+        released["handoff_from"] = message.handoff_from
     return bytes(
         msgpack.packb(
             {
@@ -215,7 +221,10 @@ def decode_hints(raw: bytes) -> HintsMessage:
     if released_by is not None:
         released_by = _name(released_by)
     recheck = tuple(_name(q) for q in _list(data.get("recheck", []), "recheck"))
-    return HintsMessage(queues, handover, released_by, recheck)
+    handoff_from = data.get("handoff_from")
+    if handoff_from is not None:
+        handoff_from = _name(handoff_from)
+    return HintsMessage(queues, handover, released_by, recheck, handoff_from)
 
 
 HANDOVER_CHUNK = 5_000

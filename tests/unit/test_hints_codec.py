@@ -26,9 +26,12 @@ def test_wire_shape_is_unchanged() -> None:
     assert got.queues["q"] == QueueHints((7,), (3,))
     assert got.handover["q"] == (HandoverEntry(9, 1.5, 2, None),)
     carried = HandoverEntry(9, 1.5, 2, "g", {"k": "v"}, 2**59 + 3)
-    again = decode_hints(encode_hints(HintsMessage({}, {"q": (carried,)}, "n1", ("q", "r"))))
+    again = decode_hints(
+        encode_hints(HintsMessage({}, {"q": (carried,)}, "n1", ("q", "r"), handoff_from="n1"))
+    )
     assert again.handover["q"] == (carried,) and again.released_by == "n1"
-    assert again.recheck == ("q", "r")
+    assert again.recheck == ("q", "r") and again.handoff_from == "n1"
+    assert decode_hints(encode_hints(HintsMessage({}, {"q": (carried,)}))).handoff_from is None
     assert decode_hints(msgpack.packb({"queues": {}})) == HintsMessage()
 
 

@@ -10,7 +10,7 @@ still working on them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from dynaq.clock import Clock
@@ -36,6 +36,9 @@ class PeerHints(Protocol):
     ) -> None: ...
 
     def released(self, owner: Member, me: str, queues: dict[str, list[HandoverEntry]]) -> None: ...
+
+    def on_returned(self, take_back: Callable[[dict[str, list[HandoverEntry]]], None]) -> None:
+        """Give ``take_back`` the entries of a release that did not reach its owner."""
 
     def recheck(self, owner: Member, queue: str) -> None: ...
 

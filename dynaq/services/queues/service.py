@@ -185,6 +185,7 @@ class QueueService:
         owners of other slices."""
         self.hints.set_peers(peers)
         self.handoff.released = peers.released
+        peers.on_returned(self.handoff.take_back)
         if isinstance(peers, PeerVisibility):
             self._peer_visibility = peers
 
@@ -228,14 +229,14 @@ class QueueService:
         await self.tasks.stop()
         await self.upkeep.stop()
         await self.writer.wait_finishing()
-        if self.park_at_stop:  # no peer (or not every one) took the in-flight messages
+        # No peer (or not every one) took the in-flight messages, or a release of
+        # lanes given away came back after this node began to leave.
+        back, only = self.handoff.returned, self.park_only if self.park_at_stop else None
+        if self.park_at_stop or back:
+            whole = self.park_at_stop and only is None
+            keep = None if whole else (lambda mid: mid in back or (only is not None and only(mid)))
             await parking.park_unless_down(
-                self._store,
-                self._catalog,
-                self.states,
-                self._clock,
-                self._view.me.name,
-                self.park_only,
+                self._store, self._catalog, self.states, self._clock, self._view.me.name, keep
             )
 
     async def restore_parked(self) -> int:

@@ -17,6 +17,13 @@ ring change:
   has arrived, or :data:`HOLD_S` has passed (a marker lost, a peer of an
   older version): then it serves, as before this existed.
 
+A release the new owner refuses (503: it is leaving too) or never answers
+comes back (:meth:`SliceHandoff.take_back`): its entries return to this
+node's table instead of being lost, so their messages are not served again
+before their deadlines. A node still in the ring sends them on at the next
+ring change to whoever then owns their lanes (or serves them, if the lanes
+came back); a node already leaving parks them at its stop.
+
 Lanes gained from a member that left or died have no one to wait for: its
 graceful leave handed its in-flight table over before it left (see
 :meth:`~dynaq.services.queues.handover.HintRouter.handover`), a crash lost it
@@ -32,7 +39,7 @@ from collections.abc import Callable, Sequence
 
 from dynaq.clock import Clock
 from dynaq.core.hints import HandoverEntry
-from dynaq.core.ids import LANES
+from dynaq.core.ids import LANE_SHIFT, LANES
 from dynaq.core.keyspace import slices
 from dynaq.core.membership import Member, MembershipView
 from dynaq.services.catalog import Catalog
@@ -83,6 +90,15 @@ class SliceHandoff:
         self._hold_until = float("-inf")
         self.released: Released | None = None
         """Set on a node with peers (:meth:`QueueService.set_peer_hints`)."""
+        # What recent releases sent: (when, queue, entry). Lanes that come back before
+        # their new owner had taken the entries (and so could send them back) are
+        # served here again: these entries keep them invisible.
+        self._recent: list[tuple[float, str, HandoverEntry]] = []
+        self.epoch = 0
+        """Ring changes seen so far (:meth:`pass_on` compares it across a take-over)."""
+        self.returned: set[int] = set()
+        """Ids of entries a release gave back after this node began to leave: its leave
+        handover is sent by then, so its stop parks them (see :meth:`take_back`)."""
 
     def holding(self) -> bool:
         """Whether this node must not serve yet: it waits for the in-flight entries of
@@ -116,6 +132,7 @@ class SliceHandoff:
         new = sorted(members)
         old, self._members = self._members, new
         if old != new:
+            self.epoch += 1
             joining = not self._in_ring()
             # A joiner owned nothing before, unless it took back the in-flight state
             # its ring parked at a whole-ring stop: then it held every lane's entries,
@@ -148,15 +165,19 @@ class SliceHandoff:
                 given[lane] = now_owner
             elif now_owner == me and was is not None and was != me and was in members:
                 taken_from.add(was)
-        if given and self.released is not None and (self._in_ring() or restored):
+        self._take_back_recent(now, me, after)
+        if self.released is not None and (self._in_ring() or restored):
+            # Every member a lane went to gets a marker, with or without entries.
             out: dict[str, dict[str, list[HandoverEntry]]] = {n: {} for n in set(given.values())}
             for info in self._catalog.cached_queues():
                 st = self._states.get(info.number)
                 if st is None:
                     continue
                 for mid, f in st.inflight.items():
-                    owner = given.get(f.lane)
-                    if owner is not None:
+                    # Entries of lanes given away now, and any a refused release gave
+                    # back (lanes another live member owns): each to its lane's owner.
+                    owner = after[f.lane]
+                    if owner is not None and owner != me and owner in members:
                         # An expired entry goes too (visible at once there): it carries
                         # the message's receive count toward its dead-letter limit.
                         entry = HandoverEntry(
@@ -168,6 +189,7 @@ class SliceHandoff:
                             f.delivery,
                         )
                         out[owner].setdefault(info.name, []).append(entry)
+                        self._recent.append((now, info.name, entry))
             for name, queues in out.items():
                 self.released(members[name], me, queues)
         # A marker may come before this node sees the change (the peer saw it first).
@@ -175,3 +197,87 @@ class SliceHandoff:
         self._waiting = taken_from - fresh
         if self._waiting:
             self._hold_until = now + self._hold_s
+
+    def _take_back_recent(self, now: float, me: str, after: list[str | None]) -> None:
+        """Entries released within :data:`HOLD_S` whose lanes are this node's again (two
+        ring changes close together: a member joined while another came back): the
+        member they went to may have taken them only after its own change, too late
+        to send them back, so this node holds them again itself. Held twice at
+        worst: the other copy sits outside its holder's slice, serving nothing."""
+        recent = [r for r in self._recent if now - r[0] < self._hold_s]
+        self._recent = [r for r in recent if after[r[2].message_id >> LANE_SHIFT] != me]
+        for released_at, name, e in recent:
+            if after[e.message_id >> LANE_SHIFT] != me:
+                continue
+            info = self._catalog.cached_queue(name)
+            if info is None:
+                continue
+            st = self._states.state(info)
+            if e.message_id not in st.inflight:
+                left = max(0.0, e.seconds_left - (now - released_at))
+                f = st.mark_served(e.message_id, now, left, e.group, e.attributes)
+                f.receive_count, f.delivery = max(1, e.receive_count), e.delivery
+
+    def take_back(self, queues: dict[str, list[HandoverEntry]]) -> None:
+        """Entries a release did not deliver (its new owner refused them, 503, since it
+        is leaving too; or did not answer): back into this node's table, so their
+        messages stay invisible until their deadlines instead of being served again
+        at once. A message in flight here again meanwhile keeps its own state."""
+        now = self._clock.monotonic()
+        leaving = self._leaving()
+        taken = 0
+        for name, entries in queues.items():
+            info = self._catalog.cached_queue(name)
+            if info is None:
+                continue  # deleted meanwhile: nothing of it is served
+            st = self._states.state(info)
+            for e in entries:
+                if e.message_id in st.inflight:
+                    continue
+                f = st.mark_served(e.message_id, now, e.seconds_left, e.group, e.attributes)
+                f.receive_count, f.delivery = max(1, e.receive_count), e.delivery
+                taken += 1
+                if leaving:
+                    self.returned.add(e.message_id)
+        if taken:
+            log.info("lane handoff returned", extra={"messages": taken, "leaving": leaving})
+
+    def pass_on(self, queue: str, ids: Sequence[int], epoch: int) -> None:
+        """Entries of a lane handoff just taken over, when the ring changed during the
+        take-over (its store read): that change's release went out without them, so
+        those whose lanes it gave another member go on to it now, as the release
+        would have sent them (left here, outside this node's slice, nobody would
+        hold them invisible). ``epoch``: :attr:`epoch` as the take-over began. With
+        no change meanwhile, entries of lanes this node does not own yet stay: the
+        handoff came before this node saw the change that gives it those lanes."""
+        info = self._catalog.cached_queue(queue)
+        st = self._states.get(info.number) if info is not None else None
+        if st is None or self.released is None or self._leaving() or epoch == self.epoch:
+            return
+        me = self._view.me.name
+        members = {m.name: m for m in self._view.members}
+        owners = _owners(sorted(members))
+        now = self._clock.monotonic()
+        out: dict[str, list[HandoverEntry]] = {}
+        for mid in ids:
+            f = st.inflight.get(mid)
+            owner = owners[f.lane] if f is not None else None
+            if f is None or owner is None or owner == me:
+                continue
+            out.setdefault(owner, []).append(
+                HandoverEntry(
+                    mid,
+                    max(0.0, f.deadline - now),
+                    f.receive_count,
+                    f.group,
+                    f.attributes,
+                    f.delivery,
+                )
+            )
+        for owner, entries in out.items():
+            st.forget_all(e.message_id for e in entries)
+            self.released(members[owner], me, {queue: entries})
+            log.info(
+                "handed-over entries passed on",
+                extra={"queue": queue, "to": owner, "messages": len(entries)},
+            )
