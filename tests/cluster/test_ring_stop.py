@@ -21,11 +21,11 @@ from tests.fixtures.ring import cassandra_ring
 NAMES = ["dynaq-1", "dynaq-2", "dynaq-3"]
 
 
-# Not yet shown reliable, so under -m soak: 23 of 24 runs (before this session's handoff
-# fixes, tests/cluster/test_slice_handoff_refused.py: 29 of 32, and 1 run in 9 failed its
-# own precondition, one process holding all 30). The one left: at the restart, lanes that
-# moved twice within a few ms (two members joining one after the other) left some of the
-# 30 with no holder, and they were served again (not found yet).
+# Not yet shown reliable, so under -m soak: about 1 run in 24 serves some of the 30 again
+# at the restart, before and after the handoff fixes of tests/cluster/
+# test_slice_handoff_refused.py (each an interleaving read in a failing run's logs). In the
+# last one seen, lanes that moved twice within a few ms (two members joining one after the
+# other) left some entries with no holder; how, not found yet.
 @pytest.mark.soak
 async def test_a_ring_stopped_at_once_keeps_in_flight_messages_for_the_restart(
     tmp_path: Path, cassandra: CassandraServer
