@@ -179,3 +179,29 @@ async def test_lanes_back_within_the_hold_are_held_again_by_the_member_that_gave
         a.view.replace([a.view.me])  # and the lanes are a's again at once
         served = {m.id for m in await _take_all(a)}
         assert not served & taken
+
+
+async def test_entries_given_back_go_to_their_lanes_owner_at_a_ring_change_that_gives_it_nothing(
+    tmp_path: Path,
+) -> None:
+    """Entries a refused release gave back sit outside this node's slice until a ring
+    change; one that gives their owner none of this node's lanes still sends them
+    there (and, refused again by a member that is leaving, they come back again)."""
+    async with hinted_pair(tmp_path, SIGNER, SECRET) as (a, b):
+        await _ring_of_two_with_a_holding(a, b)
+        info = await a.catalog.queue("q")
+        fresh: list[int] = []
+        for _ in range(40):
+            a.queues.writer.ids._left_in_lane = 0
+            fresh += await a.queues.enqueue("q", [NewMessage(b"y")] * 5)
+        ids = [i for i in fresh if (i >> LANE_SHIFT) not in a.view.my_slice]  # b's lanes
+        assert ids
+        b.queues.drain()
+        b.queues.hints.handover()  # b refuses entries from now on
+        held = a.queues.in_flight(info)
+        a.queues.handoff.take_back({"q": [HandoverEntry(i, 60.0, 1, None, None, 0) for i in ids]})
+        assert a.queues.in_flight(info) == held + len(ids)
+        first = Member("node-0", GONE.http_addr)  # sorts first: takes a's low lanes, none of b's
+        a.view.replace([first, a.view.me, b.view.me])
+        # What went to node-0 (no answer) and to b (refused) came back: nothing lost.
+        await _until(lambda: a.queues.in_flight(info) == held + len(ids), "entries lost")

@@ -188,7 +188,7 @@ class SliceHandoff:
                             f.attributes,
                             f.delivery,
                         )
-                        out[owner].setdefault(info.name, []).append(entry)
+                        out.setdefault(owner, {}).setdefault(info.name, []).append(entry)
                         self._recent.append((now, info.name, entry))
             for name, queues in out.items():
                 self.released(members[name], me, queues)
