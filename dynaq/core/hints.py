@@ -26,6 +26,7 @@ from typing import Any
 import msgpack
 
 from dynaq.core.ids import LANES, MAX_ID
+from dynaq.core.inflight import InFlight
 from dynaq.errors import InvalidInput
 
 HINTS_PATH = "/internal/v1/hints"
@@ -77,6 +78,13 @@ class HandoverEntry:
     delivery: int = 0
     """The latest delivery's number, so the new owner refuses receipts of earlier
     deliveries as the old one did (0: unknown, from a peer of an earlier version)."""
+
+    @classmethod
+    def of(cls, message_id: int, f: InFlight, now: float) -> HandoverEntry:
+        """The entry for ``message_id``, in flight here as ``f`` (an expired one too:
+        visible at once at its next owner, it carries the receive count there)."""
+        left = max(0.0, f.deadline - now)
+        return cls(message_id, left, f.receive_count, f.group, f.attributes, f.delivery)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
 
 from dynaq.core.delete_record import DeleteRecord
+from dynaq.core.hints import HandoverEntry
 from dynaq.core.ids import LANE_SHIFT, lane_of
 from dynaq.core.inflight import InFlight, next_delivery
 from dynaq.core.keyspace import LaneRange, partition_ranges
@@ -213,6 +214,12 @@ class QueueState:
         if len(heap) > 2 * len(inflight) + 64:
             self._rebuild_heap()
         return f
+
+    def adopt(self, e: HandoverEntry, now: float, seconds_left: float) -> None:
+        """Hold ``e``, handed over by another node, in flight for ``seconds_left``: its
+        receive count and delivery number go with it (receipts it handed out work)."""
+        f = self.mark_served(e.message_id, now, seconds_left, e.group, e.attributes)
+        f.receive_count, f.delivery = max(1, e.receive_count), e.delivery
 
     def is_stale(self, message_id: int, delivery: int) -> bool:
         """Whether a receipt for ``delivery`` names an earlier delivery than the latest

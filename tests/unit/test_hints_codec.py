@@ -58,6 +58,8 @@ def test_wire_shape_is_unchanged() -> None:
         msgpack.packb({"handover": {"q": [[1, 1.0, 3, None, None, -6]]}}),
         msgpack.packb({"recheck": ["q", 5]}),
         msgpack.packb({"handover": {"q": 5}}),
+        msgpack.packb({"handoff_from": 5}),
+        msgpack.packb({"handoff_from": ""}),
     ],
 )
 def test_malformed_messages_are_invalid_input(payload: bytes) -> None:

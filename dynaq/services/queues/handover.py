@@ -225,9 +225,7 @@ class HintRouter:
             if st is None:
                 continue
             for mid, f in st.inflight.items():
-                # Expired entries too (visible at once there): they carry receive counts.
-                left = max(0.0, f.deadline - now)
-                entry = HandoverEntry(mid, left, f.receive_count, f.group, f.attributes, f.delivery)
+                entry = HandoverEntry.of(mid, f, now)
                 out.setdefault(owner_of[f.lane], {}).setdefault(name, []).append(entry)
         return out
 
@@ -262,7 +260,6 @@ class HintRouter:
         for e, item in zip(entries, stored, strict=True):
             if item is None or st.deleted_since(e.message_id, token) or e.message_id in st.inflight:
                 continue
-            f = st.mark_served(e.message_id, now, e.seconds_left, e.group, e.attributes)
-            f.receive_count, f.delivery = max(1, e.receive_count), e.delivery
+            st.adopt(e, now, e.seconds_left)
         if any(e.seconds_left <= 0 for e in entries):
             st.signal.set()  # visible already: a long poll here serves it now

@@ -178,16 +178,7 @@ class SliceHandoff:
                     # back (lanes another live member owns): each to its lane's owner.
                     owner = after[f.lane]
                     if owner is not None and owner != me and owner in members:
-                        # An expired entry goes too (visible at once there): it carries
-                        # the message's receive count toward its dead-letter limit.
-                        entry = HandoverEntry(
-                            mid,
-                            max(0.0, f.deadline - now),
-                            f.receive_count,
-                            f.group,
-                            f.attributes,
-                            f.delivery,
-                        )
+                        entry = HandoverEntry.of(mid, f, now)
                         out.setdefault(owner, {}).setdefault(info.name, []).append(entry)
                         self._recent.append((now, info.name, entry))
             for name, queues in out.items():
@@ -214,9 +205,7 @@ class SliceHandoff:
                 continue
             st = self._states.state(info)
             if e.message_id not in st.inflight:
-                left = max(0.0, e.seconds_left - (now - released_at))
-                f = st.mark_served(e.message_id, now, left, e.group, e.attributes)
-                f.receive_count, f.delivery = max(1, e.receive_count), e.delivery
+                st.adopt(e, now, max(0.0, e.seconds_left - (now - released_at)))
 
     def take_back(self, queues: dict[str, list[HandoverEntry]]) -> None:
         """Entries a release did not deliver (its new owner refused them, 503, since it
@@ -234,8 +223,7 @@ class SliceHandoff:
             for e in entries:
                 if e.message_id in st.inflight:
                     continue
-                f = st.mark_served(e.message_id, now, e.seconds_left, e.group, e.attributes)
-                f.receive_count, f.delivery = max(1, e.receive_count), e.delivery
+                st.adopt(e, now, e.seconds_left)
                 taken += 1
                 if leaving:
                     self.returned.add(e.message_id)
@@ -264,16 +252,7 @@ class SliceHandoff:
             owner = owners[f.lane] if f is not None else None
             if f is None or owner is None or owner == me:
                 continue
-            out.setdefault(owner, []).append(
-                HandoverEntry(
-                    mid,
-                    max(0.0, f.deadline - now),
-                    f.receive_count,
-                    f.group,
-                    f.attributes,
-                    f.delivery,
-                )
-            )
+            out.setdefault(owner, []).append(HandoverEntry.of(mid, f, now))
         for owner, entries in out.items():
             st.forget_all(e.message_id for e in entries)
             self.released(members[owner], me, {queue: entries})
