@@ -44,10 +44,10 @@ side's does) and turned into samples only when scraped; gauge providers
 A node of several worker processes (``http.workers``) answers a scrape with
 every worker's figures: the worker the connection reached gathers the others'
 own text (:mod:`dynaq.api.worker_metrics`) and :func:`merge_workers` joins them,
-each sample labelled ``worker="<member name>"``. Every family is labelled so,
-none is shown once for the node: each worker's figures are its own (its
-counters and latencies, its slice, its depth bookkeeping, the last processor
-report it took), none is read from the shared store alike by all of them.
+each sample labelled ``worker="<member name>"``: each worker's figures are its
+own (its counters and latencies, its slice, the last processor report it
+took). The one family every worker reads alike from the store they share,
+each queue's depth (:data:`NODE_WIDE`), is shown once for the node, unlabelled.
 ``dynaq_worker_scrape_ok{worker}`` says which workers are in the scrape.
 """
 
@@ -93,7 +93,7 @@ disjoint from :data:`QUEUE_COUNTERS`, which is what keeps :func:`family` unambig
 (``tests/api/test_metrics_probe_fixes.py`` checks it)."""
 LIVE_QUEUES = "dynaq_queue_depth"
 """The family whose provider reports every existing queue at every scrape (the
-depth bookkeeping, :meth:`~dynaq.services.queues.state.QueueStates.gauges`): its
+depth gauges, :meth:`~dynaq.services.queues.state.QueueStates.gauges`): its
 ``queue`` labels are the queues that exist."""
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
 _CACHE_MAX = 10_000
@@ -289,11 +289,18 @@ class _Merged(Collector):
         yield from self._families
 
 
+NODE_WIDE = frozenset({LIVE_QUEUES})
+"""Families every worker reads alike from the store they share (each queue's depth,
+the store's own count): shown once for the node, unlabelled, so a sum over
+``worker`` cannot count a message once per worker."""
+
+
 def merge_workers(parts: Sequence[WorkerText]) -> bytes:
     """One exposition of every worker's: each sample gets ``worker="<name>"``, each
     family one HELP and TYPE, in the order the workers (then their families) come;
     then ``dynaq_worker_scrape_ok{worker}`` (1: in this scrape, 0: left out). A worker
-    left out (no text, or text that does not parse) is named in a comment line."""
+    left out (no text, or text that does not parse) is named in a comment line. A
+    :data:`NODE_WIDE` family's series are each the first worker's that has it, unlabelled."""
     merged: dict[tuple[str, str], Metric] = {}
     notes: list[str] = []
     scrape_ok = GaugeMetricFamily(
@@ -319,6 +326,12 @@ def merge_workers(parts: Sequence[WorkerText]) -> bytes:
             if out is None:
                 out = Metric(fam.name, fam.documentation, fam.type, fam.unit)
                 merged[(fam.name, fam.type)] = out
+            if fam.name in NODE_WIDE:  # each series once: the first worker's that has it
+                have = {tuple(sorted(x.labels.items())) for x in out.samples}
+                out.samples.extend(
+                    x for x in fam.samples if tuple(sorted(x.labels.items())) not in have
+                )
+                continue
             out.samples.extend(
                 s._replace(labels={**s.labels, WORKER_LABEL: part.worker}) for s in fam.samples
             )

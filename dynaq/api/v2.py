@@ -113,7 +113,7 @@ async def describe_queue(request: web.Request) -> web.Response:
             "content_based_dedup": s.content_based_dedup,
             "tags": dict(s.tags),
             "partitions": q.partition_count(info),
-            "depth": q.depth(info),
+            "depth": await q.depth(info),
             **await q.ring_stats(info),
         },
     )

@@ -138,6 +138,7 @@ class Node:
             task_retention_s=config.queues.task_retention_s,
             sole_writer=store is None and isinstance(self.store, LmdbStore) and worker is None,
             dedup_lock=worker_dedup_lock(config, worker),
+            shared_store=worker is not None and worker.count > 1,
         )
         self.topics = TopicService(
             self.store,

@@ -72,6 +72,11 @@ ID_TIME_BITS = 40
 ID_EPOCH_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z
 
 
+def is_message_key(key: bytes) -> bool:
+    """Whether ``key`` has the message key shape (backends that count messages)."""
+    return len(key) == MESSAGE_KEY_LEN and key[:1] == MESSAGE_PREFIX
+
+
 class Store(abc.ABC):
     """An ordered, durable key-value store with range scans."""
 
@@ -137,6 +142,17 @@ class Store(abc.ABC):
         and every node start call it); return whether anything changed. Backends
         that set themselves up in :meth:`open` keep this default."""
         return False
+
+    async def message_counts(self, queue_numbers: Sequence[int]) -> list[int] | None:
+        """How many message keys each of ``queue_numbers`` has now, in order, or
+        ``None`` when this backend keeps no such counts (Cassandra, Riak: callers
+        count what passes through them).
+
+        Exact where given: the count of a queue changes in the same atomic write
+        as its message keys (LMDB, memory), so it is the number of messages the
+        store holds as of one read, whichever process wrote them.
+        """
+        return None
 
     def expires_itself(self, key: bytes) -> bool:
         """Whether the store removes ``key`` by itself a set time after each write,

@@ -53,10 +53,12 @@ from dynaq.storage.embedded_commit_core import (
     VERSION_LEN,
     CommitCore,
     LoopCommits,
+    open_databases,
     open_environment,
     settings_to_wire,
 )
 from dynaq.storage.embedded_commits import GroupCommitter
+from dynaq.storage.embedded_counts import read_counts
 from dynaq.storage.embedded_writer import ProcessCommitter
 
 WRITERS = ("thread", "process")
@@ -136,6 +138,7 @@ class LmdbStore(Store):
         self._version_tags = version_tags
         self._env: Any = None
         self._db: Any = None
+        self._counts: Any = None
         self._writer: GroupCommitter | ProcessCommitter | None = None
         self._readers: ThreadPoolExecutor | None = None
         self._inline_reads = 0
@@ -159,7 +162,8 @@ class LmdbStore(Store):
             # Reader slots left by a process killed mid-read (another worker of the
             # node, or this one before a crash) would pin old pages forever.
             await asyncio.to_thread(self._env.reader_check)
-            self._db = await asyncio.to_thread(self._env.open_db, b"kv")
+            # A store written before message counts existed is counted here, once.
+            self._db, self._counts = await asyncio.to_thread(open_databases, self._env)
         except lmdb.Error as exc:
             raise StorageUnavailable(f"cannot open LMDB store at {self._path}: {exc}") from exc
         if self._read_threads > 0:
@@ -180,12 +184,10 @@ class LmdbStore(Store):
             writer = ProcessCommitter(
                 {"path": self._path, **settings_to_wire(child)},
                 on_commit,
-                on_loop=LoopCommits(CommitCore(self._env, self._db, self._path, **here), on_commit),
+                on_loop=LoopCommits(self._core(here), on_commit),
             )
         else:
-            writer = GroupCommitter(
-                CommitCore(self._env, self._db, self._path, **settings), on_commit
-            )
+            writer = GroupCommitter(self._core(settings), on_commit)
         try:
             await writer.start()
         except StorageUnavailable:
@@ -193,6 +195,9 @@ class LmdbStore(Store):
             await asyncio.to_thread(env.close)
             raise
         self._writer = writer
+
+    def _core(self, settings: dict[str, Any]) -> CommitCore:
+        return CommitCore(self._env, self._db, self._path, counts=self._counts, **settings)
 
     def _commit_settings(self) -> dict[str, Any]:
         return {
@@ -309,6 +314,15 @@ class LmdbStore(Store):
         if not ops:
             return []
         result: list[bool] = await self._submit(BATCH, list(ops), size=len(ops))
+        return result
+
+    async def message_counts(self, queue_numbers: Sequence[int]) -> list[int]:
+        numbers, counts = list(queue_numbers), self._counts
+
+        def fn(txn: Any) -> list[int]:
+            return read_counts(txn, counts, numbers)
+
+        result: list[int] = await self._read(fn)
         return result
 
     async def scan(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:

@@ -27,7 +27,8 @@ from typing import Any
 import lmdb
 
 from dynaq.errors import DynaqError, InsufficientStorage, StorageError
-from dynaq.storage.base import MESSAGE_PREFIX, Delete, Put
+from dynaq.storage.base import MESSAGE_PREFIX, Delete, Put, is_message_key
+from dynaq.storage.embedded_counts import COUNTS_DB, CountDeltas, count_all, split_messages
 from dynaq.storage.embedded_reserve import Reserve
 
 VERSION = struct.Struct(">Q")
@@ -75,6 +76,16 @@ def open_environment(path: str, map_size: int) -> Any:
     )
 
 
+def open_databases(env: Any) -> tuple[Any, Any]:
+    """The store's key-value database and its message counts' (see
+    :mod:`dynaq.storage.embedded_counts`), counting a store written before the
+    counts existed once."""
+    db = env.open_db(b"kv")
+    counts = env.open_db(COUNTS_DB)
+    count_all(env, db, counts)
+    return db, counts
+
+
 def settings_to_wire(settings: dict[str, Any]) -> dict[str, Any]:
     """:class:`CommitCore`'s keyword settings as JSON (the writer process's argument)."""
     return {
@@ -110,6 +121,7 @@ class CommitCore:
         db: Any,
         path: str,
         *,
+        counts: Any,
         map_size: int,
         fill_bytes: int,
         min_free_disk: int,
@@ -125,6 +137,7 @@ class CommitCore:
         self._version_tags = version_tags
         self._env = env
         self._db = db
+        self._counts = counts
         self._growth_prefixes = growth_prefixes
         self._added_prefixes = MESSAGE_PREFIX, *added_prefixes
         self._reserve = Reserve(
@@ -157,6 +170,7 @@ class CommitCore:
 
     def commit(self, batch: list[WriteRequest]) -> None:
         """Commit ``batch`` (set each request's result or error); never raises."""
+        deltas = CountDeltas()
         try:
             with self._env.begin(write=True, db=self._db) as txn:
                 sizes = [
@@ -178,11 +192,12 @@ class CommitCore:
                     if self._add_puts(req, run):
                         continue
                     if run:
-                        txn.cursor().putmulti(run)
+                        _put_run(txn, run, deltas)
                         run = []
-                    req.result = self._apply(txn, req)
+                    req.result = self._apply(txn, req, deltas)
                 if run:
-                    txn.cursor().putmulti(run)
+                    _put_run(txn, run, deltas)
+                deltas.apply(txn, self._counts)
             self.commits += 1
             self.committed_ops += sum(r.size for r in batch if r.error is None)
             return
@@ -213,23 +228,20 @@ class CommitCore:
             return True
         return False
 
-    def _apply(self, txn: Any, req: WriteRequest) -> Any:
-        """Apply a request :meth:`_add_puts` did not take."""
+    def _apply(self, txn: Any, req: WriteRequest, deltas: CountDeltas) -> Any:
+        """Apply a request :meth:`_add_puts` did not take (counting the message keys
+        it adds and removes into ``deltas``)."""
         kind, p = req.kind, req.payload
         if kind == BATCH:
-            version = VERSION.pack(self.next_version())
-            out: list[bool] = []
-            for op in p:
-                if type(op) is Put:
-                    txn.put(op.key, version + op.value)
-                    out.append(True)
-                else:
-                    out.append(txn.delete(op.key))
-            return out
+            return deltas.apply_ops(txn, p, VERSION.pack(self.next_version()))
         if kind == PUT_IF_ABSENT:
             key, value = p
             v = self.next_version()
-            return v if txn.put(key, VERSION.pack(v) + value, overwrite=False) else None
+            if not txn.put(key, VERSION.pack(v) + value, overwrite=False):
+                return None
+            if is_message_key(key):
+                deltas.add(key, 1)
+            return v
         if kind == PUT_IF_VERSION:
             key, value, expected = p
             current = txn.get(key)
@@ -239,8 +251,21 @@ class CommitCore:
             txn.put(key, VERSION.pack(v) + value)
             return v
         if kind == DELETE:
-            return txn.delete(p)
+            existed = txn.delete(p)
+            if existed and is_message_key(p):
+                deltas.add(p, -1)
+            return existed
         raise AssertionError(kind)
+
+
+def _put_run(txn: Any, run: list[tuple[bytes, bytes]], deltas: CountDeltas) -> None:
+    """Put ``run`` (on one cursor per kind: py-lmdb gives the GIL away around every
+    cursor open, close and put), counting its new message keys into ``deltas``."""
+    messages, others = split_messages(run)
+    if others:
+        txn.cursor().putmulti(others)
+    if messages:
+        deltas.put_messages(txn, messages)
 
 
 def growth_bytes(

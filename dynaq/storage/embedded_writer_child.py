@@ -53,6 +53,7 @@ from dynaq.storage.embedded_commit_core import (
     BATCH,
     CommitCore,
     WriteRequest,
+    open_databases,
     open_environment,
     settings_from_wire,
 )
@@ -248,8 +249,8 @@ def _open_core(options: dict[str, Any]) -> tuple[Any, CommitCore]:
     settings = settings_from_wire(options)
     os.makedirs(path, exist_ok=True)
     env = open_environment(path, settings["map_size"])
-    db = env.open_db(b"kv")
-    return env, CommitCore(env, db, path, **settings)
+    db, counts = open_databases(env)
+    return env, CommitCore(env, db, path, counts=counts, **settings)
 
 
 def _serve_pair(fd: int, options: dict[str, Any]) -> int:

@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Sequence
 
 from dynaq.errors import StorageUnavailable
-from dynaq.storage.base import Delete, Item, Op, Put, Store
+from dynaq.storage.base import Delete, Item, Op, Put, Store, is_message_key
 
 
 class MemoryStore(Store):
@@ -24,6 +24,8 @@ class MemoryStore(Store):
         self._data: dict[bytes, Item] = {}
         self._versions = itertools.count(1)
         self._closed = False
+        self._counts: dict[bytes, int] = {}
+        """Message keys per queue (the 4 bytes after the prefix), as LMDB keeps them."""
 
     def _check(self) -> None:
         if self._closed:
@@ -39,6 +41,8 @@ class MemoryStore(Store):
         version = next(self._versions)
         if key not in self._data:
             bisect.insort(self._keys, key)
+            if is_message_key(key):
+                self._count(key, 1)
         self._data[key] = Item(bytes(value), version)
         return version
 
@@ -48,7 +52,21 @@ class MemoryStore(Store):
         del self._data[key]
         i = bisect.bisect_left(self._keys, key)
         del self._keys[i]
+        if is_message_key(key):
+            self._count(key, -1)
         return True
+
+    def _count(self, key: bytes, n: int) -> None:
+        q = key[1:5]
+        total = self._counts.get(q, 0) + n
+        if total:
+            self._counts[q] = total
+        else:
+            self._counts.pop(q, None)
+
+    async def message_counts(self, queue_numbers: Sequence[int]) -> list[int]:
+        self._check()
+        return [self._counts.get(n.to_bytes(4, "big"), 0) for n in queue_numbers]
 
     async def get(self, key: bytes) -> Item | None:
         self._check()

@@ -116,7 +116,7 @@ async def test_a_waiting_delete_given_up_leaves_the_others_waiting(node_on: Node
     assert await asyncio.wait_for(first, 10) == [mid]
     assert await asyncio.wait_for(third, 10) == []
     assert second.cancelled()
-    assert node_on.queues.depth(info) == 0
+    assert await node_on.queues.depth(info) == 0
 
 
 async def test_a_delete_waiting_for_a_cancelled_one_deletes_the_message_itself(

@@ -291,7 +291,7 @@ async def test_an_output_over_the_size_limit_refuses_before_anything_is_held(
     assert status == 200 and out["deleted"] == 1
     assert await _stored(http, "in") == []
     assert await _stored(http, "out") == []  # not due yet: stored under its due time
-    assert node.queues.depth(await node.catalog.queue("in")) == 0
+    assert await node.queues.depth(await node.catalog.queue("in")) == 0
 
 
 async def test_a_refused_transaction_releases_its_claims(

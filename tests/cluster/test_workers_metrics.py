@@ -61,13 +61,46 @@ def _scrape_ok(text: str) -> dict[str, float]:
 
 
 def _families_once(text: str) -> None:
-    """HELP and TYPE once per family, and every sample labelled with its worker."""
+    """HELP and TYPE once per family, and every sample labelled with its worker but
+    the node's depth, which is shown once, unlabelled."""
     for kind in ("HELP", "TYPE"):
         names = re.findall(rf"^# {kind} (\S+)", text, flags=re.M)
         repeated = [n for n, k in Counter(names).items() if k > 1]
         assert not repeated, f"{kind} repeated for {repeated}"
     for s in _samples(text):
-        assert "worker" in s.labels, s
+        assert ("worker" in s.labels) != (s.name == "dynaq_queue_depth"), s
+
+
+def _depth(text: str, queue: str) -> list[float]:
+    """Every ``dynaq_queue_depth{queue}`` sample's value (one for the node)."""
+    return [
+        s.value
+        for s in _samples(text)
+        if s.name == "dynaq_queue_depth" and s.labels.get("queue") == queue
+    ]
+
+
+async def _v2_depth(url: str, queue: str) -> int:
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/v2/queues/{queue}") as r:
+        assert r.status == 200, await r.text()
+        body = await r.json()
+        assert body["visible"] + body["in_flight"] == body["depth"], body
+        return int(body["depth"])
+
+
+async def _depth_everywhere(urls: list[str], queue: str, want: int, within_s: float = 5) -> None:
+    """Every worker answers ``want`` as the queue's depth in ``GET /v2/queues/:queue``
+    at once (the store's count), and the scrape shows it once within a refresh."""
+    for url in urls:
+        assert await _v2_depth(url, queue) == want
+    deadline = time.monotonic() + within_s
+    while True:
+        status, text = await _scrape(urls[0])
+        assert status == 200
+        if _depth(text, queue) == [want]:
+            return
+        assert time.monotonic() < deadline, _depth(text, queue)
+        await asyncio.sleep(0.2)
 
 
 async def _send(url: str, queue: str, n: int) -> None:
@@ -151,6 +184,9 @@ async def test_every_scrape_shows_both_workers_and_counters_never_go_back(
             for w, v in by_worker.items():
                 assert v >= last.get(w, 0.0), (w, v, last)
             last = by_worker
+        # Each worker counted only what it wrote; the depth is the node's, exact, from
+        # either worker (the store keeps the count in every write's transaction).
+        await _depth_everywhere([node.url, urls[W0], urls[W1]], "w2", sent)
 
         # kill -9 one worker: the supervisor starts it again. Meanwhile every scrape
         # answers, parses, shows the survivor's counters unchanged and says the
@@ -190,6 +226,8 @@ async def test_every_scrape_shows_both_workers_and_counters_never_go_back(
             by_worker = _sent(text, "w2")
             assert by_worker[W0] == last[W0] and by_worker[W1] == 3, by_worker
             assert _scrape_ok(text) == {W0: 1.0, W1: 1.0}
+        # The restarted worker counts its sends from zero, but the depth is the store's.
+        await _depth_everywhere([node.url, urls[W0], urls[W1]], "w2", sent + 3)
 
 
 async def test_a_token_scrape_gathers_both_workers(tmp_path: Path) -> None:
@@ -205,7 +243,7 @@ async def test_a_token_scrape_gathers_both_workers(tmp_path: Path) -> None:
             status, text = await _scrape(node.url, TOKEN)
             assert status == 200
             _families_once(text)
-            workers = {s.labels["worker"] for s in _samples(text)}
+            workers = {s.labels["worker"] for s in _samples(text) if "worker" in s.labels}
             assert workers == {W0, W1}
             status, _ = await _scrape(node.url)
             assert status == 401
@@ -233,6 +271,9 @@ def test_merge_labels_each_worker_and_names_the_missing() -> None:
     a, b = PrometheusMetrics(), PrometheusMetrics()
     a.incr("q.sent.count", 2)
     b.incr("q.sent.count", 5)
+    # Depth: the store's count, read alike by both (the node's, once).
+    a.add_gauge_provider(lambda: {"q.depth.count": 7.0})
+    b.add_gauge_provider(lambda: {"q.depth.count": 7.0, "r.depth.count": 1.0})
     b.incr("r.sent.count")
     a.observe(
         "http_request_duration_seconds", 0.01, {"method": "GET", "route": "/x", "status": "200"}
@@ -248,6 +289,8 @@ def test_merge_labels_each_worker_and_names_the_missing() -> None:
     _families_once(text)
     assert _sent(text, "q") == {"n-w0": 2.0, "n-w1": 5.0}
     assert _sent(text, "r") == {"n-w1": 1.0}
+    assert _depth(text, "q") == [7.0]
+    assert _depth(text, "r") == [1.0]  # one worker knows the queue yet: it is shown
     assert _scrape_ok(text) == {"n-w0": 1.0, "n-w1": 1.0, "n-w2": 0.0, "n-w3": 0.0}
     notes = [line for line in text.splitlines() if line.startswith("# dynaq")]
     assert notes[0] == "# dynaq: worker n-w2 left out of this scrape: no answer within 1 s"

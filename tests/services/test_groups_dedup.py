@@ -90,7 +90,7 @@ async def test_dedup_returns_first_id_and_stores_once(node: Node, clock: ManualC
     )
     assert c == d and e == a
     info = await node.catalog.queue("q")
-    assert node.queues.depth(info) == 2
+    assert await node.queues.depth(info) == 2
     got = await node.queues.receive("q", 10)
     assert sorted(m.body for m in got) == [b"3", b"one"]
     assert await _dedup_records(node) == 2
@@ -121,7 +121,7 @@ async def test_concurrent_duplicate_enqueues_write_once(node: Node) -> None:
         *(node.queues.enqueue("q", [NewMessage(b"x", dedup_id="same")]) for _ in range(20))
     )
     assert len({i[0] for i in ids}) == 1
-    assert node.queues.depth(await node.catalog.queue("q")) == 1
+    assert await node.queues.depth(await node.catalog.queue("q")) == 1
 
 
 def _slow_writes(node: Node, delay_s: float, fail: set[int] | None = None) -> list[int]:
@@ -164,7 +164,7 @@ async def test_writes_with_distinct_dedup_ids_share_commits(node: Node) -> None:
     await asyncio.gather(*sends)
     assert max(in_flight) >= 8, in_flight
     assert asyncio.get_running_loop().time() - t0 < 0.05 * 24 / 2
-    assert node.queues.depth(await node.catalog.queue("q")) == 24
+    assert await node.queues.depth(await node.catalog.queue("q")) == 24
 
 
 async def test_a_duplicate_of_a_write_in_flight_waits_for_it(node: Node) -> None:
@@ -177,7 +177,7 @@ async def test_a_duplicate_of_a_write_in_flight_waits_for_it(node: Node) -> None
     await asyncio.sleep(0.01)  # the first is being written
     again = await node.queues.enqueue("q", [NewMessage(b"x", dedup_id="r1")])
     assert again == await first
-    assert node.queues.depth(await node.catalog.queue("q")) == 1
+    assert await node.queues.depth(await node.catalog.queue("q")) == 1
     _slow_writes(node, 0.05, fail={0})
     doomed = asyncio.ensure_future(node.queues.enqueue("q", [NewMessage(b"z", dedup_id="r2")]))
     await asyncio.sleep(0.01)
@@ -216,7 +216,7 @@ async def test_a_retry_waiting_for_a_slow_write_does_not_hold_up_other_senders(
     )
     assert loop.time() - t0 < 0.5 and not retry.done()
     assert await retry == await first
-    assert node.queues.depth(await node.catalog.queue("q")) == 1 + len(others)
+    assert await node.queues.depth(await node.catalog.queue("q")) == 1 + len(others)
 
 
 async def test_topic_publish_dedups_per_queue(node: Node) -> None:

@@ -41,6 +41,7 @@ from dynaq.services.queues.dead_letters import DeadLetters
 from dynaq.services.queues.dedup_lock import DedupFileLock
 from dynaq.services.queues.delays import DelayMover
 from dynaq.services.queues.deletes import BeforeDelete, DeleteListener, Deleter
+from dynaq.services.queues.depth import QueueDepths
 from dynaq.services.queues.handover import HintRouter, PeerHints, PeerVisibility
 from dynaq.services.queues.receipts import ReceiptActions
 from dynaq.services.queues.receive import Receiver
@@ -82,9 +83,12 @@ class QueueService:
         task_retention_s: float = DEFAULT_TASK_RETENTION_S,
         sole_writer: bool = False,
         dedup_lock: DedupFileLock | None = None,
+        shared_store: bool = False,
     ) -> None:
         """``sole_writer``: no other process writes this store (embedded, one worker);
-        ``dedup_lock``: the lock a node's workers share for their dedup checks."""
+        ``dedup_lock``: the lock a node's workers share for their dedup checks;
+        ``shared_store``: the other members of the ring write this same store (a
+        node's workers)."""
         self._store = store
         self._catalog = catalog
         self._sole_writer = sole_writer
@@ -163,6 +167,7 @@ class QueueService:
             self.task_retention,
         )  # fmt: skip
         self.upkeep = Upkeep(store, clock, catalog, dedup_window_s, self.task_retention)
+        self.depths = QueueDepths(store, catalog, self.states, self.upkeep, clock, shared_store)
         catalog.on_queue_change(self._queue_changed)
         catalog.on_queue_deleted(lambda tomb: self.upkeep.start_purge(tomb.number, tomb))
         view.on_change(self.handoff.ring_changed)
@@ -196,14 +201,7 @@ class QueueService:
         await self._catalog.reload()
         if self._sole_writer:
             await self.restore_parked()
-        numbers = [
-            info.number
-            for info in map(self._catalog.cached_queue, self._catalog.queue_names())
-            if info is not None
-        ]
-        # Counting stored messages is O(messages): done in the background, so a
-        # node with a deep backlog serves at once (depth is approximate until then).
-        self.upkeep.count_in_background(numbers, self.states.add_depth)
+        await self.depths.start()
         await self.upkeep.start()
         await self.tasks.start()
         self.delays.start()
@@ -228,6 +226,7 @@ class QueueService:
         await self.delays.stop()
         await self.tasks.stop()
         await self.upkeep.stop()
+        await self.depths.stop()
         await self.writer.wait_finishing()
         # No peer (or not every one) took the in-flight messages, or a release of
         # lanes given away came back after this node began to leave.
@@ -269,14 +268,16 @@ class QueueService:
         """The lane ranges of the partitions this node serves the queue from."""
         return self.states.partition_ranges(info)
 
-    def depth(self, info: QueueInfo) -> int:
-        return self.states.depth(info.number)
+    async def depth(self, info: QueueInfo) -> int:
+        """How many messages the queue stores (see :mod:`.depth`)."""
+        return await self.depths.of(info)
 
     async def ring_stats(self, info: QueueInfo) -> dict[str, Any]:
         """The queue's figures summed over the ring (see :mod:`.stats`)."""
         peers = [m for m in self._view.members if m.name != self._view.me.name]
         ask = self._peer_visibility.slice_stats if self._peer_visibility else None
-        return await self.statistics.ring(info, peers, ask)
+        stored = await self.depths.of_ring(info, alone=not peers)
+        return await self.statistics.ring(info, peers, ask, stored)
 
     def note_purged(self, info: QueueInfo, n: int, purged: Callable[[int], bool]) -> None:
         """``n`` messages of ``info`` were removed by a purge task; ``purged`` tells the

@@ -167,16 +167,20 @@ class SliceStatistics:
         return hit
 
     async def ring(
-        self, info: QueueInfo, peers: Sequence[Member], ask: PeerStats | None
+        self,
+        info: QueueInfo,
+        peers: Sequence[Member],
+        ask: PeerStats | None,
+        stored: int | None = None,
     ) -> dict[str, Any]:
         """The queue's figures summed over this node and ``peers`` (each node's figures
         are at most ``stats_age_s`` old; a node that does not answer is left out and
-        ``stats_nodes`` says how many did)."""
-        # This node's in-flight table is in memory, and alone in a ring its depth
-        # counter is exact: those two figures are live, the rest as last computed.
+        ``stats_nodes`` says how many did). ``stored``: how many messages the whole
+        ring stores, where known exactly (the store's count; a lone node's depth),
+        in place of the sum of each member's slice."""
+        # This node's in-flight table is in memory: that figure is live, and so is
+        # ``stored`` where given; the rest as last computed.
         mine = replace(await self.of(info), in_flight=self._in_flight_now(info))
-        if not peers:
-            mine = replace(mine, stored=self._states.depth(info.number), capped=False)
         parts = [mine]
         if ask is not None and peers:
             answers = await asyncio.gather(
@@ -186,15 +190,16 @@ class SliceStatistics:
         now_ms = self._clock.wall_ms()
         oldest = [p.oldest_ms for p in parts if p.oldest_ms is not None]
         in_flight = sum(p.in_flight for p in parts)
+        total = sum(p.stored for p in parts) if stored is None else stored
         return {
-            "visible": max(0, sum(p.stored for p in parts) - in_flight),
+            "visible": max(0, total - in_flight),
             "in_flight": in_flight,
             "delayed": sum(p.delayed for p in parts),
             "dead_lettered": sum(p.dead_lettered for p in parts),
             "oldest_age_s": 0.0 if not oldest else max(0.0, (now_ms - min(oldest)) / 1000),
             "stats_nodes": len(parts),
             "stats_age_s": max(0.0, max((now_ms - p.computed_ms) / 1000 for p in parts)),
-            "stats_capped": any(p.capped for p in parts),
+            "stats_capped": stored is None and any(p.capped for p in parts),
         }
 
     def _in_flight_now(self, info: QueueInfo) -> int:
