@@ -175,15 +175,17 @@ def fsync_latency_ms(directory: Path, samples: int = 200, seconds: float = 3.0) 
 def start_node(tmp: Path, name: str = "bench-1", **env: str) -> NodeProcess:
     """Start a real ``dynaq server`` with a fresh data dir under ``tmp``; return it healthy.
 
-    Stats are off and logging is at ``warning`` unless ``env`` overrides
-    them (keys are full variable names, e.g. ``DYNAQ_LOG_LEVEL="info"``).
-    With ``DYNAQ_HTTP_WORKERS`` > 1 in ``env`` (a node of that many worker
-    processes) it returns once every worker serves and sees the others.
+    Stats are off, logging is at ``warning`` and the node is one process
+    (``DYNAQ_HTTP_WORKERS=1``, where a node's default is one worker per core:
+    each scenario says how many it measures) unless ``env`` overrides them
+    (keys are full variable names, e.g. ``DYNAQ_LOG_LEVEL="info"``). With
+    ``DYNAQ_HTTP_WORKERS`` > 1 in ``env`` (a node of that many worker processes)
+    it returns once every worker serves and sees the others.
     The caller must ``terminate()`` (or ``kill()``) the returned process.
     """
-    full = {"DYNAQ_STATS_TYPE": "none", "DYNAQ_LOG_LEVEL": "warning"}
+    full = {"DYNAQ_STATS_TYPE": "none", "DYNAQ_LOG_LEVEL": "warning", "DYNAQ_HTTP_WORKERS": "1"}
     full.update(env)
-    workers = int(full.get("DYNAQ_HTTP_WORKERS", "1"))
+    workers = int(full["DYNAQ_HTTP_WORKERS"])
     node = node_process(tmp, name, env=full).start()
     if workers > 1:
         try:
@@ -208,7 +210,7 @@ def _wait_workers(node: NodeProcess, workers: int, deadline: Deadline) -> None:
             ok = status == 200 and len(lines) == workers
             for line in lines if ok else []:
                 code, health = http_get(f"http://{line[-1]}/health")
-                ok = ok and code == 200 and json.loads(health)["members"] == workers
+                ok = ok and code == 200 and json.loads(health)["workers_live"] == workers
             if ok:
                 return
         except (OSError, ValueError, KeyError):

@@ -43,6 +43,8 @@ from dynaq.api.keys import (
     STREAMS,
     TOPICS,
     VIEW,
+    WORKER_OF,
+    WorkerOf,
 )
 from dynaq.api.middleware import front_middleware, serve_metrics
 from dynaq.api.openapi import OPENAPI, OPENAPI_PATH, SpecLimits, build_spec
@@ -62,7 +64,14 @@ async def health(request: web.Request) -> web.Response:
     """200 while the node serves; 503 while it starts or drains (so balancers skip it)."""
     state = request.app[NODE_STATE]()
     view = request.app[VIEW]
-    body = {"status": state, "node": view.me.name, "members": len(view.members)}
+    body: dict[str, object] = {"status": state, "node": view.me.name, "members": len(view.members)}
+    of = request.app.get(WORKER_OF)
+    if of is not None:
+        # A node of several workers is one node to its clients and in no ring of
+        # machines: its name, one member; which worker answered, how many it runs
+        # and how many of them are live in the ring of workers.
+        body = {**body, "node": of.node, "members": 1, "worker": view.me.name}
+        body["workers"], body["workers_live"] = of.workers, len(view.members)
     return json_response(body, 200 if state == "serving" else 503)
 
 
@@ -94,12 +103,14 @@ def build_app(
     sqs: SqsSettings | None = None,
     processors: ProcessorRegistry | None = None,
     worker_scrape: worker_metrics.WorkerScrape | None = None,
+    worker_of: WorkerOf | None = None,
 ) -> web.Application:
     """``access``: client tokens (``None``: every client is let in); ``peer_verifier``:
     the cluster's MAC check for ``/internal/`` (``None``: those routes refuse everything);
     ``metrics``: where request latencies go and what ``/metrics`` shows; ``sqs``: the
     SQS wire protocol on ``POST /`` (``None``: not served); ``processors``: where
-    workers report processor status (``None``: not served)."""
+    workers report processor status (``None``: not served); ``worker_of``: the node
+    this process is one worker of (a node of several workers)."""
     app = web.Application(
         middlewares=[front_middleware],
         client_max_size=max_request_bytes,
@@ -117,6 +128,8 @@ def build_app(
     app[TOPICS] = topics
     app[VIEW] = view
     app[NODE_STATE] = state
+    if worker_of is not None:
+        app[WORKER_OF] = worker_of
     app[BATCHES] = batches
     if streams is not None:
         app[STREAMS] = streams

@@ -192,9 +192,14 @@ async def receive_here(request: web.Request) -> web.Response:
         queue, n = str(body["queue"]), int(body["max_messages"])
         vt = float(body["visibility_timeout_s"])
         per_group = int(body.get("per_group", 1))
+        # What a receive begun on another worker has left of its byte budget.
+        max_bytes = None if body.get("max_bytes") is None else int(body["max_bytes"])
     except (ValueError, TypeError, LookupError, AttributeError, msgpack.UnpackException) as exc:
         raise InvalidInput(f"malformed forwarded receive: {exc}") from None
-    messages = await request.app[QUEUES].receiver.receive(queue, n, vt, per_group=per_group)
+    if max_bytes is not None and max_bytes < 1:
+        raise InvalidInput("malformed forwarded receive: max_bytes must be at least 1")
+    receiver = request.app[QUEUES].receiver
+    messages = await receiver.receive(queue, n, vt, per_group=per_group, max_bytes=max_bytes)
     answer = {"messages": [message_to_wire(m) for m in messages]}
     return web.Response(body=msgpack.packb(answer), content_type="application/msgpack")
 

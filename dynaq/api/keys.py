@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 from aiohttp import web
 
@@ -20,6 +21,17 @@ QUEUES = web.AppKey("queues", QueueService)
 TOPICS = web.AppKey("topics", TopicService)
 VIEW = web.AppKey("view", MembershipView)
 NODE_STATE: web.AppKey[Callable[[], str]] = web.AppKey("node_state")
+
+
+class WorkerOf(NamedTuple):
+    """The node this process is one worker of, and how many workers it runs."""
+
+    node: str
+    workers: int
+
+
+WORKER_OF = web.AppKey("worker_of", WorkerOf)
+"""Set only on a worker of a node of several."""
 METRICS = web.AppKey("metrics", Telemetry)
 STREAMS = web.AppKey("streams", StreamService)
 PROCESSORS = web.AppKey("processors", ProcessorRegistry)

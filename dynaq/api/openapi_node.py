@@ -26,6 +26,9 @@ def paths() -> Obj:
         status={"enum": ["starting", "serving", "draining", "stopped"]},
         node={"type": "string"},
         members={"type": "integer", "minimum": 0},
+        worker={"type": "string"},
+        workers={"type": "integer", "minimum": 2},
+        workers_live={"type": "integer", "minimum": 1},
     )
     handover_entry = {
         "type": "array",

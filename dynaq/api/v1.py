@@ -6,7 +6,7 @@ from aiohttp import web
 
 from dynaq.api.auth import require_batch_tags, require_dead_letter_write
 from dynaq.api.codec import body_to_json, expect_within, json_response, parse_json, read_raw
-from dynaq.api.keys import CATALOG, QUEUES, TOPICS, VIEW
+from dynaq.api.keys import CATALOG, QUEUES, TOPICS, VIEW, WORKER_OF
 from dynaq.api.params import (
     batch_size,
     id_list,
@@ -15,6 +15,7 @@ from dynaq.api.params import (
     subscription_options,
 )
 from dynaq.core.batch_items import BATCH_ITEM_ATTRIBUTE, parse_item_id
+from dynaq.core.keyspace import FULL_RANGE
 from dynaq.core.messages import Message, NewMessage
 from dynaq.errors import InvalidInput, NotFound, PayloadTooLarge
 from dynaq.services.catalog import QueueInfo, TopicInfo
@@ -70,7 +71,9 @@ async def servers(request: web.Request) -> web.Response:
 
 @routes.get("/v1/status/partitionrange")
 async def partition_range(request: web.Request) -> web.Response:
-    s = request.app[VIEW].my_slice
+    # A node of several workers is one node, alone (workers join no ring of
+    # machines): its slice is the whole keyspace, whichever worker answers.
+    s = FULL_RANGE if WORKER_OF in request.app else request.app[VIEW].my_slice
     return json_response({"bottom": str(s.bottom_id), "top": str(s.top_id)})
 
 

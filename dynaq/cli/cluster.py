@@ -32,6 +32,7 @@ def status(args: argparse.Namespace, c: Client) -> int:
                 "endpoint": c.addr,
                 "status": health.status,
                 "node": health.node,
+                **({} if health.worker is None else {"worker": health.worker}),
                 "members": [
                     {
                         "name": m.name,
@@ -45,7 +46,11 @@ def status(args: argparse.Namespace, c: Client) -> int:
             }
         )
     else:
-        print(f"endpoint {c.addr}: {health.status} (node {health.node}, {len(members)} members)")
+        # A node of several workers: its ring is of its workers, each a member here.
+        who = f"node {health.node}, {len(members)} members"
+        if health.worker is not None:
+            who = f"node {health.node} answered by {health.worker}, {len(members)} workers"
+        print(f"endpoint {c.addr}: {health.status} ({who})")
         table(
             [
                 (m.name, m.http, _lanes(m.from_id, m.to_id), str(m.from_id), str(m.to_id))

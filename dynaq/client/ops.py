@@ -205,7 +205,15 @@ def send_messages(
 
 def health(node: str | None = None) -> Op[Health]:
     def read(got: Any) -> Health:
-        return Health(str(got["status"]), str(got["node"]), int(got["members"]))
+        worker = got.get("worker")
+        return Health(
+            str(got["status"]),
+            str(got["node"]),
+            int(got["members"]),
+            None if worker is None else str(worker),
+            int(got.get("workers", 1)),
+            int(got.get("workers_live", 1)),
+        )
 
     return single(Call("GET", "/health", read, node=node))
 

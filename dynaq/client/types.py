@@ -39,11 +39,17 @@ class PartitionRange:
 
 @dataclass(frozen=True)
 class Health:
-    """``GET /health``: ``status`` is ``serving``, ``starting`` or ``draining``."""
+    """``GET /health``: ``status`` is ``serving``, ``starting`` or ``draining``. On a
+    node of several workers, ``worker`` names the one that answered, ``workers``
+    says how many the node runs and ``workers_live`` how many of them are in its
+    ring of workers now (``None``, 1 and 1 on a node of one process)."""
 
     status: str
     node: str
     members: int
+    worker: str | None = None
+    workers: int = 1
+    workers_live: int = 1
 
 
 @dataclass(frozen=True)

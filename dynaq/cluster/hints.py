@@ -150,8 +150,10 @@ class HttpPeerHints:
         max_messages: int,
         visibility_timeout_s: float,
         per_group: int = 1,
+        max_bytes: int | None = None,
     ) -> list[Message]:
-        """Receive from ``owner``'s slice (no waiting); the messages stay in flight there."""
+        """Receive from ``owner``'s slice (no waiting; at most ``max_bytes`` of bodies
+        where given); the messages stay in flight there."""
         body = {
             "queue": queue,
             "max_messages": max_messages,
@@ -159,6 +161,8 @@ class HttpPeerHints:
         }
         if per_group != 1:  # a peer of an earlier version reads no such member
             body["per_group"] = per_group
+        if max_bytes is not None:
+            body["max_bytes"] = max_bytes
         answer = await self._call(owner, RECEIVE_PATH, body)
         return [message_from_wire(m) for m in answer["messages"]]
 

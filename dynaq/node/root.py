@@ -19,7 +19,7 @@ from aiohttp import web
 
 from dynaq.api.app import build_app
 from dynaq.api.drain import drain
-from dynaq.api.keys import FORWARDER
+from dynaq.api.keys import FORWARDER, WorkerOf
 from dynaq.api.stream_copies import COPIES, QUORUM_TIMEOUT
 from dynaq.api.stream_proxy import StreamForwarder
 from dynaq.api.tls import peer_ssl_context, server_ssl_context
@@ -79,6 +79,7 @@ class Node:
         # A worker of a node of several (dynaq.node.workers): a ring member on
         # loopback sharing the node's port and store.
         self.worker = worker
+        node_name = config.node.name
         if worker is not None:
             config = worker_config(config, worker)
         check_ring_store(config, store_given=store is not None)
@@ -184,6 +185,11 @@ class Node:
             worker_scrape=worker_scrape(
                 self.worker, self.view, None if self.peer_auth is None else self.peer_auth[0]
             ),
+            worker_of=(
+                WorkerOf(node_name, worker.count)
+                if worker is not None and worker.count > 1
+                else None
+            ),
         )
         if isinstance(self.store, LmdbStore):
             metrics = self.metrics
@@ -199,6 +205,7 @@ class Node:
             )
         # A node's workers answer as one node: an empty slice asks the others.
         self.queues.ring_receive_nowait = worker is not None
+        self.queues.ring_poll.fill_from_others = worker is not None
         # In a ring each stream is served by one node, recorded in the store; the
         # others forward its requests there.
         self.stream_forwarder: StreamForwarder | None = None
@@ -292,15 +299,18 @@ class Node:
             ssl_context=self.ssl,
             reuse_port=self.worker is not None,
         )
-        await listen(site, h.host, h.port)
-        if self.worker is not None:
-            # The worker's own address, for the other workers' node-to-node requests.
+        if self.worker is None:
+            await listen(site, h.host, h.port)
+            addrs = self._runner.addresses
+            if addrs:
+                self.port = int(addrs[0][1])
+        else:
+            # The worker's own address, for the other workers' node-to-node requests;
+            # the node's port is listened on once the worker knows the ring (below).
             peer_port = self.worker.peer_ports[self.worker.index]
             peer = web.TCPSite(self._runner, "127.0.0.1", peer_port)
             await listen(peer, "127.0.0.1", peer_port)
-        addrs = self._runner.addresses
-        if addrs:
-            self.port = int(addrs[0][1])
+            self.port = h.port
         me = self.view.me
         self.view.me = Member(me.name, advertised_http(self.config, self.port), me.scheme)
         self.view.replace([self.view.me])
@@ -315,6 +325,11 @@ class Node:
         # before "serving" (so /health stays 503 until this node knows the ring).
         await self.membership.start()
         self.queues.receiver.in_ring = True
+        if self.worker is not None:
+            # Only now on the node's port: the kernel hands its connections to the
+            # workers listening there, so no client reaches a worker that does not
+            # know the others yet (it would serve the whole keyspace as if alone).
+            await listen(site, h.host, h.port)
         if self.outbox is not None:
             # After the ring join: leadership follows the ring's view of the table.
             await self.outbox.start()

@@ -115,11 +115,32 @@ def role_from_env(env: dict[str, str] | None = None) -> WorkerRole | None:
 
 
 def worker_count(config: Config, cores: int | None = None) -> int:
-    """How many workers ``http.workers`` asks for (0: one per core, at most 16)."""
+    """How many workers ``http.workers`` asks for. ``0``: one per core, at most
+    :data:`MAX_WORKERS`, where several can serve (:func:`several_possible`), else
+    one, so ``0`` never refuses a config that one process can run."""
     n = config.http.workers
     if n == 0:
-        n = cores if cores is not None else (os.cpu_count() or 1)
+        if not several_possible(config):
+            return 1
+        n = cores if cores is not None else usable_cores()
     return max(1, min(n, MAX_WORKERS))
+
+
+def several_possible(config: Config) -> bool:
+    """Whether several workers can serve this node: the embedded store (they share
+    its LMDB environment) and no ring of machines (they form their own)."""
+    return config.storage.backend == "embedded" and not (
+        config.gossip.enabled or config.gossip.seeds
+    )
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a node pinned with
+    ``taskset`` or a container's cpuset counts those, not the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def check_workers(config: Config) -> None:

@@ -16,6 +16,7 @@ import.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -104,6 +105,20 @@ def is_healthy(url: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
+def all_workers_healthy(url: str, timeout_s: float = 1.0) -> bool:
+    """Whether ``GET <url>/health`` answers 200 and, on a node of several workers,
+    says all of them are live (each listens on the node's port only once it knows
+    the others, so a worker answering with all of them means the node is whole)."""
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=timeout_s) as r:
+            if int(r.status) != 200:
+                return False
+            body = json.loads(r.read())
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+        return False
+    return int(body.get("workers_live", 1)) >= int(body.get("workers", 1))
+
+
 @dataclass
 class NodeProcess:
     """One ``dynaq server`` process: described by :func:`node_process`, started by
@@ -158,7 +173,8 @@ class NodeProcess:
         return self
 
     def wait_healthy(self, deadline: float) -> None:
-        """Block until ``/health`` answers 200, polling every 50 ms.
+        """Block until ``/health`` answers 200 (on a node of several workers: once
+        every worker is in their ring), polling every 50 ms.
 
         ``deadline`` is a :func:`time.monotonic` instant. Raises
         ``RuntimeError`` with the log's tail if the process exits first or the
@@ -167,7 +183,7 @@ class NodeProcess:
         while time.monotonic() < deadline:
             if not self.alive():
                 raise RuntimeError(f"node {self.name} exited at start:\n{self.log()}")
-            if is_healthy(self.url):
+            if all_workers_healthy(self.url):
                 return
             time.sleep(0.05)
         raise RuntimeError(f"node {self.name} did not become healthy:\n{self.log()}")

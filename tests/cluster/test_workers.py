@@ -53,6 +53,67 @@ async def test_two_workers_serve_one_port(tmp_path: Path) -> None:
             assert await c.receive("jobs", 10, 30) == []
 
 
+async def test_one_worker_per_core_answers_as_one_node(tmp_path: Path) -> None:
+    """``http.workers = 0``: a lone node of the embedded store runs one worker per
+    core it may use, and to clients it is one node: ``/health`` names the node (one
+    member), ``/v1/status/partitionrange`` is the whole keyspace, and ``depth`` is
+    exact whichever worker answers."""
+    cores = min(len(os.sched_getaffinity(0)), 16)
+    async with run_node(directory=tmp_path, http_workers=0) as node:
+        if cores > 1:
+            await wait_workers(node, cores)
+        urls = await worker_urls(node)
+        assert len(urls) == cores
+        async with aiohttp.ClientSession() as http:
+            for url in [node.url, *urls.values()]:
+                async with http.get(f"{url}/health") as r:
+                    body = await r.json()
+                assert body["node"] == "dynaq-1" and body["members"] == 1, body
+                if cores > 1:
+                    assert body["worker"] in urls and body["workers"] == cores, body
+                    assert body["workers_live"] == cores, body
+                async with http.get(f"{url}/v1/status/partitionrange") as r:
+                    assert await r.json() == {"bottom": "0", "top": str(2**63 - 1)}
+        async with AsyncClient(node.url) as c:
+            await c.create_queue("d")
+            for url in urls.values():  # through every worker
+                async with AsyncClient(url) as w:
+                    await w.enqueue("d", [NewMessage(b"x") for _ in range(7)])
+            for url in urls.values():
+                async with AsyncClient(url) as w:
+                    assert (await w.describe_queue("d")).depth == 7 * cores
+
+
+async def test_a_receive_takes_what_every_worker_holds_within_its_byte_budget(
+    tmp_path: Path,
+) -> None:
+    """A receive the answering worker's lanes fill only in part is topped up from
+    the other worker's, as a lone node's would be; the receive's byte budget holds
+    over both (``http.max_receive_bytes``: it stops once passed)."""
+    async with run_node(directory=tmp_path, http_workers=2, http_max_receive_bytes=1000) as node:
+        await wait_workers(node, 2)
+        urls = await worker_urls(node)
+        async with AsyncClient(node.url) as c:
+            await c.create_queue("fill")
+            # 40 groups: their lanes (a group's is its hash) fall to both workers.
+            small = [NewMessage(f"s{i:02d}", group=f"g{i}") for i in range(40)]
+            sent = set(await c.enqueue("fill", small))
+            held = [sum(1 for i in sent if m.from_id <= i <= m.to_id) for m in await c.ring()]
+            assert len(held) == 2 and all(held), held  # both workers' lanes hold some
+            async with AsyncClient(urls["dynaq-1-w1"]) as w:
+                got = await w.receive("fill", 40, 30, wait_time_s=0)
+                assert {m.id for m in got} == sent
+            # 300-byte bodies: one receive passes the 1,000-byte budget once, over both.
+            await c.create_queue("budget")
+            big = [NewMessage(b"x" * 300, group=f"b{i}") for i in range(40)]
+            await c.enqueue("budget", big)
+            async with AsyncClient(urls["dynaq-1-w0"]) as w:
+                got = await w.receive("budget", 40, 30, wait_time_s=0)
+                sizes = [len(m.body) for m in got]
+                assert sum(sizes) >= 1000 or len(got) == 40, sizes
+                assert sum(sizes) - sizes[-1] < 1000 + 300, sizes
+
+
 async def test_receive_without_wait_reaches_the_other_worker(tmp_path: Path) -> None:
     """A receive that does not wait, on a worker whose lanes are empty, still finds
     a message in the other worker's lanes: clients see one node."""

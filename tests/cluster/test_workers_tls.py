@@ -77,7 +77,7 @@ async def _workers(http: aiohttp.ClientSession, url: str, ctx: ssl.SSLContext) -
                 ok = True
                 for addr in members.values():
                     async with http.get(f"http://{addr}/health") as r:
-                        ok = ok and r.status == 200 and (await r.json())["members"] == 2
+                        ok = ok and r.status == 200 and (await r.json())["workers_live"] == 2
                 if ok:
                     return {n: f"http://{a}" for n, a in members.items()}
         except (aiohttp.ClientError, OSError):

@@ -44,6 +44,11 @@ async def pids_of(node: NodeServer) -> list[int]:
     return await asyncio.to_thread(worker_pids, node)
 
 
+def url_node(worker: str) -> str:
+    """The node a worker belongs to (``dynaq-1-w0`` → ``dynaq-1``)."""
+    return worker.rpartition("-w")[0]
+
+
 async def health_nodes(url: str, tries: int) -> set[str]:
     """The worker names answering ``/health`` over ``tries`` fresh connections."""
     seen: set[str] = set()
@@ -51,7 +56,10 @@ async def health_nodes(url: str, tries: int) -> set[str]:
         # A fresh connection each time: SO_REUSEPORT picks a worker per connection.
         async with aiohttp.ClientSession() as http, http.get(f"{url}/health") as r:
             if r.status == 200:
-                seen.add((await r.json())["node"])
+                body = await r.json()
+                # One node to its clients: its own name, one member, and the worker.
+                assert body["node"] == url_node(body["worker"]) and body["members"] == 1, body
+                seen.add(body["worker"])
     return seen
 
 
@@ -81,7 +89,7 @@ async def _converged(url: str, want: set[str]) -> bool:
             for addr in addrs:
                 async with http.get(f"http://{addr}/health") as r:
                     body = await r.json()
-                    if r.status != 200 or body["members"] != len(want):
+                    if r.status != 200 or body["workers_live"] != len(want):
                         return False
     except (aiohttp.ClientError, KeyError, ValueError):
         return False

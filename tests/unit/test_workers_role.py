@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from dynaq.config import config_from_mapping
@@ -45,8 +47,19 @@ def test_worker_config_makes_a_loopback_ring_member_on_the_shared_port() -> None
 
 
 def test_worker_count_and_what_workers_refuse() -> None:
-    assert worker_count(config_from_mapping({})) == 1
-    assert worker_count(config_from_mapping({"http": {"workers": 0}}), cores=6) == 6
+    assert worker_count(config_from_mapping({}), cores=6) == 1  # the default: one process
+    # 0: one per core where several can serve, else one (never refused).
+    auto = {"http": {"workers": 0}}
+    assert worker_count(config_from_mapping(auto), cores=6) == 6
+    assert worker_count(config_from_mapping(auto), cores=1) == 1
+    assert worker_count(config_from_mapping(auto)) == len(os.sched_getaffinity(0))
+    cassandra = config_from_mapping({**auto, "storage": {"backend": "cassandra"}})
+    assert worker_count(cassandra, cores=6) == 1
+    check_workers(cassandra)
+    ring = config_from_mapping({**auto, "gossip": {"seeds": ["127.0.0.1:7946"]}})
+    assert worker_count(ring, cores=6) == 1
+    check_workers(ring)
+    assert worker_count(config_from_mapping(auto), cores=6) == 6
     assert worker_count(config_from_mapping({"http": {"workers": 0}}), cores=64) == 16
     with pytest.raises(InvalidInput, match=r"http\.workers"):
         config_from_mapping({"http": {"workers": 17}})

@@ -60,6 +60,7 @@ class PeerVisibility(Protocol):
         max_messages: int,
         visibility_timeout_s: float,
         per_group: int = 1,
+        max_bytes: int | None = None,
     ) -> list[Message]: ...
 
     async def watch(self, owner: Member, queue: str, wait_s: float) -> bool: ...

@@ -98,13 +98,15 @@ class Receiver:
         wait_time_s: float = 0.0,
         wanted: StillWanted = always_wanted,
         per_group: int = 1,
+        max_bytes: int | None = None,
     ) -> list[Message]:
         """Serve up to ``max_messages`` visible messages and make them invisible.
 
         Expired in-flight messages are served first, then partitions least
         recently used first. A receive stops once the messages it took pass
         ``max_receive_bytes`` (it always takes at least one); those it did not
-        take stay visible, in their place. With ``wait_time_s`` > 0 (long polling, at most
+        take stay visible, in their place (``max_bytes``: a smaller budget, what a
+        receive begun on another worker has left). With ``wait_time_s`` > 0 (long polling, at most
         20 s) an empty receive waits until something may be visible or the
         time is up. Returns ``[]`` when nothing is visible. It takes up to
         ``per_group`` messages of one group, in order (see :mod:`.receive_request`).
@@ -131,7 +133,11 @@ class Receiver:
             st = self._states.state(info)
             st.signal.clear()
             held = self.holding()
-            out = [] if held else await self._receive_once(info, st, max_messages, vt, per_group)
+            out = (
+                []
+                if held
+                else await self._receive_once(info, st, max_messages, vt, per_group, max_bytes)
+            )
             left = give_up - self._clock.monotonic()
             if out or left <= 0:
                 break
@@ -176,15 +182,27 @@ class Receiver:
             return True
         return nxt is not None and nxt <= self._clock.monotonic()
 
+    @property
+    def max_receive_bytes(self) -> int:
+        """The bytes one receive may take (it always takes at least one message)."""
+        return self._max_receive_bytes
+
     async def _receive_once(
-        self, info: QueueInfo, st: QueueState, max_messages: int, vt: float, per_group: int = 1
+        self,
+        info: QueueInfo,
+        st: QueueState,
+        max_messages: int,
+        vt: float,
+        per_group: int = 1,
+        max_bytes: int | None = None,
     ) -> list[Message]:
         now = self._clock.monotonic()
         self._maintain(info, st, now)
         rp = info.settings.redrive_policy
         limit = None if rp is None or self.dead_letter is None else rp.max_receive_count
         doomed: list[tuple[int, bytes]] = []
-        budget = ReceiveBudget(self._max_receive_bytes, self._message_bytes.get(info.number, 0.0))
+        limit_bytes = self._max_receive_bytes if max_bytes is None else max_bytes
+        budget = ReceiveBudget(limit_bytes, self._message_bytes.get(info.number, 0.0))
         take = ReceiveTake(per_group)
         out = await self._receive_now(info, st, max_messages, vt, limit, doomed, budget, take)
         if budget.count:

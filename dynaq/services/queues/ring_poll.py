@@ -5,7 +5,9 @@ consumer cannot choose the node, so a long poll waiting only on the node it
 reached would miss messages that land in another node's slice. A ring poll:
 
 1. receives from this node's slice, then from each peer's (no waiting), and
-   returns the first non-empty answer;
+   returns the first non-empty answer (on a node's workers, :attr:`RingPoll.fill_from_others`:
+   the local answer topped up from the others' while it is short of the count
+   asked and of the receive's byte budget);
 2. otherwise *watches* every node (this one and each peer, in rounds of at
    most :data:`ROUND_S`): a watch waits until a node may have something
    visible for the queue but serves nothing, so cancelling the watches that
@@ -54,6 +56,7 @@ class PeerReceive(Protocol):
         max_messages: int,
         visibility_timeout_s: float,
         per_group: int = 1,
+        max_bytes: int | None = None,
     ) -> list[Message]: ...
 
     async def watch(self, owner: Member, queue: str, wait_s: float) -> bool: ...
@@ -66,6 +69,31 @@ class RingPoll:
         self._receiver = receiver
         self._view = view
         self._clock = clock
+        self.fill_from_others = False
+        """Whether a receive this node's slice answers short asks the others for the
+        rest, within its byte budget (a node's workers: clients see one node, and a
+        lone node's receive takes whatever is visible, up to what was asked)."""
+
+    async def _fill(
+        self,
+        peers: PeerReceive,
+        others: Sequence[Member],
+        queue: str,
+        max_messages: int,
+        vt: float,
+        per_group: int,
+        out: list[Message],
+    ) -> list[Message]:
+        """``out`` and, while it is short of ``max_messages`` and of the byte budget,
+        what each of ``others`` in turn serves of the rest."""
+        left = self._receiver.max_receive_bytes - sum(len(m.body) for m in out)
+        for m in others:
+            if len(out) >= max_messages or left <= 0:
+                break
+            more = await self._ask(peers, m, queue, max_messages - len(out), vt, per_group, left)
+            out = [*out, *more]
+            left -= sum(len(x.body) for x in more)
+        return out
 
     async def receive(
         self,
@@ -83,12 +111,16 @@ class RingPoll:
         out = await self._receiver.receive(
             queue, max_messages, visibility_timeout_s, per_group=per_group
         )
-        if out:
+        if out and not self.fill_from_others:
             return out
         vt = await self._receiver.visibility_of(queue, visibility_timeout_s)
         others = [m for m in self._view.members if m.name != self._view.me.name]
         random.shuffle(others)  # spread first looks over the peers
-        for m in others:
+        if self.fill_from_others:
+            out = await self._fill(peers, others, queue, max_messages, vt, per_group, out)
+            if out:
+                return out
+        for m in others if not self.fill_from_others else ():
             out = await self._ask(peers, m, queue, max_messages, vt, per_group)
             if out:
                 return out
@@ -164,9 +196,17 @@ class RingPoll:
 
     @staticmethod
     async def _ask(
-        peers: PeerReceive, node: Member, queue: str, max_messages: int, vt: float, per_group: int
+        peers: PeerReceive,
+        node: Member,
+        queue: str,
+        max_messages: int,
+        vt: float,
+        per_group: int,
+        max_bytes: int | None = None,
     ) -> list[Message]:
         try:
-            return await peers.receive_from(node, queue, max_messages, vt, per_group)
+            if max_bytes is None:  # a peer of an earlier version takes no budget
+                return await peers.receive_from(node, queue, max_messages, vt, per_group)
+            return await peers.receive_from(node, queue, max_messages, vt, per_group, max_bytes)
         except NotServing:
             return []  # that node is down, joining or leaving: the others still serve
