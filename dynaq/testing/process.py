@@ -105,18 +105,46 @@ def is_healthy(url: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
-def all_workers_healthy(url: str, timeout_s: float = 1.0) -> bool:
-    """Whether ``GET <url>/health`` answers 200 and, on a node of several workers,
-    says all of them are live (each listens on the node's port only once it knows
-    the others, so a worker answering with all of them means the node is whole)."""
+def _health(url: str, timeout_s: float) -> dict[str, object] | None:
+    """``GET <url>/health``'s body when it answers 200, else ``None``."""
     try:
         with urllib.request.urlopen(url + "/health", timeout=timeout_s) as r:
             if int(r.status) != 200:
-                return False
+                return None
             body = json.loads(r.read())
     except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def all_workers_healthy(url: str, timeout_s: float = 1.0) -> bool:
+    """Whether ``GET <url>/health`` answers 200 and, on a node of several workers,
+    every worker listed by ``/v1/status/servers`` answers 200 (it has joined their
+    ring and serves) on its own address and sees all of them (a node that wants a
+    client token for that list: the answering worker sees all of them)."""
+    body = _health(url, timeout_s)
+    if body is None:
         return False
-    return int(body.get("workers_live", 1)) >= int(body.get("workers", 1))
+    workers = int(str(body.get("workers", 1)))
+    if workers == 1:
+        return True
+    try:
+        with urllib.request.urlopen(url + "/v1/status/servers", timeout=timeout_s) as r:
+            lines = r.read().decode().splitlines()
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):  # a node with client tokens: what /health says
+            return int(str(body.get("workers_live", 0))) >= workers
+        return False
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+        return False
+    addrs = [line.split()[-1] for line in lines if line.startswith("Member:")]
+    if len(addrs) != workers:
+        return False
+    for addr in addrs:
+        each = _health(f"http://{addr}", timeout_s)
+        if each is None or int(str(each.get("workers_live", 0))) != workers:
+            return False
+    return True
 
 
 @dataclass
