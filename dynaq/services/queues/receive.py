@@ -70,7 +70,8 @@ class Receiver:
         self._states = states
         self._max_batch = max_batch
         self._idle_rescan_s = idle_rescan_s
-        self._max_receive_bytes = max_receive_bytes
+        self.max_receive_bytes = max_receive_bytes
+        """The bytes one receive may take (it always takes at least one message)."""
         self._message_bytes: dict[int, float] = {}
         """Per queue number: the mean size of the messages its last receive took."""
         self._last_maintained: dict[int, float] = {}
@@ -104,15 +105,14 @@ class Receiver:
 
         Expired in-flight messages are served first, then partitions least
         recently used first. A receive stops once the messages it took pass
-        ``max_receive_bytes`` (it always takes at least one); those it did not
-        take stay visible, in their place (``max_bytes``: a smaller budget, what a
-        receive begun on another worker has left). With ``wait_time_s`` > 0 (long polling, at most
-        20 s) an empty receive waits until something may be visible or the
-        time is up. Returns ``[]`` when nothing is visible. It takes up to
-        ``per_group`` messages of one group, in order (see :mod:`.receive_request`).
-        A long poll whose
-        caller has gone (``wanted()`` false) stops before it serves anything more:
-        messages arriving after a client hung up stay visible for the next one.
+        ``max_bytes`` (default ``max_receive_bytes``; it always takes at least one);
+        those it did not take stay visible, in their place. With ``wait_time_s`` >
+        0 (long polling, at most 20 s) an empty receive waits until something may
+        be visible or the time is up. Returns ``[]`` when nothing is visible. It
+        takes up to ``per_group`` messages of one group, in order (see
+        :mod:`.receive_request`). A long poll whose caller has gone (``wanted()``
+        false) stops before it serves anything more: messages arriving after a
+        client hung up stay visible for the next one.
         """
         self.check_batch_size(max_messages)
         if not self.in_ring:
@@ -122,22 +122,18 @@ class Receiver:
         if not 0 <= wait_time_s <= MAX_WAIT_S:
             raise InvalidInput(f"wait time must be in 0..{MAX_WAIT_S:g} seconds")
         info = await self._catalog.queue(queue)
-        vt = (
-            info.settings.visibility_timeout_s
-            if visibility_timeout_s is None
-            else visibility_timeout_s
-        )
+        vt = visibility_timeout_s
+        if vt is None:
+            vt = info.settings.visibility_timeout_s
         give_up = self._clock.monotonic() + wait_time_s
+        budget = self.max_receive_bytes if max_bytes is None else max_bytes
         out: list[Message] = []
         while not self.draining:  # a draining node handed its in-flight messages over
             st = self._states.state(info)
             st.signal.clear()
             held = self.holding()
-            out = (
-                []
-                if held
-                else await self._receive_once(info, st, max_messages, vt, per_group, max_bytes)
-            )
+            args = (max_messages, vt, per_group, budget)
+            out = [] if held else await self._receive_once(info, st, *args)
             left = give_up - self._clock.monotonic()
             if out or left <= 0:
                 break
@@ -182,29 +178,17 @@ class Receiver:
             return True
         return nxt is not None and nxt <= self._clock.monotonic()
 
-    @property
-    def max_receive_bytes(self) -> int:
-        """The bytes one receive may take (it always takes at least one message)."""
-        return self._max_receive_bytes
-
     async def _receive_once(
-        self,
-        info: QueueInfo,
-        st: QueueState,
-        max_messages: int,
-        vt: float,
-        per_group: int = 1,
-        max_bytes: int | None = None,
+        self, info: QueueInfo, st: QueueState, n: int, vt: float, per_group: int, max_bytes: int
     ) -> list[Message]:
         now = self._clock.monotonic()
         self._maintain(info, st, now)
         rp = info.settings.redrive_policy
         limit = None if rp is None or self.dead_letter is None else rp.max_receive_count
         doomed: list[tuple[int, bytes]] = []
-        limit_bytes = self._max_receive_bytes if max_bytes is None else max_bytes
-        budget = ReceiveBudget(limit_bytes, self._message_bytes.get(info.number, 0.0))
+        budget = ReceiveBudget(max_bytes, self._message_bytes.get(info.number, 0.0))
         take = ReceiveTake(per_group)
-        out = await self._receive_now(info, st, max_messages, vt, limit, doomed, budget, take)
+        out = await self._receive_now(info, st, n, vt, limit, doomed, budget, take)
         if budget.count:
             self._message_bytes[info.number] = budget.mean
         if doomed and self.dead_letter is not None:
