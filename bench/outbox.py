@@ -156,7 +156,7 @@ async def _run(args: argparse.Namespace, server: Any, mark_batch: int) -> dict[s
         pg_cpu = _pg_cpu_s(server) - pg0
         await relay.stop()
         left = int(await conn.fetchval("SELECT count(*) FROM outbox"))
-        depth = node.queues.depth(await node.catalog.queue("q"))
+        depth = await node.queues.depth(await node.catalog.queue("q"))
     finally:
         await node.stop()
         await conn.close()
