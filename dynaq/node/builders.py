@@ -36,12 +36,15 @@ def build_store(
     version_tag: int = 0,
     version_tags: int = 1,
     writer_address: str | None = None,
+    count_messages: bool = False,
 ) -> Store:
     """The store the config names (backends are imported only when chosen).
 
     ``version_tag`` of ``version_tags``: which of a node's workers opens the
     embedded store; ``writer_address``: the node's shared writer process, if its
-    workers have one (see :class:`~dynaq.storage.embedded.LmdbStore`)."""
+    workers have one; ``count_messages``: the embedded store keeps each queue's
+    message count (a node of several workers: see
+    :class:`~dynaq.storage.embedded.LmdbStore`)."""
     backend = config.storage.backend
     if backend == "embedded":
         from dynaq.storage.embedded import LmdbStore
@@ -60,6 +63,7 @@ def build_store(
             version_tags=version_tags,
             writer=e.writer,
             writer_address=writer_address,
+            count_messages=count_messages,
         )
     if backend == "memory":
         from dynaq.storage.memory import MemoryStore

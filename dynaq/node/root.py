@@ -98,6 +98,7 @@ class Node:
                 version_tag=worker.index,
                 version_tags=worker.count,
                 writer_address=worker.writer_address or None,
+                count_messages=worker.count > 1,
             )
         )
         self.metrics = build_metrics(config, self.clock)

@@ -226,7 +226,7 @@ def _shared_writer(config: Config) -> SharedWriter | None:
     from dynaq.storage.embedded import LmdbStore
     from dynaq.storage.embedded_writer_host import SharedWriter
 
-    store = build_store(config)
+    store = build_store(config, count_messages=True)  # a node of several workers
     assert isinstance(store, LmdbStore)
     return SharedWriter(store.shared_writer_options())
 

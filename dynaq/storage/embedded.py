@@ -56,6 +56,7 @@ from dynaq.storage.embedded_commit_core import (
     open_databases,
     open_environment,
     settings_to_wire,
+    split_tags,
 )
 from dynaq.storage.embedded_commits import GroupCommitter
 from dynaq.storage.embedded_counts import read_counts
@@ -67,16 +68,6 @@ WRITERS = ("thread", "process")
 
 # Inline reads yield to the event loop once per this many (see LmdbStore._read).
 _YIELD_EVERY = 8
-
-
-def _split_tags(settings: dict[str, Any], which: int) -> dict[str, Any]:
-    """``settings`` for one of two committers sharing this store's version tag: each
-    gets a residue of its own modulo twice the tags (``which`` 0 or 1)."""
-    return {
-        **settings,
-        "version_tag": settings["version_tag"] * 2 + which,
-        "version_tags": settings["version_tags"] * 2,
-    }
 
 
 class LmdbStore(Store):
@@ -100,6 +91,8 @@ class LmdbStore(Store):
     ``version_tags`` (see :mod:`dynaq.storage.embedded_commits`). With
     ``writer_address`` the store commits through the writer process listening
     there, shared by the node's workers, instead of a writer of its own.
+    ``count_messages``: keep each queue's message count in every write's
+    transaction (:mod:`dynaq.storage.embedded_counts`; a node of several workers).
     """
 
     records_settle_in_batches = True
@@ -119,6 +112,7 @@ class LmdbStore(Store):
         version_tags: int = 1,
         writer: str = "thread",
         writer_address: str | None = None,
+        count_messages: bool = True,
     ) -> None:
         if not 0 < fill_limit <= 1:
             raise ValueError("fill_limit must be in (0, 1]")
@@ -139,6 +133,7 @@ class LmdbStore(Store):
         self._env: Any = None
         self._db: Any = None
         self._counts: Any = None
+        self._count_messages = count_messages
         self._writer: GroupCommitter | ProcessCommitter | None = None
         self._readers: ThreadPoolExecutor | None = None
         self._inline_reads = 0
@@ -163,7 +158,9 @@ class LmdbStore(Store):
             # node, or this one before a crash) would pin old pages forever.
             await asyncio.to_thread(self._env.reader_check)
             # A store written before message counts existed is counted here, once.
-            self._db, self._counts = await asyncio.to_thread(open_databases, self._env)
+            self._db, self._counts = await asyncio.to_thread(
+                open_databases, self._env, self._count_messages
+            )
         except lmdb.Error as exc:
             raise StorageUnavailable(f"cannot open LMDB store at {self._path}: {exc}") from exc
         if self._read_threads > 0:
@@ -173,16 +170,16 @@ class LmdbStore(Store):
         writer: GroupCommitter | ProcessCommitter
         if self._writer_kind == "process" and self._writer_address is not None:
             writer = ProcessCommitter(
-                {"path": self._path, **settings_to_wire(settings)},
+                {"path": self._path, **self._wire(settings)},
                 on_commit,
                 address=self._writer_address,
             )
         elif self._writer_kind == "process":
             # Two committers on one environment: this process's lone writes and the
             # writer process's groups. Each stamps versions with a residue of its own.
-            child, here = _split_tags(settings, 0), _split_tags(settings, 1)
+            child, here = split_tags(settings, 0), split_tags(settings, 1)
             writer = ProcessCommitter(
-                {"path": self._path, **settings_to_wire(child)},
+                {"path": self._path, **self._wire(child)},
                 on_commit,
                 on_loop=LoopCommits(self._core(here), on_commit),
             )
@@ -216,7 +213,10 @@ class LmdbStore(Store):
         (:class:`~dynaq.storage.embedded_writer_host.SharedWriter`): this store's
         path and commit settings. It alone stamps versions, so it takes no tag."""
         settings = {**self._commit_settings(), "version_tag": 0, "version_tags": 1}
-        return {"path": self._path, **settings_to_wire(settings)}
+        return {"path": self._path, **self._wire(settings)}
+
+    def _wire(self, settings: dict[str, Any]) -> dict[str, Any]:
+        return {**settings_to_wire(settings), "count_messages": self._count_messages}
 
     def _commit_done(self, seconds: float) -> None:
         if self.on_commit is not None:
@@ -316,8 +316,10 @@ class LmdbStore(Store):
         result: list[bool] = await self._submit(BATCH, list(ops), size=len(ops))
         return result
 
-    async def message_counts(self, queue_numbers: Sequence[int]) -> list[int]:
+    async def message_counts(self, queue_numbers: Sequence[int]) -> list[int] | None:
         numbers, counts = list(queue_numbers), self._counts
+        if counts is None:
+            return None  # count_messages=False
 
         def fn(txn: Any) -> list[int]:
             return read_counts(txn, counts, numbers)

@@ -28,7 +28,14 @@ import lmdb
 
 from dynaq.errors import DynaqError, InsufficientStorage, StorageError
 from dynaq.storage.base import MESSAGE_PREFIX, Delete, Put, is_message_key
-from dynaq.storage.embedded_counts import COUNTS_DB, CountDeltas, count_all, split_messages
+from dynaq.storage.embedded_counts import (
+    COUNTS_DB,
+    CountDeltas,
+    apply_uncounted,
+    count_all,
+    forget_counts,
+    put_run,
+)
 from dynaq.storage.embedded_reserve import Reserve
 
 VERSION = struct.Struct(">Q")
@@ -76,14 +83,29 @@ def open_environment(path: str, map_size: int) -> Any:
     )
 
 
-def open_databases(env: Any) -> tuple[Any, Any]:
+def open_databases(env: Any, count_messages: bool = True) -> tuple[Any, Any]:
     """The store's key-value database and its message counts' (see
     :mod:`dynaq.storage.embedded_counts`), counting a store written before the
-    counts existed once."""
+    counts existed once. Without ``count_messages``: no counts (``None``), and any
+    left by an earlier open are dropped, since this open's writes will not keep
+    them (the next open that counts counts again)."""
     db = env.open_db(b"kv")
+    if not count_messages:
+        forget_counts(env)
+        return db, None
     counts = env.open_db(COUNTS_DB)
     count_all(env, db, counts)
     return db, counts
+
+
+def split_tags(settings: dict[str, Any], which: int) -> dict[str, Any]:
+    """``settings`` for one of two committers sharing a store's version tag: each
+    gets a residue of its own modulo twice the tags (``which`` 0 or 1)."""
+    return {
+        **settings,
+        "version_tag": settings["version_tag"] * 2 + which,
+        "version_tags": settings["version_tags"] * 2,
+    }
 
 
 def settings_to_wire(settings: dict[str, Any]) -> dict[str, Any]:
@@ -121,7 +143,7 @@ class CommitCore:
         db: Any,
         path: str,
         *,
-        counts: Any,
+        counts: Any = None,
         map_size: int,
         fill_bytes: int,
         min_free_disk: int,
@@ -170,7 +192,7 @@ class CommitCore:
 
     def commit(self, batch: list[WriteRequest]) -> None:
         """Commit ``batch`` (set each request's result or error); never raises."""
-        deltas = CountDeltas()
+        deltas = None if self._counts is None else CountDeltas()
         try:
             with self._env.begin(write=True, db=self._db) as txn:
                 sizes = [
@@ -192,12 +214,13 @@ class CommitCore:
                     if self._add_puts(req, run):
                         continue
                     if run:
-                        _put_run(txn, run, deltas)
+                        put_run(txn, run, deltas)
                         run = []
                     req.result = self._apply(txn, req, deltas)
                 if run:
-                    _put_run(txn, run, deltas)
-                deltas.apply(txn, self._counts)
+                    put_run(txn, run, deltas)
+                if deltas is not None:
+                    deltas.apply(txn, self._counts)
             self.commits += 1
             self.committed_ops += sum(r.size for r in batch if r.error is None)
             return
@@ -228,18 +251,21 @@ class CommitCore:
             return True
         return False
 
-    def _apply(self, txn: Any, req: WriteRequest, deltas: CountDeltas) -> Any:
+    def _apply(self, txn: Any, req: WriteRequest, deltas: CountDeltas | None) -> Any:
         """Apply a request :meth:`_add_puts` did not take (counting the message keys
         it adds and removes into ``deltas``)."""
         kind, p = req.kind, req.payload
         if kind == BATCH:
-            return deltas.apply_ops(txn, p, VERSION.pack(self.next_version()))
+            version = VERSION.pack(self.next_version())
+            if deltas is None:
+                return apply_uncounted(txn, p, version)
+            return deltas.apply_ops(txn, p, version)
         if kind == PUT_IF_ABSENT:
             key, value = p
             v = self.next_version()
             if not txn.put(key, VERSION.pack(v) + value, overwrite=False):
                 return None
-            if is_message_key(key):
+            if deltas is not None and is_message_key(key):
                 deltas.add(key, 1)
             return v
         if kind == PUT_IF_VERSION:
@@ -252,20 +278,10 @@ class CommitCore:
             return v
         if kind == DELETE:
             existed = txn.delete(p)
-            if existed and is_message_key(p):
+            if existed and deltas is not None and is_message_key(p):
                 deltas.add(p, -1)
             return existed
         raise AssertionError(kind)
-
-
-def _put_run(txn: Any, run: list[tuple[bytes, bytes]], deltas: CountDeltas) -> None:
-    """Put ``run`` (on one cursor per kind: py-lmdb gives the GIL away around every
-    cursor open, close and put), counting its new message keys into ``deltas``."""
-    messages, others = split_messages(run)
-    if others:
-        txn.cursor().putmulti(others)
-    if messages:
-        deltas.put_messages(txn, messages)
 
 
 def growth_bytes(

@@ -246,10 +246,11 @@ class WriterProcess:
 
 def _open_core(options: dict[str, Any]) -> tuple[Any, CommitCore]:
     path = options.pop("path")
+    count_messages = bool(options.pop("count_messages", True))
     settings = settings_from_wire(options)
     os.makedirs(path, exist_ok=True)
     env = open_environment(path, settings["map_size"])
-    db, counts = open_databases(env)
+    db, counts = open_databases(env, count_messages)
     return env, CommitCore(env, db, path, counts=counts, **settings)
 
 

@@ -219,3 +219,31 @@ async def test_processes_writing_one_store_and_one_killed_mid_write_keep_counts_
         assert count >= 2 * 200 * (50 - 17)  # the two that finished
     finally:
         await s.close()
+
+
+async def test_a_store_opened_without_counts_drops_them_and_the_next_counting_open_recounts(
+    tmp_path: Path,
+) -> None:
+    """A lone node (``count_messages=False``) keeps no counts, and its writes would
+    leave counts left by a node of workers stale: it drops them; the next node of
+    workers counts the store again."""
+    path = tmp_path / "db"
+    s = LmdbStore(path, map_size=MAP)
+    await s.open()
+    await s.write_batch([Put(_msg(1, i), b"x") for i in range(10)])
+    assert await s.message_counts([1]) == [10]
+    await s.close()
+    lone = LmdbStore(path, map_size=MAP, count_messages=False)
+    await lone.open()
+    try:
+        assert await lone.message_counts([1]) is None
+        await lone.write_batch([Put(_msg(1, i), b"x") for i in range(10, 15)])
+        await lone.delete(_msg(1, 0))
+    finally:
+        await lone.close()
+    s = LmdbStore(path, map_size=MAP, writer="process")
+    await s.open()
+    try:
+        assert await s.message_counts([1]) == [14] == [await _scanned(s, 1)]
+    finally:
+        await s.close()
