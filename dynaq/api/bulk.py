@@ -1,9 +1,11 @@
 """Bulk-read routes for analytics clients (the Spark data source): ring, partitions, snapshot pages.
 
 * ``GET /v2/status/ring`` → ``{"members": [{"name", "http", "from_id", "to_id"}]}``:
-  the live ring and each member's slice of the id space (inclusive).
+  the live ring and each member's slice of the id space (inclusive); a node of
+  several workers is one member, at the node's address, with the whole id space.
 * ``GET /v2/queues/:queue/partitions`` → ``{"node", "http", "partitions":
-  [{"index", "from_id", "to_id"}]}``: the partitions this node serves the queue from.
+  [{"index", "from_id", "to_id"}]}``: the partitions this node serves the queue from
+  (a node of several workers: every worker's).
 * ``GET /v2/queues/:queue/snapshot?from_id=&to_id=&limit=&encoding=`` → one page
   (msgpack, or JSON with base64 buffers): ``encoding=columns`` (the default) or
   ``stored`` (the stored values, which the reader decodes), see
@@ -17,9 +19,10 @@ import base64
 from aiohttp import web
 
 from dynaq.api.codec import json_response, respond, wants_msgpack
-from dynaq.api.keys import CATALOG, QUEUES, VIEW
+from dynaq.api.keys import CATALOG, QUEUES, VIEW, WORKER_OF
 from dynaq.api.params import query_int
 from dynaq.core.ids import MAX_ID
+from dynaq.core.keyspace import FULL_RANGE
 from dynaq.errors import InvalidInput
 from dynaq.services.snapshots import MAX_PAGE
 
@@ -31,6 +34,14 @@ routes = web.RouteTableDef()
 @routes.get("/v2/status/ring")
 async def ring(request: web.Request) -> web.Response:
     view = request.app[VIEW]
+    of = request.app.get(WORKER_OF)
+    if of is not None:
+        # A node of several workers is one member to its clients, at the node's
+        # address: the workers' own are loopback-only (and plain HTTP).
+        lo, hi = str(FULL_RANGE.bottom_id), str(FULL_RANGE.top_id)
+        return json_response(
+            {"members": [{"name": of.node, "http": of.http, "from_id": lo, "to_id": hi}]}
+        )
     slices = view.slices()
     members = [
         {
@@ -49,14 +60,20 @@ async def ring(request: web.Request) -> web.Response:
 async def partitions(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
     view = request.app[VIEW]
-    ranges = request.app[QUEUES].partition_ranges(info)
+    service = request.app[QUEUES]
+    of = request.app.get(WORKER_OF)
+    if of is None:
+        node, http = view.me.name, view.me.http_addr
+        ranges = [(r.bottom_id, r.top_id) for r in service.partition_ranges(info)]
+    else:  # a worker answers for its node: every worker's partitions
+        node, http, ranges = of.node, of.http, await service.ring_partitions(info)
     return json_response(
         {
-            "node": view.me.name,
-            "http": view.me.http_addr,
+            "node": node,
+            "http": http,
             "partitions": [
-                {"index": i, "from_id": str(r.bottom_id), "to_id": str(r.top_id)}
-                for i, r in enumerate(ranges)
+                {"index": i, "from_id": str(lo), "to_id": str(hi)}
+                for i, (lo, hi) in enumerate(ranges)
             ],
         }
     )

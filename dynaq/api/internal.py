@@ -226,5 +226,9 @@ async def slice_stats(request: web.Request) -> web.Response:
     except (ValueError, TypeError, LookupError, msgpack.UnpackException) as exc:
         raise InvalidInput(f"malformed stats request: {exc}") from None
     info = await request.app[CATALOG].queue(queue)
-    stats = await request.app[QUEUES].statistics.of(info)
-    return web.Response(body=msgpack.packb(stats.to_wire()), content_type="application/msgpack")
+    service = request.app[QUEUES]
+    stats = (await service.statistics.live(info)).to_wire()
+    # And the partitions it cuts its slice into (a worker lists its node's: bulk.py).
+    parts = [(r.bottom_id, r.top_id) for r in service.partition_ranges(info)]
+    answer = msgpack.packb({**stats, "partitions": parts})
+    return web.Response(body=answer, content_type="application/msgpack")

@@ -24,10 +24,13 @@ NODE_STATE: web.AppKey[Callable[[], str]] = web.AppKey("node_state")
 
 
 class WorkerOf(NamedTuple):
-    """The node this process is one worker of, and how many workers it runs."""
+    """The node this process is one worker of, how many workers it runs, and the
+    address clients reach the node at (``host:port``; the workers' own addresses
+    are loopback-only, for each other)."""
 
     node: str
     workers: int
+    http: str = ""
 
 
 WORKER_OF = web.AppKey("worker_of", WorkerOf)

@@ -294,7 +294,8 @@ def _bulk_paths() -> Obj:
                 "bulk",
                 {
                     "200": response(
-                        "Members, sorted by name.",
+                        "Members, sorted by name (a node of several workers: one member, "
+                        "the node, at its address, with the whole id space).",
                         json=_obj(
                             ["members"],
                             members=_array(
@@ -315,7 +316,8 @@ def _bulk_paths() -> Obj:
             "parameters": [QUEUE],
             "get": operation(
                 "v2Partitions",
-                "The partitions this node serves the queue from",
+                "The partitions this node serves the queue from (a node of several "
+                "workers: every worker's)",
                 "bulk",
                 {
                     "200": response(

@@ -32,7 +32,15 @@ def status(args: argparse.Namespace, c: Client) -> int:
                 "endpoint": c.addr,
                 "status": health.status,
                 "node": health.node,
-                **({} if health.worker is None else {"worker": health.worker}),
+                **(
+                    {}
+                    if health.worker is None
+                    else {
+                        "worker": health.worker,
+                        "workers": health.workers,
+                        "workers_live": health.workers_live,
+                    }
+                ),
                 "members": [
                     {
                         "name": m.name,
@@ -46,10 +54,11 @@ def status(args: argparse.Namespace, c: Client) -> int:
             }
         )
     else:
-        # A node of several workers: its ring is of its workers, each a member here.
+        # A node of several workers is one member (the node); which worker answered.
         who = f"node {health.node}, {len(members)} members"
         if health.worker is not None:
-            who = f"node {health.node} answered by {health.worker}, {len(members)} workers"
+            who += f"; answered by {health.worker}, {health.workers_live} of {health.workers}"
+            who += " workers live"
         print(f"endpoint {c.addr}: {health.status} ({who})")
         table(
             [

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from dynaq.api.app import build_app
 from dynaq.api.drain import drain
-from dynaq.api.keys import FORWARDER, WorkerOf
+from dynaq.api.keys import FORWARDER
 from dynaq.api.stream_copies import COPIES, QUORUM_TIMEOUT
 from dynaq.api.stream_proxy import StreamForwarder
 from dynaq.api.tls import peer_ssl_context, server_ssl_context
@@ -45,7 +45,14 @@ from dynaq.node.builders import (
 from dynaq.node.claims import listen
 from dynaq.node.peer_links import PeerLinks
 from dynaq.node.streams import build_streams
-from dynaq.node.workers import WorkerRole, worker_config, worker_dedup_lock, worker_scrape
+from dynaq.node.workers import (
+    WorkerRole,
+    wait_for_other_workers,
+    worker_config,
+    worker_dedup_lock,
+    worker_of,
+    worker_scrape,
+)
 from dynaq.services.batches import BatchService
 from dynaq.services.batches.hooks import batch_acks, batch_failures, completion_publisher
 from dynaq.services.catalog import Catalog
@@ -79,7 +86,7 @@ class Node:
         # A worker of a node of several (dynaq.node.workers): a ring member on
         # loopback sharing the node's port and store.
         self.worker = worker
-        node_name = config.node.name
+        of = worker_of(config, worker)  # what a worker answers as: its node
         if worker is not None:
             config = worker_config(config, worker)
         check_ring_store(config, store_given=store is not None)
@@ -186,11 +193,7 @@ class Node:
             worker_scrape=worker_scrape(
                 self.worker, self.view, None if self.peer_auth is None else self.peer_auth[0]
             ),
-            worker_of=(
-                WorkerOf(node_name, worker.count)
-                if worker is not None and worker.count > 1
-                else None
-            ),
+            worker_of=of,
         )
         if isinstance(self.store, LmdbStore):
             metrics = self.metrics
@@ -326,11 +329,6 @@ class Node:
         # before "serving" (so /health stays 503 until this node knows the ring).
         await self.membership.start()
         self.queues.receiver.in_ring = True
-        if self.worker is not None:
-            # Only now on the node's port: the kernel hands its connections to the
-            # workers listening there, so no client reaches a worker that does not
-            # know the others yet (it would serve the whole keyspace as if alone).
-            await listen(site, h.host, h.port)
         if self.outbox is not None:
             # After the ring join: leadership follows the ring's view of the table.
             await self.outbox.start()
@@ -344,6 +342,12 @@ class Node:
             copies = self.stream_followers.run()
             self._tasks.append(asyncio.create_task(copies, name="stream-copies"))
         self.state = "serving"
+        if self.worker is not None:
+            # Only now on the node's port, once every worker serves: no client
+            # reaches a worker that does not know the ring (it would serve the whole
+            # keyspace as if alone), nor a node whose lanes a joining worker holds.
+            await wait_for_other_workers(self.worker, self.clock)
+            await listen(site, h.host, h.port)
         log.info(
             "node serving",
             extra={

@@ -39,16 +39,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
+
+from dynaq.api.keys import WorkerOf
 from dynaq.api.worker_metrics import WorkerScrape
+from dynaq.clock import Clock
 from dynaq.config import Config
 from dynaq.core.membership import MembershipView
 from dynaq.core.peer_auth import PeerSigner
 from dynaq.errors import InvalidInput
+from dynaq.node.builders import advertised_http
 from dynaq.services.queues.dedup_lock import DedupFileLock
+
+log = logging.getLogger(__name__)
 
 ROLE_ENV = "DYNAQ_WORKER_ROLE"
 MAX_WORKERS = 16
@@ -200,9 +208,60 @@ def worker_scrape(
     return WorkerScrape(signer, view, names)
 
 
+def worker_of(config: Config, role: WorkerRole | None) -> WorkerOf | None:
+    """A worker of several: the node it answers as, from the node's ``config``
+    (its name, how many workers, the address clients reach it at); else None."""
+    if role is None or role.count < 2:
+        return None
+    return WorkerOf(config.node.name, role.count, advertised_http(config, config.http.port))
+
+
 def worker_dedup_lock(config: Config, role: WorkerRole | None) -> DedupFileLock | None:
     """A worker of several: the lock its node's workers share for dedup checks, so
     two of them never both store a copy of one dedup id (None for one worker)."""
     if role is None:
         return None
     return DedupFileLock(Path(config.data.dir) / "dedup.lock")
+
+
+OTHERS_SERVING_TIMEOUT_S = 10.0
+"""How long a starting worker waits for the others to serve before it takes
+clients anyway (a worker that never comes up must not keep the node shut)."""
+
+
+async def wait_for_other_workers(
+    role: WorkerRole, clock: Clock, timeout_s: float = OTHERS_SERVING_TIMEOUT_S
+) -> list[str]:
+    """Wait until every other worker of the node answers ``GET /health`` 200 on its
+    own loopback address, at most ``timeout_s``; the names of those that did not.
+
+    Why: a worker that has joined the ring of workers serves its lanes, and asks the
+    others for theirs. A worker still joining answers those asks 503, so until it
+    serves, the messages in its lanes are visible to no client. A worker takes the
+    node's port only after this, so at start the node answers its first client with
+    every worker serving. A worker restarted alone finds the others serving at once.
+    """
+    waiting = {
+        f"w{i}": f"http://127.0.0.1:{port}/health"
+        for i, port in enumerate(role.peer_ports)
+        if i != role.index
+    }
+    deadline = clock.monotonic() + timeout_s
+    timeout = aiohttp.ClientTimeout(total=1.0)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        while waiting and clock.monotonic() < deadline:
+            for name, url in list(waiting.items()):
+                try:
+                    async with http.get(url) as r:
+                        if r.status == 200:
+                            del waiting[name]
+                except (TimeoutError, aiohttp.ClientError):
+                    pass  # not listening yet (still starting), or restarting
+            if waiting:
+                await clock.sleep(0.02)
+    if waiting:
+        log.warning(
+            "taking clients before every worker serves",
+            extra={"workers": sorted(waiting), "waited_s": timeout_s},
+        )
+    return sorted(waiting)

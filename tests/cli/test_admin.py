@@ -36,10 +36,16 @@ def dynaq(node: NodeProcess) -> Run:
 def test_cluster_status(dynaq: Run, node: NodeProcess) -> None:
     out = dynaq("cluster", "status")
     lines = out.splitlines()
-    assert lines[0] == f"endpoint 127.0.0.1:{node.port}: serving (node dynaq-1, 1 members)"
+    # A node of several workers is one member too, and says which worker answered.
+    got = dynaq.json("cluster", "status")
+    head = f"endpoint 127.0.0.1:{node.port}: serving (node dynaq-1, 1 members"
+    if "worker" in got:
+        n = got["workers"]
+        assert got["workers_live"] == n > 1 and got["worker"].startswith("dynaq-1-w")
+        head += f"; answered by {got['worker']}, {n} of {n} workers live"
+    assert lines[0].startswith(head) and lines[0].endswith(")")
     assert lines[1].split() == ["MEMBER", "HTTP", "LANES", "FROM_ID", "TO_ID"]
     assert lines[2].split()[:3] == ["dynaq-1", f"127.0.0.1:{node.port}", "1024"]
-    got = dynaq.json("cluster", "status")
     assert got["status"] == "serving" and [m["lanes"] for m in got["members"]] == [1024]
 
 

@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from dynaq.client import AsyncClient, NewMessage, QueueSettings
+from dynaq.core.keyspace import slices
 from dynaq.testing import run_node
 from dynaq.testing.runners import NodeServer
 from tests.cluster.workers import health_nodes, pids_of, wait_workers, worker_urls
@@ -98,7 +99,9 @@ async def test_a_receive_takes_what_every_worker_holds_within_its_byte_budget(
             # 40 groups: their lanes (a group's is its hash) fall to both workers.
             small = [NewMessage(f"s{i:02d}", group=f"g{i}") for i in range(40)]
             sent = set(await c.enqueue("fill", small))
-            held = [sum(1 for i in sent if m.from_id <= i <= m.to_id) for m in await c.ring()]
+            # Each worker's lanes: the ring of workers splits them as a ring of machines.
+            lanes = slices(list(urls)).values()
+            held = [sum(1 for i in sent if r.bottom_id <= i <= r.top_id) for r in lanes]
             assert len(held) == 2 and all(held), held  # both workers' lanes hold some
             async with AsyncClient(urls["dynaq-1-w1"]) as w:
                 got = await w.receive("fill", 40, 30, wait_time_s=0)

@@ -268,6 +268,13 @@ class QueueService:
         """The lane ranges of the partitions this node serves the queue from."""
         return self.states.partition_ranges(info)
 
+    async def ring_partitions(self, info: QueueInfo) -> list[tuple[int, int]]:
+        """The partitions every live member serves the queue from (see :mod:`.stats`)."""
+        peers = [m for m in self._view.members if m.name != self._view.me.name]
+        ask = self._peer_visibility.slice_stats if self._peer_visibility else None
+        mine = self.partition_ranges(info)
+        return await self.statistics.ring_partitions(info, mine, peers, ask)
+
     async def depth(self, info: QueueInfo) -> int:
         """How many messages the queue stores (see :mod:`.depth`)."""
         return await self.depths.of(info)

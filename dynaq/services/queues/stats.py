@@ -28,6 +28,7 @@ from typing import Any
 from dynaq.clock import Clock
 from dynaq.core import keys
 from dynaq.core.ids import enqueued_ms, lane_of, lane_start
+from dynaq.core.keyspace import LaneRange
 from dynaq.core.membership import Member, MembershipView
 from dynaq.metrics import Metrics
 from dynaq.services.catalog import QueueInfo
@@ -166,6 +167,12 @@ class SliceStatistics:
             hit = self._cache[info.number] = await self._compute(info)
         return hit
 
+    async def live(self, info: QueueInfo) -> SliceStats:
+        """:meth:`of`, with the in-flight figure read now from the in-memory table: a
+        receive answered a moment ago is counted, however old the other figures are
+        (what a peer sums over the ring, and what a client checks after receiving)."""
+        return replace(await self.of(info), in_flight=self._in_flight_now(info))
+
     async def ring(
         self,
         info: QueueInfo,
@@ -178,10 +185,9 @@ class SliceStatistics:
         ``stats_nodes`` says how many did). ``stored``: how many messages the whole
         ring stores, where known exactly (the store's count; a lone node's depth),
         in place of the sum of each member's slice."""
-        # This node's in-flight table is in memory: that figure is live, and so is
-        # ``stored`` where given; the rest as last computed.
-        mine = replace(await self.of(info), in_flight=self._in_flight_now(info))
-        parts = [mine]
+        # ``stored``, where given, is live; so is each in-flight figure (live()); the
+        # rest as last computed.
+        parts = [await self.live(info)]
         if ask is not None and peers:
             answers = await asyncio.gather(
                 *(ask(m, info.name) for m in peers), return_exceptions=True
@@ -201,6 +207,28 @@ class SliceStatistics:
             "stats_age_s": max(0.0, max((now_ms - p.computed_ms) / 1000 for p in parts)),
             "stats_capped": stored is None and any(p.capped for p in parts),
         }
+
+    async def ring_partitions(
+        self,
+        info: QueueInfo,
+        mine: Sequence[LaneRange],
+        peers: Sequence[Member],
+        ask: PeerStats | None,
+    ) -> list[tuple[int, int]]:
+        """The id ranges (inclusive) of the partitions this node (``mine``) and
+        ``peers`` serve the queue from, in id order (on a worker: its node's). A peer
+        that does not answer counts as one partition of its slice, so the ranges
+        always cover the ring's."""
+        out = [(r.bottom_id, r.top_id) for r in mine]
+        if ask is None or not peers:
+            return out
+        answers = await asyncio.gather(*(ask(m, info.name) for m in peers), return_exceptions=True)
+        slices = self._view.slices()
+        for m, got in zip(peers, answers, strict=True):
+            theirs = got.get("partitions") if isinstance(got, dict) else None
+            s = slices[m.name]
+            out.extend((int(lo), int(hi)) for lo, hi in theirs or [(s.bottom_id, s.top_id)])
+        return sorted(out)
 
     def _in_flight_now(self, info: QueueInfo) -> int:
         st = self._states.get(info.number)
