@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from dynaq.clock import Clock, SystemClock
 from dynaq.config import Config
+from dynaq.errors import CannotStart
 from dynaq.node.builders import build_store
 from dynaq.node.workers import ROLE_ENV, WorkerRole, worker_count, worker_name
 from dynaq.stop_signals import ignore_signals_once_stopped, stop_on_signals
@@ -76,16 +77,29 @@ def _loopback_port() -> int:
 
 
 def _hold_public_port(host: str, port: int) -> socket.socket:
-    """Bind (not listen) ``host:port`` with ``SO_REUSEPORT``; the socket's port is the node's."""
+    """Bind (not listen) ``host:port`` with ``SO_REUSEPORT``; the socket's port is the
+    node's. :class:`CannotStart` if anything holds it: a port held with
+    ``SO_REUSEPORT`` (another node of several workers, by this user) would take the
+    bind below, and the kernel would then spread clients over two nodes; a plain
+    bind first refuses every holder."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    addr = (host or "0.0.0.0", port)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host or "0.0.0.0", port))
-    except OSError:
-        sock.close()
-        raise
+        if port:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(addr)
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind(addr)
+        except OSError:
+            sock.close()
+            raise
+    except OSError as exc:
+        why = str(exc.strerror or exc).lower()  # as a node of one process says it
+        raise CannotStart(f"cannot listen on {host}:{port}: {why}") from None
     return sock
 
 

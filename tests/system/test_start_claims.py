@@ -59,10 +59,14 @@ def test_a_second_process_on_the_same_data_dir_refuses_to_start(tmp_path: Path) 
         first.kill()
 
 
-def test_a_taken_port_is_one_line_not_a_traceback(tmp_path: Path) -> None:
-    first = node_process(tmp_path, "first").start()
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_taken_port_is_one_line_not_a_traceback(tmp_path: Path, workers: str) -> None:
+    """Also between two nodes of several workers: both would bind the port with
+    ``SO_REUSEPORT``, and the kernel would spread clients over the two nodes."""
+    env = {"DYNAQ_HTTP_WORKERS": workers}
+    first = node_process(tmp_path, "first", env=env).start()
     try:
-        second = node_process(tmp_path, "second", port=first.port)
+        second = node_process(tmp_path, "second", port=first.port, env=env)
         out = _run_second(second.env)
         assert out.returncode == 1, out.stderr
         assert "Traceback" not in out.stderr, out.stderr
