@@ -47,11 +47,11 @@ class HttpConfig:
     """PEM private key of ``tls_cert``."""
     tls_ca: str = ""
     """PEM CA bundle peers' HTTPS certificates are verified against ("" = the system's)."""
-    workers: int = 1
+    workers: int = 0
     """Worker processes serving this node's slice through one port: see
-    :mod:`dynaq.node.workers`. ``1`` (the default): a node of one process. ``0``: one
-    per core (at most 16) where several can serve (the embedded store, no ring of
-    machines), else one. ``N`` > 1 needs the embedded store and no ring."""
+    :mod:`dynaq.node.workers`. ``0`` (the default): one per core (at most 16) where
+    several can serve (the embedded store, no ring of machines), else one. ``1``: a
+    node of one process. ``N`` > 1 needs the embedded store and no ring."""
     event_loop: str = "uvloop"
     """The node's event loop: ``uvloop`` (libuv: a cheaper loop and socket transport,
     about a sixth less CPU per small request) or ``asyncio`` (the standard library's)."""
