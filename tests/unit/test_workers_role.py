@@ -47,7 +47,7 @@ def test_worker_config_makes_a_loopback_ring_member_on_the_shared_port() -> None
 
 
 def test_worker_count_and_what_workers_refuse() -> None:
-    assert worker_count(config_from_mapping({}), cores=6) == 1  # the default: one process
+    assert worker_count(config_from_mapping({}), cores=6) == 6  # the default: one per core
     # 0: one per core where several can serve, else one (never refused).
     auto = {"http": {"workers": 0}}
     assert worker_count(config_from_mapping(auto), cores=6) == 6
