@@ -21,7 +21,7 @@ _TASK_ID = re.compile(r"[0-9a-f]{32}")
 async def dead_letter_sources(request: web.Request) -> web.Response:
     """The queues whose redrive policy names this queue (SQS's ListDeadLetterSourceQueues)."""
     info = await request.app[CATALOG].queue(request.match_info["queue"])
-    return json_response({"queues": request.app[CATALOG].dead_letter_sources(info.name)})
+    return json_response({"queues": await request.app[CATALOG].dead_letter_sources(info.name)})
 
 
 @routes.post("/v2/queues/{queue}/redrive")

@@ -21,7 +21,8 @@ WATCH_PATH = "/internal/v1/watch"
 
 
 def message_to_wire(m: Message) -> list[Any]:
-    """``[id, body, enqueued_ms, attributes, receive_count, group, delivery, origin]``."""
+    """``[id, body, enqueued_ms, attributes, receive_count, group, delivery, origin,
+    first_received_ms]`` (an older peer sends the first eight: 0, unknown)."""
     o = m.origin
     origin = (
         None
@@ -30,13 +31,14 @@ def message_to_wire(m: Message) -> list[Any]:
     )
     return [
         m.id, m.body, m.enqueued_ms, m.attributes, m.receive_count, m.group, m.delivery, origin,
+        m.first_received_ms,
     ]  # fmt: skip
 
 
 def message_from_wire(raw: Any) -> Message:
     """The inverse of :func:`message_to_wire`; :class:`InvalidInput` if malformed."""
     try:
-        mid, body, enqueued, attributes, count, group, delivery, origin = raw
+        mid, body, enqueued, attributes, count, group, delivery, origin, *later = raw
         o = None if origin is None else DeadLetterOrigin(
             str(origin[0]), int(origin[1]), int(origin[2]), int(origin[3]), int(origin[4])
         )  # fmt: skip
@@ -49,6 +51,7 @@ def message_from_wire(raw: Any) -> Message:
             None if group is None else str(group),
             o,
             int(delivery),
+            int(later[0]) if later else 0,
         )
     except (ValueError, TypeError, LookupError, AttributeError) as exc:
         raise InvalidInput(f"malformed forwarded message: {exc}") from None

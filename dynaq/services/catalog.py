@@ -170,8 +170,11 @@ class Catalog(TopicCatalog):
         except QueueNotFound:
             return None
 
-    def dead_letter_sources(self, name: str) -> list[str]:
-        """The queues whose redrive policy names ``name`` (as of this node's last sync)."""
+    async def dead_letter_sources(self, name: str) -> list[str]:
+        """The queues whose redrive policy names ``name`` (as of this node's last sync;
+        with :attr:`read_through`, as the store holds them now)."""
+        if self.read_through:
+            await self.reload()
         return [
             q.name
             for q in sorted(self._queues.values(), key=lambda q: q.name)

@@ -45,7 +45,7 @@ async def start_message_move_task(call: Call) -> dict[str, Any]:
     rate = int_param(
         "MaxNumberOfMessagesPerSecond", call.params.get("MaxNumberOfMessagesPerSecond", 500), 1, 500
     )
-    if not catalog.dead_letter_sources(source):
+    if not await catalog.dead_letter_sources(source):
         raise invalid("Source queue must be configured as a Dead Letter Queue.")
     if to_queue is not None:
         if to_queue == source:

@@ -335,7 +335,7 @@ async def purge_queue(call: Call) -> dict[str, Any]:
 @action("ListDeadLetterSourceQueues")
 async def list_dead_letter_sources(call: Call) -> dict[str, Any]:
     info = await queue_of(call, READ)
-    names = call.request.app[CATALOG].dead_letter_sources(info.name)
+    names = await call.request.app[CATALOG].dead_letter_sources(info.name)
     page, next_token = _page(names, call.params.get("MaxResults"), call.params.get("NextToken"))
     out: dict[str, Any] = {"queueUrls": [queue_url(call.request, q) for q in page]}
     if next_token is not None:

@@ -153,7 +153,6 @@ class Receiver:
             info = await self._catalog.queue(queue)
         if out:
             self._metrics.incr(f"{info.name}.received.count", len(out))
-        self._metrics.gauge(f"{info.name}.fill.count", 100.0 * len(out) / max_messages)
         return out
 
     async def visibility_of(self, queue: str, visibility_timeout_s: float | None) -> float:

@@ -337,8 +337,12 @@ class QueueService:
         peers, args = self._peer_visibility, (max_messages, visibility_timeout_s, wait_time_s)
         ring = wait_time_s > 0 or self.ring_receive_nowait
         if ring and peers is not None and len(self._view.members) > 1:
-            return await self.ring_poll.receive(peers, queue, *args, wanted, per_group)
-        return await self.receiver.receive(queue, *args, wanted, per_group)
+            out = await self.ring_poll.receive(peers, queue, *args, wanted, per_group)
+        else:
+            out = await self.receiver.receive(queue, *args, wanted, per_group)
+        # How full the client's receive came back: here, not per peer or worker asked.
+        self._metrics.gauge(f"{queue}.fill.count", 100.0 * len(out) / max_messages)
+        return out
 
     async def peek(self, queue: QueueRef, ids: Iterable[int]) -> list[Message]:
         """Return the stored messages among ``ids`` without locking them."""
