@@ -160,8 +160,8 @@ async def list_streams(request: web.Request) -> web.Response:
     for name in svc.names():
         if name.startswith(HIDDEN_PREFIX) and not hidden:
             continue
-        if fwd is not None and await fwd.authority.node_of(name) not in (fwd.authority.me, None):
-            continue  # a copy of another node's stream: that node lists it
+        if fwd is not None and not await fwd.authority.serves_here(name):
+            continue  # a copy of another node's stream (that node lists it), or a deleted one's
         info = svc.info(name)
         out.append(
             {
@@ -225,9 +225,11 @@ async def delete(request: web.Request) -> web.StreamResponse:
         return there
     _not_reserved(request, "deleted")  # here, where the stream is served
     await _service(request).delete(request.match_info["name"])
-    fwd = request.app.get(FORWARDER)
+    fwd, copies = request.app.get(FORWARDER), request.app.get(COPIES)
     if fwd is not None:
         await fwd.authority.forget(request.match_info["name"])
+    if copies is not None:
+        copies.forget(request.match_info["name"])
     return web.Response(status=204)
 
 

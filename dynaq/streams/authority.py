@@ -114,12 +114,18 @@ class StreamAuthority:
         node, _ = await self._state(name)
         return node
 
-    async def _state(self, name: str) -> tuple[str | None, bool]:
+    async def serves_here(self, name: str) -> bool:
+        """Whether this node's ``name`` is its own to list: it is the recorded authority
+        (or none is recorded), not a copy of another's nor of a deleted stream."""
+        node, deleted = await self._state(name)
+        return not deleted and node in (self.me, None)
+
+    async def _state(self, name: str, *, fresh: bool = False) -> tuple[str | None, bool]:
         """The recorded node (``None``: no record, or a tombstone) and whether the stream
-        was deleted, from a cache of ``_CACHE_S``."""
+        was deleted, from a cache of ``_CACHE_S`` (unless ``fresh``)."""
         cached = self._cache.get(name)
         now = self._clock.monotonic()
-        if cached is not None and now - cached[1] < _CACHE_S:
+        if cached is not None and now - cached[1] < _CACHE_S and not fresh:
             return (cached[0] or None), cached[0] == ""
         got = await self.record_of(name)
         if got is None:
@@ -145,6 +151,10 @@ class StreamAuthority:
         cannot be done now.
         """
         node, deleted = await self._state(name)
+        if deleted:
+            # A tombstone seen a moment ago: the name may have been declared again
+            # through another member since (a 404 is worth one read of the record).
+            node, deleted = await self._state(name, fresh=True)
         if node is None:
             if deleted and not declaring:
                 # Its copies may linger a moment before they are dropped: never serve one.

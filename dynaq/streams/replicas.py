@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from dynaq.clock import Clock
 from dynaq.core.membership import Member, MembershipView
 from dynaq.core.stream_copies import Declared
-from dynaq.errors import DynaqError, ReplicationTimeout
+from dynaq.errors import DynaqError, ReplicationTimeout, StreamNotFound
 from dynaq.streams.authority import StreamAuthority
 from dynaq.streams.service import StreamService
 from dynaq.tasks import cancel_and_wait
@@ -49,6 +49,7 @@ class CopySizes:
         self.quorum = quorum
         self._sizes: dict[str, dict[str, int]] = {}
         self._changed: dict[str, asyncio.Event] = {}
+        self._deletions: dict[str, int] = {}
 
     def followers(self, stream: str) -> list[str]:
         return followers_of([m.name for m in self._view.members], self._view.me.name, self.replicas)
@@ -66,7 +67,14 @@ class CopySizes:
         return {n: known.get(n, 0) for n in self.followers(stream)}
 
     def forget(self, stream: str) -> None:
+        """``stream`` was deleted: its copies' sizes go (a stream declared again under
+        the name starts from none, never confirmed by the old copies), and appends
+        still waiting for its quorum end at once (404, not a timeout)."""
         self._sizes.pop(stream, None)
+        self._deletions[stream] = self._deletions.get(stream, 0) + 1
+        event = self._changed.pop(stream, None)
+        if event is not None:
+            event.set()
 
     def needed(self, stream: str) -> int:
         """How many copies, the authority's included, an acknowledged append is on."""
@@ -78,11 +86,17 @@ class CopySizes:
         """Return once the quorum holds entries up to ``end`` (exclusive);
         :class:`ReplicationTimeout` after ``timeout_s``."""
         deadline = self._clock.monotonic() + timeout_s
+        deletions = self._deletions.get(stream, 0)
         while True:
             have = 1 + sum(1 for s in self.sizes(stream).values() if s >= end)
             need = self.needed(stream)
             if have >= need:
                 return
+            if self._deletions.get(stream, 0) != deletions:
+                raise StreamNotFound(
+                    f"stream {stream!r} was deleted before a quorum of its copies held "
+                    f"the entries up to index {end - 1}"
+                )
             left = deadline - self._clock.monotonic()
             if left <= 0:
                 raise ReplicationTimeout(

@@ -107,9 +107,12 @@ def test_plain_pages_take_the_vectorized_path(node: NodeProcess) -> None:
         c.enqueue("plain", [{"body": b"g" * 70_000, "group": "g"}])  # bin32, five members
     columns = _pages(node, "plain", stored=False, limit=200)
     stored = _pages(node, "plain", stored=True, limit=200)
-    assert [p["count"] for p in stored] == [200, 200, 101]
+    # One enqueue lands in the lanes of the worker that took it, the group's message
+    # in its hash's lane: on a node of several workers another partition may hold it,
+    # and the others are empty pages.
+    assert sorted(n for p in stored if (n := p["count"])) in ([101, 200, 200], [1, 100, 200, 200])
     for col, sto in zip(columns, stored, strict=True):
-        assert _fast(sto)
+        assert _fast(sto) or not sto["count"]  # an empty page has no columns to take
         assert page_to_batch(sto, 0, "n").equals(page_to_batch(col, 0, "n"))
     with Client(node.url) as c:  # one message with attributes: its page decodes one by one
         (attributed,) = c.enqueue("plain", [{"body": b"a" * 100, "attributes": {"k": "v"}}])
@@ -179,11 +182,21 @@ def test_a_task_reads_each_page_once_while_the_next_is_fetched(node: NodeProcess
     with Client(node.url) as c:
         ids = c.enqueue("ahead", [{"body": f"m{i:05d}".encode() * 4} for i in range(2500)])
     reader = DynaqReader({"endpoint": node.url, "queue": "ahead", "pagesize": "300"})
-    (part,) = reader.partitions()
-    batches = list(reader.read(part))
-    assert [len(b) for b in batches] == [300] * 8 + [100]
-    assert [i for b in batches for i in b.column(0).to_pylist()] == sorted(ids)
+    # One partition per worker (a node of several takes a large enqueue's requests
+    # on several): each is read page by page, the next fetched meanwhile.
+    seen: list[int] = []
+    for part in reader.partitions():
+        held = sorted(i for i in ids if part.from_id <= i <= part.to_id)
+        batches = list(reader.read(part))
+        full, rest = divmod(len(held), 300)
+        assert [len(b) for b in batches] == [300] * full + ([rest] if rest else [])
+        assert [i for b in batches for i in b.column(0).to_pylist()] == held
+        seen += held
+    assert sorted(seen) == sorted(ids)
+    part = max(reader.partitions(), key=lambda p: sum(p.from_id <= i <= p.to_id for i in ids))
+    held = sorted(i for i in ids if part.from_id <= i <= part.to_id)
+    assert len(held) > 300
     early = reader.read(part)
     first = next(early)
     early.close()  # as Spark does once a limit is met: the pending fetch is awaited
-    assert first.column(0).to_pylist() == sorted(ids)[:300]
+    assert first.column(0).to_pylist() == held[:300]

@@ -17,6 +17,11 @@ from tests.streams.helpers import TRADES, append, declare, jsonl, read
 
 _FINAL = re.compile(r"^(\d{20})-(\d{20})\.(\d{20})-(\d{20})\.seg$")
 
+ONE_PROCESS = {"DYNAQ_HTTP_WORKERS": "1"}
+"""These tests read and count one process's stream files under ``data.dir/streams``
+(a node of several workers keeps a directory per worker, and copies of each
+other's streams): they run the node as one process."""
+
 
 def _files(node: NodeProcess, name: str) -> list[str]:
     return sorted(p.name for p in (node.data_dir / "streams" / name).glob("*.seg"))
@@ -62,7 +67,7 @@ async def test_segments_finalize_by_count_size_and_age_and_listeners_seek(
         "DYNAQ_STREAMS_SEGMENT_MAX_AGE_S": "0.5",
         "DYNAQ_STREAMS_SPARSE_INDEX_EVERY": "7",
     }
-    node = node_process(tmp_path, env=env)
+    node = node_process(tmp_path, env={**env, **ONE_PROCESS})
     await _start(node)
     try:
         async with aiohttp.ClientSession() as http:
@@ -112,7 +117,7 @@ async def test_segments_finalize_by_count_size_and_age_and_listeners_seek(
 async def test_kill_9_loses_no_acknowledged_entry_and_a_torn_tail_is_cut(
     tmp_path: Path,
 ) -> None:
-    node = node_process(tmp_path)
+    node = node_process(tmp_path, env=ONE_PROCESS)
     await _start(node)
     acked: dict[int, int] = {}  # index -> ts of every acknowledged entry
     try:
@@ -155,7 +160,7 @@ async def test_kill_9_loses_no_acknowledged_entry_and_a_torn_tail_is_cut(
 async def test_a_stream_whose_files_carry_another_signature_refuses_to_open(
     tmp_path: Path,
 ) -> None:
-    node = node_process(tmp_path)
+    node = node_process(tmp_path, env=ONE_PROCESS)
     await _start(node)
     try:
         async with aiohttp.ClientSession() as http:
@@ -188,7 +193,7 @@ async def test_retention_drops_the_oldest_files_and_listeners_start_at_what_is_k
         "DYNAQ_STREAMS_SEGMENT_MAX_ENTRIES": "10",
         "DYNAQ_STREAMS_RETENTION_MAX_BYTES": "3000",
     }
-    node = node_process(tmp_path, env=env)
+    node = node_process(tmp_path, env={**env, **ONE_PROCESS})
     await _start(node)
     try:
         async with aiohttp.ClientSession() as http:
@@ -226,7 +231,7 @@ async def test_a_stream_declared_with_its_own_retention_keeps_the_newest_finaliz
     """``retention`` in a declaration applies to that stream alone (the node keeps
     everything); a tiny limit still keeps the newest finalized file; re-declaring
     changes the limit, survives a restart, and bad limits are 422s."""
-    node = node_process(tmp_path, env={"DYNAQ_STREAMS_SEGMENT_MAX_ENTRIES": "10"})
+    node = node_process(tmp_path, env={"DYNAQ_STREAMS_SEGMENT_MAX_ENTRIES": "10", **ONE_PROCESS})
     await _start(node)
     try:
         async with aiohttp.ClientSession() as http:
@@ -275,7 +280,7 @@ async def test_a_stream_declared_with_its_own_retention_keeps_the_newest_finaliz
 
 
 async def test_deletion_waits_for_a_listener_that_does_not_read(tmp_path: Path) -> None:
-    node = node_process(tmp_path, env={"DYNAQ_STREAMS_DELETE_WAIT_S": "3"})
+    node = node_process(tmp_path, env={"DYNAQ_STREAMS_DELETE_WAIT_S": "3", **ONE_PROCESS})
     await _start(node)
     try:
         async with aiohttp.ClientSession() as http:
