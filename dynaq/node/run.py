@@ -19,7 +19,7 @@ async def run_node(
     down gracefully. ``crash_at`` (tests only) names a transaction or redrive step at
     which the process kills itself (:class:`~dynaq.services.queues.crash_point.CrashPoint`)."""
     node = Node(config, worker=worker)
-    crash = CrashPoint(crash_at)
+    crash = CrashPoint(crash_at, None if worker is None else worker.parent or None)
     node.queues.transactions.crash = crash
     node.queues.tasks.crash = crash
     stop = node.stop_requested  # set by SIGTERM/SIGINT, or by losing the writer slot

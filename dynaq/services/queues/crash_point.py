@@ -21,15 +21,19 @@ write; a redrive task after a page's store batch."""
 
 
 class CrashPoint:
-    """SIGKILL this process at a named step (a test hook).
+    """SIGKILL this process (a worker: its whole node) at a named step (a test hook).
 
     ``spec`` is ``"<step>"`` (the first time the step is reached) or
     ``"<step>:<n>"`` (the n-th time); ``None`` disables it.
     """
 
-    def __init__(self, spec: str | None) -> None:
+    def __init__(self, spec: str | None, node_pid: int | None = None) -> None:
         self.step: str | None = None
         self._left = 0
+        # A worker of a node of several: the node's supervisor, killed first, so the
+        # whole node dies at the step (its other workers die with it), as one process
+        # would; a lone worker's death the supervisor would just restart.
+        self._node_pid = node_pid
         if spec:
             step, sep, n = spec.partition(":")
             if step not in CRASH_STEPS or (sep and not (n.isdecimal() and int(n) >= 1)):
@@ -43,4 +47,6 @@ class CrashPoint:
             return
         self._left -= 1
         if self._left <= 0:
+            if self._node_pid is not None:
+                os.kill(self._node_pid, signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
