@@ -250,8 +250,8 @@ async def test_a_token_scrape_gathers_both_workers(tmp_path: Path) -> None:
 
 
 async def test_one_worker_answers_as_before(tmp_path: Path) -> None:
-    """The default node (one worker): no worker label, no scrape gauge."""
-    async with run_node(directory=tmp_path) as node:
+    """A node of one worker: no worker label, no scrape gauge."""
+    async with run_node(directory=tmp_path, http_workers=1) as node:
         async with aiohttp.ClientSession() as http, http.put(f"{node.url}/v1/queues/one") as r:
             assert r.status == 201
         await _send(node.url, "one", 3)
