@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import weakref
 from typing import Any
 
 import aiohttp
@@ -47,6 +48,16 @@ class StreamForwarder:
         self.authority = authority
         self._ssl: ssl.SSLContext | bool = peer_ssl if peer_ssl is not None else True
         self._session: aiohttp.ClientSession | None = None
+        # Answers being relayed (weak: each goes once its request is done with it).
+        self._relays: weakref.WeakSet[aiohttp.ClientResponse] = weakref.WeakSet()
+
+    def stop_relays(self) -> None:
+        """The node drains: cut every answer still being relayed (a listen follows for
+        as long as its client stays, and the authority is not stopping), so the drain
+        does not wait its timeout out; each client sees its answer broken, as when an
+        authority goes away, and listens again through another node."""
+        for up in list(self._relays):
+            up.close()
 
     async def close(self) -> None:
         if self._session is not None:
@@ -108,6 +119,7 @@ class StreamForwarder:
             async with self._client().request(
                 request.method, url, headers=headers, data=body or None, ssl=self._ssl
             ) as up:
+                self._relays.add(up)
                 if up.status in (404, 503):
                     self.authority.stale(name)
                 answer = {h: up.headers[h] for h in _ANSWER_HEADERS if h in up.headers}

@@ -377,6 +377,8 @@ class Node:
         await self.membership.stop()
         # Stream listeners follow forever: end them so the HTTP drain does not wait.
         self.streams.stop_listeners()
+        if self.stream_forwarder is not None:  # and the listens it relays to others
+            self.stream_forwarder.stop_relays()
         if self._runner is not None:
             await drain(self._runner, self.clock, self.config.http.shutdown_timeout_s)
             self._runner = None

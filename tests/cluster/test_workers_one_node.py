@@ -6,10 +6,13 @@ with client tokens answers its first client with every worker serving."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from dynaq.client import AsyncClient, NewMessage, QueueSettings
@@ -104,3 +107,28 @@ async def test_a_node_with_tokens_answers_its_first_client_with_every_worker_ser
             got = await c.receive("first", 16, 30, wait_time_s=0)
             assert len(got) == 16, (start, len(got))
         assert time.monotonic() - began < 30
+
+
+async def test_a_node_stops_at_once_while_a_worker_relays_a_listen(tmp_path: Path) -> None:
+    """A listen reaching the worker that does not serve the stream is relayed to the
+    one that does, and follows for as long as its client stays. Before, a stopping
+    worker waited for it twice over (its drain, then the HTTP shutdown: 2 x
+    ``http.shutdown_timeout_s``, 21 s here); now its relays are cut as its own
+    listeners are ended, and the listening client sees its answer end."""
+    async with run_node(directory=tmp_path, http_workers=2) as node:
+        await wait_workers(node, 2)
+        urls = list((await worker_urls(node)).values())
+        async with aiohttp.ClientSession() as http:
+            async with http.put(f"{node.url}/v2/streams/relayed", json={"schema": {}}) as r:
+                assert r.status == 201, await r.text()
+            # Through both workers: one serves the stream, the other relays to it.
+            listens = [await http.get(f"{url}/v2/streams/relayed") for url in urls]
+            assert [r.status for r in listens] == [200, 200]
+            began = time.monotonic()
+            assert await node.stop(timeout_s=60) == 0
+            took = time.monotonic() - began
+            for r in listens:  # each ends (cleanly or cut), none hangs
+                with contextlib.suppress(aiohttp.ClientError):
+                    await asyncio.wait_for(r.read(), 5)
+                r.close()
+    assert took < 8, took
