@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dynaq.api.codec import json_response, read_body, read_raw, sends_msgpack
+from dynaq.api.codec import json_response, read_body, read_raw
 from dynaq.api.keys import FORWARDER, STREAMS
 from dynaq.api.params import body_object, is_decimal
 from dynaq.api.stream_copies import COPIES, copies_timeout
@@ -119,9 +119,14 @@ def _listen_params(query: Mapping[str, str]) -> tuple[Start, Stops, str, bool]:
 
 
 def _check_finite(value: Any, where: str, depth: int = 0) -> None:
-    """msgpack can carry NaN and infinities; JSON cannot, so entries must not."""
+    """What every format a stream is read in (and its copies are sent in) carries: msgpack
+    carries NaN and infinities, JSON does not; JSON carries any integer, msgpack
+    those in -2^63..2^64-1 (a copy of a stream that held a larger one could never be
+    made: every append then timed out waiting for its quorum)."""
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidInput(f"{where} holds {value}, which JSON cannot represent")
+    if isinstance(value, int) and not -(2**63) <= value < 2**64:
+        raise InvalidInput(f"{where} holds an integer outside -2^63..2^64-1")
     if depth > 64:
         raise InvalidInput(f"{where} is nested deeper than 64 levels")
     if isinstance(value, dict):
@@ -200,6 +205,7 @@ async def declare(request: web.Request) -> web.StreamResponse:
         raise InvalidInput(f"unknown member {extra[0]!r}; expected schema, order_key, retention")
     if "schema" not in body:
         raise InvalidInput("schema is required (a JSON Schema object)")
+    _check_finite(body["schema"], "schema")
     name = request.match_info["name"]
     retention = None if body.get("retention") is None else parse_retention(body["retention"])
     created, extended = await _service(request).declare(
@@ -268,9 +274,8 @@ async def append(request: web.Request) -> web.StreamResponse:
         raise InvalidInput(f"unknown member {extra[0]!r}" if extra else "entries is required")
     if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_ENTRIES:
         raise InvalidInput(f"entries must be an array of 1..{MAX_ENTRIES} entries")
-    if sends_msgpack(request):
-        for i, entry in enumerate(entries):
-            _check_finite(entry, f"entries[{i}]")
+    for i, entry in enumerate(entries):
+        _check_finite(entry, f"entries[{i}]")
     staged = await svc.append(name, entries, token, expect)
     copies = request.app.get(COPIES)
     if copies is not None:  # a ring: acknowledged once a quorum of the copies hold it

@@ -410,3 +410,25 @@ async def test_a_stop_on_until_ends_reads_cleanly(
         await append(http, url, "stops", [{"ts": 2000, "price": 3}])
         rest = await asyncio.wait_for(r.content.read(), 10)  # ends, and cleanly
     assert [i for i, _, _ in jsonl(first + rest)] == [0, 1, 2, 3]
+
+
+async def test_integers_no_format_carries_are_refused_with_422(
+    node: NodeProcess, http: aiohttp.ClientSession
+) -> None:
+    """JSON carries any integer; msgpack (a listen format, and what copies are sent in)
+    only -2^63..2^64-1. Before, a schema or an entry holding a larger one was taken,
+    and on a node of several workers (or a ring) the stream's copies could never be
+    made: every append answered 503 ``replication_timeout``, the log 500s."""
+    huge = 2**70
+    status, body = await declare(http, node.url, "huge", {"maximum": huge}, None)
+    assert (status, body["code"]) == (422, "invalid_input")
+    assert "schema.maximum" in body["error"] and "2^64" in body["error"]
+    assert (await declare(http, node.url, "huge", {"type": "object"}, None))[0] == 201
+    for entry in ({"n": huge}, {"n": -(2**63) - 1}, {"deep": [{"n": 2**64}]}):
+        status, body = await append(http, node.url, "huge", [entry])
+        assert (status, body["code"]) == (422, "invalid_input"), (entry, body)
+    bounds = [{"n": 2**64 - 1}, {"n": -(2**63)}]
+    status, body = await append(http, node.url, "huge", bounds)
+    assert (status, body["first_index"]) == (200, 0), body
+    status, got, _ = await read(http, node.url, "huge", nowait="true", format="array")
+    assert [e["entry"] for e in json.loads(got)] == bounds
