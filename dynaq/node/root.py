@@ -86,7 +86,8 @@ class Node:
         # A worker of a node of several (dynaq.node.workers): a ring member on
         # loopback sharing the node's port and store.
         self.worker = worker
-        of = worker_of(config, worker)  # what a worker answers as: its node
+        # What a worker answers as: its node, at the node's address.
+        of = worker_of(config, worker, advertised_http(config, config.http.port))
         if worker is not None:
             config = worker_config(config, worker)
         check_ring_store(config, store_given=store is not None)

@@ -53,7 +53,6 @@ from dynaq.config import Config
 from dynaq.core.membership import MembershipView
 from dynaq.core.peer_auth import PeerSigner
 from dynaq.errors import InvalidInput
-from dynaq.node.builders import advertised_http
 from dynaq.services.queues.dedup_lock import DedupFileLock
 
 log = logging.getLogger(__name__)
@@ -208,12 +207,12 @@ def worker_scrape(
     return WorkerScrape(signer, view, names)
 
 
-def worker_of(config: Config, role: WorkerRole | None) -> WorkerOf | None:
-    """A worker of several: the node it answers as, from the node's ``config``
-    (its name, how many workers, the address clients reach it at); else None."""
+def worker_of(config: Config, role: WorkerRole | None, http: str) -> WorkerOf | None:
+    """A worker of several: the node it answers as, from the node's ``config`` (its
+    name, how many workers) and ``http``, the address clients reach it at; else None."""
     if role is None or role.count < 2:
         return None
-    return WorkerOf(config.node.name, role.count, advertised_http(config, config.http.port))
+    return WorkerOf(config.node.name, role.count, http)
 
 
 def worker_dedup_lock(config: Config, role: WorkerRole | None) -> DedupFileLock | None:
