@@ -203,6 +203,11 @@ class Followers:
                 self._tasks[stream] = (node, task)
 
     async def _drop_copy(self, stream: str) -> None:
+        # Read again: this refresh's snapshot of the records may be older than a
+        # declaration of the name since, which made this node's stream a new one.
+        got = await self._authority.record_of(stream)
+        if got is not None and not got[0].deleted:
+            return
         try:
             await self._streams.delete(stream)
             log.info("copy of a deleted stream dropped", extra={"stream": stream})
