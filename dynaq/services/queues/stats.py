@@ -225,9 +225,13 @@ class SliceStatistics:
         answers = await asyncio.gather(*(ask(m, info.name) for m in peers), return_exceptions=True)
         slices = self._view.slices()
         for m, got in zip(peers, answers, strict=True):
-            theirs = got.get("partitions") if isinstance(got, dict) else None
             s = slices[m.name]
-            out.extend((int(lo), int(hi)) for lo, hi in theirs or [(s.bottom_id, s.top_id)])
+            try:  # a peer's answer is checked, never trusted into a 500
+                listed = got["partitions"] if isinstance(got, dict) else []
+                theirs = [(int(lo), int(hi)) for lo, hi in listed]
+            except (TypeError, ValueError, LookupError):
+                theirs = []
+            out.extend(theirs or [(s.bottom_id, s.top_id)])
         return sorted(out)
 
     def _in_flight_now(self, info: QueueInfo) -> int:
