@@ -29,6 +29,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dynaq.testing.process_tree import kill_tree
+
 ROOT = Path(__file__).resolve().parents[2]
 """The repository checkout this package lives in (``<ROOT>/dynaq/testing/process.py``).
 
@@ -224,9 +226,11 @@ class NodeProcess:
             return ""
 
     def kill(self) -> None:
-        """SIGKILL: no shutdown code runs (the crash test)."""
+        """SIGKILL the node and, on a node of several workers, every worker and
+        writer process with it; return once all are gone, so that from then on
+        the node's port refuses connections (the crash test: no shutdown code runs)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
+            kill_tree(self.proc.pid)
             self.proc.wait(10)
 
     def terminate(self, timeout_s: float = 20.0) -> int:
