@@ -97,6 +97,26 @@ class ClientFaultFilter(logging.Filter):
         return logging.getLogger().isEnabledFor(logging.INFO)
 
 
+class _WorkerField(logging.Filter):
+    """Adds ``worker`` to every record: the workers of one node share its name and,
+    usually, one log stream, so each line says which process wrote it."""
+
+    def __init__(self, worker: str) -> None:
+        super().__init__()
+        self._worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self._worker
+        return True
+
+
+def name_worker(worker: str) -> None:
+    """From now on every line this process logs carries ``worker`` (a node's worker)."""
+    for handler in logging.getLogger().handlers:
+        handler.filters[:] = [f for f in handler.filters if not isinstance(f, _WorkerField)]
+        handler.addFilter(_WorkerField(worker))
+
+
 def setup_logging(level: str, fmt: str, node: str) -> None:
     """Configure the root logger once, for the process."""
     handler = logging.StreamHandler(sys.stderr)

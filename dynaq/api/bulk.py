@@ -24,6 +24,7 @@ from dynaq.api.params import query_int
 from dynaq.core.ids import MAX_ID
 from dynaq.core.keyspace import FULL_RANGE
 from dynaq.errors import InvalidInput
+from dynaq.services.catalog import QueueInfo
 from dynaq.services.snapshots import MAX_PAGE
 
 ENCODINGS = ("columns", "stored")
@@ -54,6 +55,15 @@ async def ring(request: web.Request) -> web.Response:
         for m in view.members
     ]
     return json_response({"members": members})
+
+
+async def node_partition_count(request: web.Request, info: QueueInfo) -> int:
+    """How many partitions this node serves ``info`` from: on a node of several
+    workers, every worker's (the queue's ``partitions`` figure, v1 and v2)."""
+    service = request.app[QUEUES]
+    if request.app.get(WORKER_OF) is None:
+        return service.partition_count(info)
+    return len(await service.ring_partitions(info))
 
 
 @routes.get("/v2/queues/{queue}/partitions")

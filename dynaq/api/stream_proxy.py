@@ -76,7 +76,7 @@ class StreamForwarder:
     ) -> Member | None:
         """Where ``request`` for stream ``name`` is served: ``None`` here, or a member."""
         if FORWARDED_HEADER in request.headers:
-            await self.authority.check_local(name)
+            await self.authority.check_local(name, declaring=declaring)
             return None
         return await self.authority.route(name, declaring=declaring)
 
@@ -120,7 +120,8 @@ class StreamForwarder:
                 request.method, url, headers=headers, data=body or None, ssl=self._ssl
             ) as up:
                 self._relays.add(up)
-                if up.status in (404, 503):
+                if up.status in (404, 503) or (request.method == "DELETE" and up.status < 300):
+                    # Gone, moving, or deleted just now: read the record next time.
                     self.authority.stale(name)
                 answer = {h: up.headers[h] for h in _ANSWER_HEADERS if h in up.headers}
                 if "Content-Encoding" in up.headers:

@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from dynaq.api.codec import json_response, read_body, read_raw
-from dynaq.api.keys import FORWARDER, STREAMS
+from dynaq.api.keys import FORWARDER, STREAMS, WORKER_OF
 from dynaq.api.params import body_object, is_decimal
 from dynaq.api.stream_copies import COPIES, copies_timeout
 from dynaq.api.stream_proxy import FORWARDED_HEADER
@@ -182,10 +182,10 @@ async def list_streams(request: web.Request) -> web.Response:
             out[-1]["copies"] = copies.sizes(name)
     if fwd is None or FORWARDED_HEADER in request.headers:
         return json_response({"streams": out})
-    node = fwd.authority.me
-    for entry in out:
-        entry["node"] = node
     theirs, unreachable = await fwd.list_elsewhere(request)
+    of = request.app.get(WORKER_OF)  # a node of workers is one node to its clients
+    for entry in out if of is None else [*out, *theirs]:
+        entry["node"] = fwd.authority.me if of is None else of.node
     out.extend(theirs)
     out.sort(key=lambda e: str(e["name"]))
     answer: dict[str, Any] = {"streams": out}

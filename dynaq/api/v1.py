@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from dynaq.api.auth import require_batch_tags, require_dead_letter_write
+from dynaq.api.bulk import node_partition_count
 from dynaq.api.codec import body_to_json, expect_within, json_response, parse_json, read_raw
 from dynaq.api.keys import CATALOG, QUEUES, TOPICS, VIEW, WORKER_OF
 from dynaq.api.params import (
@@ -189,7 +190,7 @@ async def create_queue(request: web.Request) -> web.Response:
     return json_response("created", 201)
 
 
-def _queue_json(request: web.Request, info: QueueInfo) -> dict[str, object]:
+async def _queue_json(request: web.Request, info: QueueInfo) -> dict[str, object]:
     s = info.settings
     return {
         "VisibilityTimeout": _number(s.visibility_timeout_s),
@@ -197,14 +198,14 @@ def _queue_json(request: web.Request, info: QueueInfo) -> dict[str, object]:
         "MaxPartitions": s.max_partitions,
         "MaxPartitionAge": _number(s.max_partition_age_s),
         "CompressedMessages": s.compressed_messages,
-        "partitions": request.app[QUEUES].partition_count(info),
+        "partitions": await node_partition_count(request, info),
     }
 
 
 @routes.get("/v1/queues/{queue}")
 async def get_queue(request: web.Request) -> web.Response:
     info = await request.app[CATALOG].queue(request.match_info["queue"])
-    return json_response(_queue_json(request, info))
+    return json_response(await _queue_json(request, info))
 
 
 @routes.patch("/v1/queues/{queue}")

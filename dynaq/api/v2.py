@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from dynaq.api.auth import require_batch_tags
+from dynaq.api.bulk import node_partition_count
 from dynaq.api.codec import (
     SMALL_BODY_BYTES,
     body_to_json,
@@ -112,7 +113,7 @@ async def describe_queue(request: web.Request) -> web.Response:
             "fifo": s.fifo,
             "content_based_dedup": s.content_based_dedup,
             "tags": dict(s.tags),
-            "partitions": q.partition_count(info),
+            "partitions": await node_partition_count(request, info),
             "depth": await q.depth(info),
             **await q.ring_stats(info),
         },

@@ -21,7 +21,7 @@ from typing import Any
 from dynaq import __version__
 from dynaq.config import Config, check_ranges, load_config
 from dynaq.errors import DynaqError
-from dynaq.logs import setup_logging
+from dynaq.logs import name_worker, setup_logging
 from dynaq.outbox import cli as outbox_cli
 
 
@@ -84,13 +84,14 @@ def _serve(config: Config, args: argparse.Namespace) -> None:
     from dynaq.node import run_node
     from dynaq.node.claims import DataDirLock
     from dynaq.node.supervisor import die_with_parent, run_supervisor
-    from dynaq.node.workers import check_workers, role_from_env, worker_count
+    from dynaq.node.workers import check_workers, role_from_env, worker_count, worker_name
 
     # A test hook, read here where the environment is: SIGKILL at a transaction step.
     crash_at = os.environ.get("DYNAQ_TESTING_CRASH_AT") or None
     role = role_from_env()
     if role is not None:
         die_with_parent(role.parent)
+        name_worker(worker_name(config.node.name, role.index))
         run_loop(run_node(config, worker=role, crash_at=crash_at), config.http.event_loop)
         return
     # One process owns the data directory: the node, or the supervisor of its

@@ -221,7 +221,10 @@ class Node:
             self.stream_forwarder = StreamForwarder(authority, self.peer_ssl)
             self.app[FORWARDER] = self.stream_forwarder
             sc = config.streams
-            self.app[COPIES] = CopySizes(self.view, self.clock, sc.replicas, sc.acks == "quorum")
+            # A node's workers share its disk: a copy on another worker would cost every
+            # append a second fsync and a hop, and save nothing a restart does not.
+            replicas = 1 if worker is not None else sc.replicas
+            self.app[COPIES] = CopySizes(self.view, self.clock, replicas, sc.acks == "quorum")
             self.app[QUORUM_TIMEOUT] = sc.quorum_timeout_s
             if self.peer_auth is not None:
                 self.stream_link = HttpAuthorityLink(
@@ -229,7 +232,7 @@ class Node:
                 )
                 authority.probe = self.stream_link
                 self.stream_followers = Followers(
-                    self.streams, authority, self.stream_link, self.view, self.clock, sc.replicas
+                    self.streams, authority, self.stream_link, self.view, self.clock, replicas
                 )
         # Topics with history keep what is published in a stream, on its authority.
         keeper = HistoryKeeper(

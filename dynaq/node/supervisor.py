@@ -66,14 +66,22 @@ def _loopback_port() -> int:
     rng = random.Random()
     for _ in range(1000):
         port = rng.randrange(*_PORT_RANGE)
-        try:
-            with socket.socket() as t, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-                t.bind(("127.0.0.1", port))
-                u.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return port
+        if _free_now(port):
+            return port
     raise OSError("no free 127.0.0.1 port for a worker")
+
+
+def _free_now(port: int) -> bool:
+    """Whether a worker could bind 127.0.0.1:``port`` for TCP and UDP now (as its
+    server does, past the connections a worker that died left in TIME_WAIT)."""
+    try:
+        with socket.socket() as t, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            t.bind(("127.0.0.1", port))
+            u.bind(("127.0.0.1", port))
+    except OSError:
+        return False
+    return True
 
 
 def _hold_public_port(host: str, port: int) -> socket.socket:
@@ -201,10 +209,13 @@ class Supervisor:
                 extra={"worker": name, "code": code, "lived_s": round(lived, 1)},
             )
             if lived < _QUICK_EXIT_S:
-                # Perhaps another program took one of its ports: new ones. The
-                # others learn its addresses from gossip when it joins them.
-                self._gossip_ports[index] = _loopback_port()
-                self._peer_ports[index] = _loopback_port()
+                # Perhaps another program took one of its ports: a new one for a port
+                # taken now. Only then: the others learn a new address from gossip,
+                # but hold the dead one under its name for about half a minute, and
+                # meanwhile do not see the worker back (its streams answer 503).
+                for ports in (self._gossip_ports, self._peer_ports):
+                    if not _free_now(ports[index]):
+                        ports[index] = _loopback_port()
                 await self._clock.sleep(pause)
                 pause = min(pause * 2, _MAX_PAUSE_S)
             else:

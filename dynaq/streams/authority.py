@@ -150,8 +150,11 @@ class StreamAuthority:
         the module docstring); :class:`~dynaq.errors.StreamUnavailable` if that
         cannot be done now.
         """
-        node, deleted = await self._state(name)
-        if deleted:
+        # A declaration reads the record afresh: a cached authority may stand for a
+        # stream deleted since through another member (its tombstone must be seen,
+        # or the declaration would reach a node that no longer serves the name).
+        node, deleted = await self._state(name, fresh=declaring)
+        if deleted and not declaring:
             # A tombstone seen a moment ago: the name may have been declared again
             # through another member since (a 404 is worth one read of the record).
             node, deleted = await self._state(name, fresh=True)
@@ -243,12 +246,20 @@ class StreamAuthority:
             if await self.record_of(name) is None:
                 await self._create(name, self.me)
 
-    async def check_local(self, name: str) -> None:
+    async def check_local(self, name: str, *, declaring: bool = False) -> None:
         """A forwarded request reached this node: it must be the stream's authority
         (a stale route must not create or serve a second copy). Reads the record
-        afresh; :class:`~dynaq.errors.StreamUnavailable` (retriable) if it names another."""
-        self.stale(name)
-        node = await self.node_of(name)
+        afresh; :class:`~dynaq.errors.StreamUnavailable` (retriable) if it names another.
+
+        ``declaring``: a name with no record, or a tombstone, is recorded with this
+        node as its authority before it is declared here (the sender routed it here),
+        so the stream it declares is one every member routes to."""
+        node, deleted = await self._state(name, fresh=True)
+        if node is None and declaring:
+            node = await self._create(name, self.me)
+        elif deleted:
+            # What is left here of a deleted stream (a copy not dropped yet) is never served.
+            raise StreamNotFound(f"stream {name!r} does not exist")
         if node not in (None, self.me):
             raise StreamUnavailable(
                 f"stream {name!r} is served by node {node!r}, not this one: retry"

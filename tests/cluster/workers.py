@@ -11,6 +11,7 @@ from pathlib import Path
 
 import aiohttp
 
+from dynaq.node.workers import ROLE_ENV, WorkerRole
 from dynaq.testing.runners import NodeServer
 
 
@@ -21,6 +22,16 @@ def worker_pids(node: NodeServer) -> list[int]:
     path = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
     text = path.read_text() if path.exists() else ""
     return [int(p) for p in text.split() if not _is_store_writer(int(p))]
+
+
+def worker_pid(node: NodeServer, index: int) -> int:
+    """The process id of worker ``index`` (read from its role in its environment)."""
+    for pid in worker_pids(node):
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        role = next(v for v in environ if v.startswith(ROLE_ENV.encode() + b"="))
+        if WorkerRole.decode(role.split(b"=", 1)[1].decode()).index == index:
+            return pid
+    raise LookupError(f"no worker {index} under the node")
 
 
 def store_writer_pid(node: NodeServer) -> int | None:

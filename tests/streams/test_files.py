@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import re
+import termios
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +21,8 @@ _FINAL = re.compile(r"^(\d{20})-(\d{20})\.(\d{20})-(\d{20})\.seg$")
 
 ONE_PROCESS = {"DYNAQ_HTTP_WORKERS": "1"}
 """These tests read and count one process's stream files under ``data.dir/streams``
-(a node of several workers keeps a directory per worker, and copies of each
-other's streams): they run the node as one process."""
+(a node of several workers keeps a directory per worker): they run the node as one
+process."""
 
 
 def _files(node: NodeProcess, name: str) -> list[str]:
@@ -279,8 +281,27 @@ async def test_a_stream_declared_with_its_own_retention_keeps_the_newest_finaliz
         await asyncio.to_thread(node.kill)
 
 
+async def _until_blocked(resp: aiohttp.ClientResponse, timeout_s: float = 20.0) -> None:
+    """Wait until the node's listener for ``resp`` is blocked writing: the client's
+    socket holds bytes it does not read, and no more arrive (on a loaded machine the
+    listener may take seconds to fill the buffers; until then it would see the
+    deletion between two writes and end at once)."""
+    assert resp.connection is not None and resp.connection.transport is not None
+    sock = resp.connection.transport.get_extra_info("socket")
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    last = -1
+    while asyncio.get_running_loop().time() < deadline:
+        held = int.from_bytes(fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4), "little")
+        if held > 0 and held == last:
+            return
+        last = held
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"the listener never blocked ({last} bytes held)")
+
+
 async def test_deletion_waits_for_a_listener_that_does_not_read(tmp_path: Path) -> None:
-    node = node_process(tmp_path, env={"DYNAQ_STREAMS_DELETE_WAIT_S": "3", **ONE_PROCESS})
+    # The default layout (a node of workers here): the other worker relays the 503.
+    node = node_process(tmp_path, env={"DYNAQ_STREAMS_DELETE_WAIT_S": "3"})
     await _start(node)
     try:
         async with aiohttp.ClientSession() as http:
@@ -288,7 +309,7 @@ async def test_deletion_waits_for_a_listener_that_does_not_read(tmp_path: Path) 
             for _ in range(8):  # ~8 MB: more than the sockets buffer
                 await append(http, node.url, "big", [{"pad": "x" * 1000}] * 1000)
             stuck = await http.get(f"{node.url}/v2/streams/big")  # never read
-            await asyncio.sleep(0.5)
+            await _until_blocked(stuck)
             deleting = asyncio.create_task(http.delete(f"{node.url}/v2/streams/big"))
             await asyncio.sleep(0.5)
             async with http.get(f"{node.url}/v2/streams/big/schema") as r:
