@@ -44,7 +44,7 @@ from dynaq.node.builders import (
 )
 from dynaq.node.claims import listen
 from dynaq.node.peer_links import PeerLinks
-from dynaq.node.streams import build_streams
+from dynaq.node.streams import build_stream_ring, build_streams
 from dynaq.node.workers import (
     WorkerRole,
     wait_for_other_workers,
@@ -62,8 +62,7 @@ from dynaq.services.queues import Limits, QueueService
 from dynaq.services.topics import TopicService
 from dynaq.storage.base import Store
 from dynaq.storage.embedded import LmdbStore
-from dynaq.streams.authority import StreamAuthority
-from dynaq.streams.replicas import CopySizes, Followers
+from dynaq.streams.replicas import Followers
 from dynaq.tasks import cancel_and_wait, every
 
 if TYPE_CHECKING:
@@ -217,23 +216,21 @@ class Node:
         self.stream_link: HttpAuthorityLink | None = None
         self.stream_followers: Followers | None = None
         if gossip_enabled(config):
-            authority = StreamAuthority(self.store, self.view, self.clock)
-            self.stream_forwarder = StreamForwarder(authority, self.peer_ssl)
-            self.app[FORWARDER] = self.stream_forwarder
-            sc = config.streams
-            # A node's workers share its disk: a copy on another worker would cost every
-            # append a second fsync and a hop, and save nothing a restart does not.
-            replicas = 1 if worker is not None else sc.replicas
-            self.app[COPIES] = CopySizes(self.view, self.clock, replicas, sc.acks == "quorum")
-            self.app[QUORUM_TIMEOUT] = sc.quorum_timeout_s
-            if self.peer_auth is not None:
-                self.stream_link = HttpAuthorityLink(
-                    self.peer_auth[0], self.view.me.name, self.peer_ssl
-                )
-                authority.probe = self.stream_link
-                self.stream_followers = Followers(
-                    self.streams, authority, self.stream_link, self.view, self.clock, replicas
-                )
+            signer = None if self.peer_auth is None else self.peer_auth[0]
+            ring = build_stream_ring(
+                config,
+                self.store,
+                self.view,
+                self.clock,
+                self.streams,
+                signer,
+                self.peer_ssl,
+                worker=worker is not None,
+            )
+            self.stream_forwarder, self.stream_link = ring.forwarder, ring.link
+            self.stream_followers = ring.followers
+            self.app[FORWARDER], self.app[COPIES] = ring.forwarder, ring.copies
+            self.app[QUORUM_TIMEOUT] = config.streams.quorum_timeout_s
         # Topics with history keep what is published in a stream, on its authority.
         keeper = HistoryKeeper(
             self.streams,
