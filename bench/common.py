@@ -197,19 +197,19 @@ def start_node(tmp: Path, name: str = "bench-1", **env: str) -> NodeProcess:
 
 
 def _wait_workers(node: NodeProcess, workers: int, deadline: Deadline) -> None:
-    """Block until the node's ring lists ``workers`` members, each healthy and
-    seeing all of them."""
+    """Block until the node lists ``workers`` live workers, each healthy and seeing
+    all of them."""
     import json
 
     from dynaq.testing.cluster import http_get
 
     while not deadline.expired():
         try:
-            status, body = http_get(f"{node.url}/v1/status/servers")
-            lines = [ln.split() for ln in body.decode().splitlines() if ln.startswith("Member:")]
-            ok = status == 200 and len(lines) == workers
-            for line in lines if ok else []:
-                code, health = http_get(f"http://{line[-1]}/health")
+            status, body = http_get(f"{node.url}/v2/status/workers")
+            live = [w["http"] for w in json.loads(body)["live"]] if status == 200 else []
+            ok = len(live) == workers
+            for addr in live if ok else []:
+                code, health = http_get(f"http://{addr}/health")
                 ok = ok and code == 200 and json.loads(health)["workers_live"] == workers
             if ok:
                 return

@@ -84,6 +84,7 @@ ROUTES: dict[tuple[str, str], tuple[Need, ...] | None] = {
     ("GET", "/v1/status/servers"): ANY_TOKEN,
     ("GET", "/v1/status/partitionrange"): ANY_TOKEN,
     ("GET", "/v2/status/ring"): ANY_TOKEN,
+    ("GET", "/v2/status/workers"): ANY_TOKEN,
     ("GET", "/v1/topics"): ANY_TOKEN,
     ("GET", "/v1/queues"): ANY_TOKEN,
     # topics

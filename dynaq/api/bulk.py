@@ -3,6 +3,9 @@
 * ``GET /v2/status/ring`` → ``{"members": [{"name", "http", "from_id", "to_id"}]}``:
   the live ring and each member's slice of the id space (inclusive); a node of
   several workers is one member, at the node's address, with the whole id space.
+* ``GET /v2/status/workers`` → ``{"node", "workers", "live": [{"name", "http"}]}``:
+  the processes serving this node (a node of several workers: each live worker at
+  its private loopback address).
 * ``GET /v2/queues/:queue/partitions`` → ``{"node", "http", "partitions":
   [{"index", "from_id", "to_id"}]}``: the partitions this node serves the queue from
   (a node of several workers: every worker's).
@@ -64,6 +67,20 @@ async def node_partition_count(request: web.Request, info: QueueInfo) -> int:
     if request.app.get(WORKER_OF) is None:
         return service.partition_count(info)
     return len(await service.ring_partitions(info))
+
+
+@routes.get("/v2/status/workers")
+async def workers(request: web.Request) -> web.Response:
+    """The processes that serve this node: on a node of several workers, each live
+    worker and its private loopback address (for operators and test harnesses on
+    the machine; clients use the node's own address); else the node itself."""
+    view = request.app[VIEW]
+    of = request.app.get(WORKER_OF)
+    listed = [{"name": m.name, "http": m.http_addr} for m in view.members]
+    if of is None:
+        listed = [{"name": view.me.name, "http": view.me.http_addr}]
+    node, count = (view.me.name, 1) if of is None else (of.node, of.workers)
+    return json_response({"node": node, "workers": count, "live": listed})
 
 
 @routes.get("/v2/queues/{queue}/partitions")

@@ -75,6 +75,32 @@ def paths() -> Obj:
                 },
             )
         },
+        "/v2/status/workers": {
+            "get": operation(
+                "workers",
+                "The processes serving this node",
+                "node",
+                {
+                    "200": response(
+                        "On a node of several workers, each live worker at its private "
+                        "loopback address (for operators and harnesses on the machine; "
+                        "clients use the node's address); else the node itself.",
+                        json=_obj(
+                            ["node", "workers", "live"],
+                            node={"type": "string"},
+                            workers={"type": "integer", "minimum": 1},
+                            live=_array(
+                                _obj(
+                                    ["name", "http"],
+                                    name={"type": "string"},
+                                    http={"type": "string"},
+                                )
+                            ),
+                        ),
+                    ),
+                },
+            )
+        },
         "/metrics": {
             "get": operation(
                 "metrics",

@@ -67,6 +67,10 @@ def _new_message(request: web.Request, body: bytes) -> NewMessage:
 async def servers(request: web.Request) -> web.Response:
     view = request.app[VIEW]
     lines = [f"Member: {m.name} {m.http_addr}" for m in view.members]
+    if (of := request.app.get(WORKER_OF)) is not None:
+        # A node of several workers is one member to its clients, at the node's
+        # address (its workers: GET /v2/status/workers).
+        lines = [f"Member: {of.node} {of.http}"]
     return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
 

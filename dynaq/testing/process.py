@@ -121,9 +121,9 @@ def _health(url: str, timeout_s: float) -> dict[str, object] | None:
 
 def all_workers_healthy(url: str, timeout_s: float = 1.0) -> bool:
     """Whether ``GET <url>/health`` answers 200 and, on a node of several workers,
-    every worker listed by ``/v1/status/servers`` answers 200 (it has joined their
-    ring and serves) on its own address and sees all of them (a node that wants a
-    client token for that list: the answering worker sees all of them)."""
+    every worker ``/v2/status/workers`` lists answers 200 (it has joined their ring
+    and serves) on its own address and sees all of them (a node that wants a client
+    token for that list: the answering worker sees all of them)."""
     body = _health(url, timeout_s)
     if body is None:
         return False
@@ -131,19 +131,18 @@ def all_workers_healthy(url: str, timeout_s: float = 1.0) -> bool:
     if workers == 1:
         return True
     try:
-        with urllib.request.urlopen(url + "/v1/status/servers", timeout=timeout_s) as r:
-            lines = r.read().decode().splitlines()
+        with urllib.request.urlopen(url + "/v2/status/workers", timeout=timeout_s) as r:
+            live = json.loads(r.read())["live"]
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):  # a node with client tokens: what /health says
             return int(str(body.get("workers_live", 0))) >= workers
         return False
-    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, KeyError):
         return False
-    addrs = [line.split()[-1] for line in lines if line.startswith("Member:")]
-    if len(addrs) != workers:
+    if len(live) != workers:
         return False
-    for addr in addrs:
-        each = _health(f"http://{addr}", timeout_s)
+    for each_worker in live:
+        each = _health(f"http://{each_worker['http']}", timeout_s)
         if each is None or int(str(each.get("workers_live", 0))) != workers:
             return False
     return True

@@ -27,6 +27,10 @@ async def test_snapshot_pages_are_columnar_ordered_and_lock_nothing(
     assert ring["members"][0]["to_id"] == str(2**63 - 1)  # decimal strings in JSON
     parts = await (await http.get("/v2/queues/s/partitions")).json()
     assert parts["node"] == "test-node" and len(parts["partitions"]) >= 1
+    # A node of one process: it is its only worker.
+    workers = await (await http.get("/v2/status/workers")).json()
+    assert (workers["node"], workers["workers"]) == ("test-node", 1)
+    assert [w["name"] for w in workers["live"]] == ["test-node"]
     headers = {"Accept": "application/msgpack"}
     got: list[int] = []
     bodies: list[bytes] = []

@@ -38,6 +38,15 @@ async def test_the_ring_and_the_partitions_name_the_node(tmp_path: Path) -> None
                 await c.enqueue("spread", [NewMessage(f"m{i}", group=f"g{i}") for i in range(60)])
             )
         for url in [node.url, *urls.values()]:
+            async with aiohttp.ClientSession() as http:
+                # v1's member list too: the node, at its address (a v1 client that
+                # connects to each member reaches it); its workers are listed apart.
+                async with http.get(f"{url}/v1/status/servers") as r:
+                    assert await r.text() == f"Member: dynaq-1 {public}\n"
+                async with http.get(f"{url}/v2/status/workers") as r:
+                    listed = await r.json()
+                assert (listed["node"], listed["workers"]) == ("dynaq-1", 2)
+                assert {w["name"]: f"http://{w['http']}" for w in listed["live"]} == urls
             async with AsyncClient(url) as w:
                 (member,) = await w.ring()
                 assert (member.name, member.http) == ("dynaq-1", public)

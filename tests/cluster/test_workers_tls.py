@@ -66,13 +66,8 @@ async def _workers(http: aiohttp.ClientSession, url: str, ctx: ssl.SSLContext) -
     while True:
         assert time.monotonic() < deadline, "the workers never converged"
         try:
-            async with http.get(f"{url}/v1/status/servers", ssl=ctx) as r:
-                text = await r.text()
-            members = {
-                line.split()[1]: f"{line.split()[2]}"
-                for line in text.splitlines()
-                if "Member:" in line
-            }
+            async with http.get(f"{url}/v2/status/workers", ssl=ctx) as r:
+                members = {w["name"]: w["http"] for w in (await r.json())["live"]}
             if len(members) == 2:
                 ok = True
                 for addr in members.values():

@@ -87,17 +87,21 @@ async def wait_workers(node: NodeServer, count: int, timeout_s: float = 60.0) ->
         await asyncio.sleep(0.2)
 
 
+async def _live_workers(http: aiohttp.ClientSession, url: str) -> dict[str, str]:
+    """The live workers ``/v2/status/workers`` lists: name → private address."""
+    async with http.get(f"{url}/v2/status/workers") as r:
+        body = await r.json()
+    return {w["name"]: w["http"] for w in body["live"]}
+
+
 async def _converged(url: str, want: set[str]) -> bool:
     try:
         async with aiohttp.ClientSession() as http:
-            async with http.get(f"{url}/v1/status/servers") as r:
-                text = await r.text()
-            addrs = [line.split()[-1] for line in text.splitlines() if line.startswith("Member:")]
-            names = {line.split()[1] for line in text.splitlines() if line.startswith("Member:")}
-            if names != want:
+            live = await _live_workers(http, url)
+            if set(live) != want:
                 return False
             # Each worker's own view (through its private address) must agree.
-            for addr in addrs:
+            for addr in live.values():
                 async with http.get(f"http://{addr}/health") as r:
                     body = await r.json()
                     if r.status != 200 or body["workers_live"] != len(want):
@@ -109,13 +113,9 @@ async def _converged(url: str, want: set[str]) -> bool:
 
 async def worker_urls(node: NodeServer) -> dict[str, str]:
     """Each worker's private URL (it serves the whole API too), by worker name."""
-    async with aiohttp.ClientSession() as http, http.get(f"{node.url}/v1/status/servers") as r:
-        text = await r.text()
-    return {
-        line.split()[1]: f"http://{line.split()[-1]}"
-        for line in text.splitlines()
-        if line.startswith("Member:")
-    }
+    async with aiohttp.ClientSession() as http:
+        live = await _live_workers(http, node.url)
+    return {name: f"http://{addr}" for name, addr in live.items()}
 
 
 def kill9(pid: int) -> None:
